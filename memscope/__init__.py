@@ -1,0 +1,43 @@
+"""memscope: a memory profiler for training runs.
+
+    import memscope
+    run = memscope.run(["train.py", "--epochs", "3"])   # starts in the background
+    run.wait(); print(run.summary()["exit"]["message"])
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+__version__ = "0.1.0"
+__all__ = ["run", "attach", "Run", "Options", "LaunchError", "__version__"]
+
+
+def run(command: Sequence[str] | str, **options: Any) -> "Run":
+    """Start ``command`` under memscope in the background and return its ``Run``.
+
+    ``command`` is an argv list (``["train.py", "--epochs", "3"]`` or ``["bash", "train.sh"]``) or a string that
+    is split like a shell would. Options: record_dir, interval_s, pss_interval_s, grace_s, output ("inherit" or
+    "capture"), agent, limit_bytes, summary_json, cwd, env.
+    """
+    import shlex
+
+    from .run import Options, Run
+
+    argv = shlex.split(command) if isinstance(command, str) else list(command)
+    return Run(argv, options=Options(**options)).start()
+
+
+def attach(pid: int, **options: Any) -> "Run":
+    """Watch a process tree that is already running (sampling only, no agent)."""
+    from .run import Options, Run
+
+    return Run(attach=pid, options=Options(**options)).start()
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so that `import memscope` stays cheap in a notebook kernel.
+    if name in ("Run", "Options", "LaunchError"):
+        from . import run as _run
+
+        return getattr(_run, name)
+    raise AttributeError(name)

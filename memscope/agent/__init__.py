@@ -1,0 +1,53 @@
+"""The memscope agent: runs inside every Python process of a watched run.
+
+Loaded by ``site/sitecustomize.py`` under the private name ``_memscope_agent`` (so it works in any interpreter,
+even one where memscope is not installed). It imports only the standard library at start, never raises into
+user code, and keeps the training untouched if the collector goes away.
+"""
+import os
+import sys
+
+from . import crash
+from .channel import Channel
+from .protocol import ENV_DIR, ENV_SCRIPT, ENV_SOCK, ENV_TOKEN
+
+channel = None
+_forked = False
+
+
+def _hello():
+    script = os.environ.get(ENV_SCRIPT)
+    argv0 = sys.argv[0] if sys.argv else ""
+    runs_script = bool(script) and not _forked and bool(argv0) and \
+        os.path.realpath(argv0) == os.path.realpath(script)
+    return {"pid": os.getpid(), "ppid": os.getppid(), "argv": list(sys.argv),
+            "orig_argv": list(getattr(sys, "orig_argv", [])), "executable": sys.executable,
+            "runs_script": runs_script, "forked": _forked}
+
+
+def _after_fork():
+    global _forked
+    try:
+        _forked = True
+        crash.enable_faulthandler(os.environ[ENV_DIR])
+        channel.after_fork(_hello())
+    except Exception:
+        pass
+
+
+def start():
+    global channel
+    sock, token, run_dir = os.environ.get(ENV_SOCK), os.environ.get(ENV_TOKEN), os.environ.get(ENV_DIR)
+    if not (sock and token and run_dir):
+        return
+    channel = Channel(sock, token)
+    try:
+        crash.enable_faulthandler(run_dir)
+    except Exception:
+        pass
+    try:
+        crash.install_excepthook(run_dir, channel)
+    except Exception:
+        pass
+    channel.connect(_hello())
+    os.register_at_fork(after_in_child=_after_fork)

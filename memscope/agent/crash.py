@@ -1,0 +1,51 @@
+"""Evidence for the exit card, written where it survives the process: per-pid files in the run directory.
+
+faulthandler dumps every thread's Python stack on SIGSEGV/SIGABRT/SIGBUS/SIGFPE/SIGILL; the excepthook saves an
+uncaught exception before Python prints it. Both keep working when the collector's socket is gone.
+"""
+import faulthandler
+import json
+import os
+import sys
+import traceback
+
+from .protocol import EXC_PREFIX, FAULT_PREFIX
+
+_fault_file = None
+
+
+def enable_faulthandler(run_dir):
+    global _fault_file
+    path = os.path.join(run_dir, "%s%d.txt" % (FAULT_PREFIX, os.getpid()))
+    f = open(path, "w")
+    faulthandler.enable(file=f, all_threads=True)
+    old, _fault_file = _fault_file, f
+    if old is not None:
+        try:
+            old.close()  # the parent's file object, inherited through fork
+        except OSError:
+            pass
+
+
+def install_excepthook(run_dir, channel):
+    previous = sys.excepthook
+
+    def hook(etype, value, tb):
+        try:
+            rec = {
+                "type": getattr(etype, "__qualname__", str(etype)),
+                "module": getattr(etype, "__module__", ""),
+                "message": str(value)[:10000],
+                "traceback": "".join(traceback.format_exception(etype, value, tb))[-100000:],
+                "pid": os.getpid(),
+            }
+            path = os.path.join(run_dir, "%s%d.json" % (EXC_PREFIX, os.getpid()))
+            with open(path + ".tmp", "w") as f:
+                json.dump(rec, f)
+            os.replace(path + ".tmp", path)
+            channel.send(dict(rec, t="exception"))
+        except Exception:
+            pass
+        previous(etype, value, tb)
+
+    sys.excepthook = hook

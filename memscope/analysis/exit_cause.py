@@ -1,0 +1,187 @@
+"""Why the run ended: a pure function of the evidence gathered around it.
+
+SIGKILL leaves nothing inside the process, so the evidence for an OOM kill is outside: an OOM counter that
+rose (host /proc/vmstat, the cgroup's memory.events / memory.oom_control) or a tree that was within 5% of its
+limit at the last sample. dmesg is never needed.
+"""
+from __future__ import annotations
+
+import re
+import signal as _signal
+from dataclasses import dataclass, field
+from typing import Any
+
+FATAL = {"SIGSEGV": "segfault", "SIGABRT": "abort", "SIGBUS": "bus_error", "SIGFPE": "segfault",
+         "SIGILL": "segfault"}
+_FAULT_TEXT = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
+               "Floating-point exception": "SIGFPE", "Floating point exception": "SIGFPE",
+               "Illegal instruction": "SIGILL", "Killed": "SIGKILL", "Terminated": "SIGTERM"}
+# torch/utils/data/_utils/signal_handling.py and dataloader.py word it like this.
+_DL_WORKER = re.compile(r"DataLoader worker \(pid\(?s?\)? ([\d, ]+)\)\s*(?:is killed by signal: ([A-Za-z -]+)|"
+                        r"exited unexpectedly)")
+NEAR_LIMIT = 0.95
+
+
+@dataclass
+class ExitEvidence:
+    root_pid: int
+    returncode: int | None                 # Popen style: -N = killed by signal N; None = not observed
+    main_pid: int | None = None
+    stop_requested: str | None = None      # "stop" | "kill"
+    exceptions: dict[int, dict[str, Any]] = field(default_factory=dict)  # pid -> type, message, traceback
+    faults: dict[int, str] = field(default_factory=dict)                 # pid -> faulthandler text
+    roles: dict[int, str] = field(default_factory=dict)
+    proc_signals: dict[int, str] = field(default_factory=dict)           # pid -> signal seen from outside
+    host_oom_delta: int | None = None
+    cgroup_oom_delta: int | None = None
+    last_tree_bytes: int | None = None
+    limit_bytes: int | None = None
+    maxrss_bytes: int | None = None
+
+
+def signal_name(n: int) -> str:
+    try:
+        return _signal.Signals(n).name
+    except ValueError:
+        return f"SIG{n}"
+
+
+def fault_signal(text: str | None) -> str | None:
+    """The signal named by a faulthandler dump ("Fatal Python error: Segmentation fault")."""
+    if not text:
+        return None
+    m = re.search(r"Fatal Python error: ([A-Za-z -]+)", text)
+    if m:
+        return _FAULT_TEXT.get(m.group(1).strip())
+    return None
+
+
+def _gib(n: int | None) -> str:
+    if n is None:
+        return "?"
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def _last_frame(text: str | None) -> str | None:
+    """'train.py, line 12 in step' from a traceback or faulthandler dump: the innermost frame of the first
+    (current) thread."""
+    if not text:
+        return None
+    frames = re.findall(r'File "([^"]+)", line (\d+)(?:,)? in (\S+)', text)
+    if not frames:
+        return None
+    # faulthandler prints the innermost frame first; tracebacks print it last.
+    f = frames[0] if "Fatal Python error" in text else frames[-1]
+    return f"{f[0].rsplit('/', 1)[-1]}, line {f[1]} in {f[2]}"
+
+
+def oom_evidence(e: ExitEvidence) -> list[str]:
+    out = []
+    if e.cgroup_oom_delta:
+        out.append(f"the container's oom_kill counter rose by {e.cgroup_oom_delta}")
+    if e.host_oom_delta:
+        out.append(f"the host's oom_kill counter rose by {e.host_oom_delta}")
+    if e.limit_bytes and e.last_tree_bytes is not None and e.last_tree_bytes >= NEAR_LIMIT * e.limit_bytes:
+        out.append(f"the tree used {_gib(e.last_tree_bytes)} of its {_gib(e.limit_bytes)} limit at the last sample")
+    return out
+
+
+def crashed_workers(e: ExitEvidence) -> list[tuple[int, str]]:
+    """(pid, signal) of DataLoader workers or ranks that died of a signal."""
+    out: dict[int, str] = {}
+    for pid, role in e.roles.items():
+        if role not in ("dataloader_worker", "rank") or pid == e.main_pid:
+            continue
+        sig = fault_signal(e.faults.get(pid)) or e.proc_signals.get(pid)
+        if sig and sig not in ("SIGINT", "SIGTERM") or sig == "SIGKILL":
+            out[pid] = sig
+    main_exc = e.exceptions.get(e.main_pid or e.root_pid)
+    if main_exc:
+        for m in _DL_WORKER.finditer(main_exc.get("message", "") + "\n" + main_exc.get("traceback", "")):
+            sig = _FAULT_TEXT.get((m.group(2) or "").strip())
+            for p in m.group(1).replace(",", " ").split():
+                out.setdefault(int(p), sig or fault_signal(e.faults.get(int(p))) or "unknown signal")
+    return sorted(out.items())
+
+
+def decide(e: ExitEvidence) -> dict[str, Any]:
+    """The summary's ``exit`` object: cause, code, signal, pid, message, traceback."""
+    rc = e.returncode
+    code: int | None = rc if rc is not None and rc >= 0 else None
+    root_sig = signal_name(-rc) if rc is not None and rc < 0 else None
+    main = e.main_pid or e.root_pid
+    fault = e.faults.get(main) or None
+    exc = e.exceptions.get(main)
+    # Through a wrapper (bash script.sh) a child's death by signal N shows as status 128+N.
+    wrapped_sig = signal_name(code - 128) if code is not None and 128 < code < 128 + 65 and main != e.root_pid \
+        else None
+    main_sig = (root_sig if main == e.root_pid else None) or e.proc_signals.get(main) or fault_signal(fault) \
+        or wrapped_sig or root_sig
+    failed = (rc is not None and rc != 0) or main_sig is not None
+
+    def out(cause: str, message: str, *, sig: str | None = None, pid: int | None = None,
+            tb: str | None = None) -> dict[str, Any]:
+        return {"cause": cause, "code": code, "signal": sig, "pid": pid if pid is not None else main,
+                "message": message, "traceback": tb}
+
+    if e.stop_requested:
+        how = "stopped (SIGINT, then SIGTERM and SIGKILL after the grace period)" if e.stop_requested == "stop" \
+            else "killed (SIGKILL to every process of the tree)"
+        return out("stopped_by_user", f"You {how} the run; nothing of its tree is left running.",
+                   sig=main_sig)
+
+    workers = crashed_workers(e) if failed else []
+    if workers:
+        wpid, wsig = workers[0]
+        role = e.roles.get(wpid, "dataloader_worker")
+        what = "DataLoader worker" if role == "dataloader_worker" else "rank"
+        extra = f" (and {len(workers) - 1} more)" if len(workers) > 1 else ""
+        hint = ("look for an OOM kill: " + "; ".join(oom_evidence(e)) if wsig == "SIGKILL" and oom_evidence(e)
+                else "run with num_workers=0 to see the failing code in the main process, or use fewer workers"
+                if role == "dataloader_worker" else "read that rank's stack in exit.traceback")
+        tb = e.faults.get(wpid) or (exc or {}).get("traceback")
+        return out("worker_crash", f"{what.capitalize()} pid {wpid} ({role}) died of {wsig}{extra} and the main "
+                   f"process failed after it; {hint}.", sig=wsig, pid=wpid, tb=tb)
+
+    if main_sig in FATAL:
+        where = _last_frame(fault)
+        at = f" in {where}" if where else ""
+        stack = "the Python stack of every thread is in exit.traceback" if fault else \
+            "no Python stack was captured (the process did not load the agent)"
+        return out(FATAL[main_sig], f"The main process (pid {main}) died of {main_sig}{at}; {stack}; a crash in "
+                   "native code (an extension, a library or CUDA) is the usual cause.", sig=main_sig, tb=fault)
+
+    if exc and failed:
+        name = exc.get("type", "Exception")
+        msg = (exc.get("message") or "").strip().splitlines()
+        first = msg[0][:300] if msg else ""
+        where = _last_frame(exc.get("traceback"))
+        if name.endswith("OutOfMemoryError") and "CUDA out of memory" in (exc.get("message") or ""):
+            return out("cuda_oom", f"CUDA ran out of memory: {first}", tb=exc.get("traceback"))
+        at = f" at {where}" if where else ""
+        return out("exception", f"{name}: {first}{at}." if first else f"{name} was raised{at}.",
+                   tb=exc.get("traceback"))
+
+    if main_sig == "SIGKILL":
+        ev = oom_evidence(e)
+        peak = f"; the kernel's peak RSS for it was {_gib(e.maxrss_bytes)}" if e.maxrss_bytes else ""
+        if ev:
+            return out("oom_kill", f"The run was killed by SIGKILL and it looks like the OOM killer: "
+                       f"{'; '.join(ev)}{peak}. Lower its memory use or raise the limit.", sig="SIGKILL")
+        at = f" at {_gib(e.last_tree_bytes)}" if e.last_tree_bytes is not None else ""
+        lim = f" of a {_gib(e.limit_bytes)} limit" if e.limit_bytes else ""
+        return out("killed", f"The run was killed by SIGKILL from outside{at}{lim}; no OOM counter rose, so look "
+                   "for who sent it (a scheduler, a time limit, a person).", sig="SIGKILL")
+
+    if main_sig is not None:
+        return out("killed", f"The run was ended by {main_sig} from outside memscope.", sig=main_sig)
+
+    if rc == 0:
+        return out("ok", "The run finished normally (exit code 0).")
+    if rc is None:
+        if exc:
+            return out("exception", f"{exc.get('type')}: {exc.get('message', '')[:300]}", tb=exc.get("traceback"))
+        return out("unknown", "The watched process ended; its exit status could not be observed (attached, "
+                   "not its parent).")
+    return out("exit_nonzero", f"The command exited with status {rc} without an uncaught Python exception; "
+               "read its last output lines for the reason.")

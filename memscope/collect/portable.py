@@ -1,0 +1,74 @@
+"""procfs.py's twin for systems without /proc (macOS first): the same functions, answered by psutil.
+
+No PSS exists there: ``read_smaps_rollup`` reports USS as the proportional figure (the closest measure psutil
+has) so the tree total stays free of double counting.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psutil
+
+CLK_TCK = 1  # create_time is already in seconds here
+_STATES = {psutil.STATUS_ZOMBIE: "Z", psutil.STATUS_DEAD: "X"}
+
+
+@dataclass(frozen=True)
+class Stat:
+    pid: int
+    comm: str
+    state: str
+    ppid: int
+    pgid: int
+    sid: int
+    starttime: int
+    exit_code: int | None
+
+
+def list_pids() -> list[int]:
+    return psutil.pids()
+
+
+def boot_time() -> float:
+    return 0.0
+
+
+def read_stat(pid: int) -> Stat | None:
+    try:
+        p = psutil.Process(pid)
+        with p.oneshot():
+            return Stat(pid, p.name(), _STATES.get(p.status(), "R"), p.ppid(), 0, 0, int(p.create_time()), None)
+    except (psutil.Error, OSError):
+        return None
+
+
+def read_statm(pid: int) -> tuple[int, int] | None:
+    try:
+        m = psutil.Process(pid).memory_info()
+        return m.rss, 0
+    except (psutil.Error, OSError):
+        return None
+
+
+def read_smaps_rollup(pid: int) -> dict[str, int] | None:
+    try:
+        m = psutil.Process(pid).memory_full_info()
+    except (psutil.Error, OSError):
+        return None
+    uss = getattr(m, "uss", m.rss)
+    return {"Rss": m.rss, "Pss": uss, "Anonymous": uss, "Pss_File": 0, "Swap": getattr(m, "swap", 0)}
+
+
+def read_cmdline(pid: int) -> list[str] | None:
+    try:
+        return psutil.Process(pid).cmdline()
+    except (psutil.Error, OSError):
+        return None
+
+
+def environ_has(pid: int, marker: bytes) -> bool:
+    name, _, value = marker.decode().partition("=")
+    try:
+        return psutil.Process(pid).environ().get(name) == value
+    except (psutil.Error, OSError):
+        return False

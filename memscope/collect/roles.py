@@ -1,0 +1,155 @@
+"""Which process of the tree is which: a pure function of names, command lines and parentage.
+
+Seed 004's monitor watched ``uv run`` (the wrapper) while the real training process leaked; memscope finds the
+Python process running the user's target through any chain of wrappers and names everything around it.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+# Python entry points that launch the user's code rather than being it.
+_LAUNCHER_MODULES = {"torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch",
+                     "accelerate", "deepspeed", "uv", "pip", "scalene", "memscope"}
+_LAUNCHER_SCRIPTS = {"torchrun", "accelerate", "deepspeed", "scalene", "memscope", "python-m"}
+_RANK_LAUNCHERS = {"torch.distributed.run", "torch.distributed.launch", "torchrun", "accelerate",
+                   "accelerate.commands.launch", "deepspeed"}
+_HELPER_PATTERNS = ("multiprocessing.resource_tracker", "multiprocessing.semaphore_tracker",
+                    "multiprocessing.forkserver", "torch._inductor.autotune_process")
+_PY_EXE = re.compile(r"^(python|pypy)(\d+(\.\d+)?)?[a-z]?(\.exe)?$")
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    pid: int
+    ppid: int
+    name: str                 # comm: DataLoader workers rename themselves "pt_data_worker"
+    cmdline: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PyTarget:
+    kind: str   # "script" | "module" | "code" | "repl"
+    value: str
+
+
+def python_target(cmdline: tuple[str, ...] | list[str]) -> PyTarget | None:
+    """What a Python command line runs, or None when it is not a Python interpreter."""
+    if not cmdline:
+        return None
+    exe = os.path.basename(cmdline[0])
+    if not _PY_EXE.match(exe):
+        # A console script (#!/usr/bin/env python) shows as "python /path/torchrun ..."; a bare one as "torchrun".
+        return None
+    i = 1
+    while i < len(cmdline):
+        a = cmdline[i]
+        if a == "-m" and i + 1 < len(cmdline):
+            return PyTarget("module", cmdline[i + 1])
+        if a.startswith("-m") and len(a) > 2:
+            return PyTarget("module", a[2:])
+        if a == "-c" and i + 1 < len(cmdline):
+            return PyTarget("code", cmdline[i + 1])
+        if a in ("-W", "-X", "-Q"):
+            i += 2
+            continue
+        if a.startswith("-"):
+            i += 1
+            continue
+        return PyTarget("script", a)
+    return PyTarget("repl", "")
+
+
+def _is_launcher(t: PyTarget) -> bool:
+    if t.kind == "module":
+        return t.value in _LAUNCHER_MODULES or t.value.split(".")[0] in {"uv", "pip"}
+    if t.kind == "script":
+        return os.path.basename(t.value) in _LAUNCHER_SCRIPTS
+    return False
+
+
+def _is_rank_launcher(p: ProcInfo) -> bool:
+    t = python_target(p.cmdline)
+    if t is not None and t.kind == "module":
+        return t.value in _RANK_LAUNCHERS
+    if t is not None and t.kind == "script":
+        return os.path.basename(t.value) in _RANK_LAUNCHERS
+    return bool(p.cmdline) and os.path.basename(p.cmdline[0]) in _RANK_LAUNCHERS
+
+
+def _joined(p: ProcInfo) -> str:
+    return " ".join(p.cmdline)
+
+
+def classify(procs: Mapping[int, ProcInfo], root: int, script: str | None = None,
+             agent_main: int | None = None) -> dict[int, str]:
+    """Role of every process in ``procs`` (the tree under ``root``, including adopted escapees).
+
+    ``script``: the user's script when known; ``agent_main``: a pid the agent reported as running it.
+    """
+    children: dict[int, list[int]] = {}
+    for p in procs.values():
+        children.setdefault(p.ppid, []).append(p.pid)
+    for v in children.values():
+        v.sort()
+    roles: dict[int, str] = {}
+
+    def subtree(pid: int) -> list[int]:
+        out, stack = [], [pid]
+        while stack:
+            q = stack.pop()
+            out.append(q)
+            stack.extend(children.get(q, ()))
+        return out
+
+    # Pass 1: roles told by the process itself, and everything it spawned.
+    for p in procs.values():
+        if "torch/_inductor/compile_worker" in _joined(p) or "torch._inductor.compile_worker" in _joined(p):
+            for q in subtree(p.pid):
+                roles.setdefault(q, "compile_worker")
+        elif any(h in _joined(p) for h in _HELPER_PATTERNS):
+            roles.setdefault(p.pid, "helper")
+    for p in procs.values():
+        if p.name == "pt_data_worker":
+            roles[p.pid] = "dataloader_worker"
+
+    # Pass 2: the main, breadth-first from the root so the topmost Python running user code wins.
+    main = agent_main if agent_main in procs else None
+    script_real = os.path.realpath(script) if script else None
+    order, frontier = [], [root] if root in procs else sorted(pid for pid in procs if procs[pid].ppid not in procs)
+    while frontier:
+        order.extend(frontier)
+        frontier = [c for pid in frontier for c in children.get(pid, ())]
+    if main is None:
+        for pid in order:
+            if pid in roles:
+                continue
+            t = python_target(procs[pid].cmdline)
+            if t is None or t.kind == "repl" or _is_launcher(t):
+                continue
+            if t.kind == "code" and "multiprocessing" in t.value:
+                continue  # spawn-method children: workers, not the main
+            if script_real and t.kind == "script" and os.path.basename(t.value) != os.path.basename(script_real):
+                continue
+            main = pid
+            break
+    if main is not None:
+        parent = procs[main].ppid
+        if parent in procs and _is_rank_launcher(procs[parent]):
+            # torchrun: every sibling running the same target is a rank; the launcher is a wrapper.
+            target = python_target(procs[main].cmdline)
+            for sib in children.get(parent, ()):
+                if python_target(procs[sib].cmdline) == target:
+                    roles[sib] = "rank"
+        else:
+            roles[main] = "main"
+        # Every ancestor of the main inside the tree is a wrapper (bash, uv, torchrun, python -m launchers).
+        q = procs[main].ppid
+        while q in procs:
+            roles.setdefault(q, "wrapper")
+            q = procs[q].ppid
+    for pid in procs:
+        roles.setdefault(pid, "other")
+    return roles

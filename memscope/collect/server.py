@@ -1,0 +1,114 @@
+"""The agents' meeting point: a Unix socket in a private directory, one JSON line per message.
+
+A connection must open with a hello carrying the run's token, or it is dropped. The server runs on its own
+thread and never writes back on its own, so a slow or dead agent cannot stall the collectors.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import selectors
+import socket
+import threading
+from typing import Any, Callable
+
+from ..agent.protocol import MAX_LINE
+
+OnMessage = Callable[[int, dict[str, Any]], None]
+
+
+class AgentServer:
+    def __init__(self, path: str, token: str, on_message: OnMessage) -> None:
+        self.path = path
+        self._token = token
+        self._on_message = on_message
+        self._sel = selectors.DefaultSelector()
+        self._stop = threading.Event()
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(path)
+        os.chmod(path, 0o600)
+        self._listener.listen(128)
+        self._listener.setblocking(False)
+        self._sel.register(self._listener, selectors.EVENT_READ, None)
+        self._thread = threading.Thread(target=self._loop, name="memscope-agent-server", daemon=True)
+        self.connections = 0
+        self.rejected = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        for key in list(self._sel.get_map().values()):
+            try:
+                key.fileobj.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
+        self._sel.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            for key, _ in self._sel.select(timeout=0.2):
+                if key.data is None:
+                    self._accept()
+                else:
+                    self._read(key)
+
+    def _accept(self) -> None:
+        try:
+            conn, _ = self._listener.accept()
+        except OSError:
+            return
+        conn.setblocking(False)
+        self._sel.register(conn, selectors.EVENT_READ, {"buf": b"", "pid": None})
+
+    def _drop(self, conn: socket.socket) -> None:
+        try:
+            self._sel.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        conn.close()
+
+    def _read(self, key: selectors.SelectorKey) -> None:
+        conn: socket.socket = key.fileobj  # type: ignore[assignment]
+        state = key.data
+        try:
+            chunk = conn.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._drop(conn)
+            return
+        state["buf"] += chunk
+        if len(state["buf"]) > MAX_LINE and b"\n" not in state["buf"]:
+            self._drop(conn)
+            return
+        *lines, state["buf"] = state["buf"].split(b"\n")
+        for line in lines:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(msg, dict):
+                continue
+            if state["pid"] is None:
+                token = msg.pop("token", "")
+                if msg.get("t") != "hello" or not isinstance(token, str) or \
+                        not hmac.compare_digest(token, self._token) or not isinstance(msg.get("pid"), int):
+                    self.rejected += 1
+                    self._drop(conn)
+                    return
+                state["pid"] = msg["pid"]
+                self.connections += 1
+            try:
+                self._on_message(state["pid"], msg)
+            except Exception:
+                pass  # a bad message must not stop the server

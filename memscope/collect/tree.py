@@ -1,0 +1,214 @@
+"""The tree sampler: finds every process of the run and measures it.
+
+Membership: descendants of the root by parentage, plus every process that carries the run's marker in its
+environment (so a process that double-forked out of the session is still found), and once a process is known
+it stays known until it exits even if it is re-parented to init. (pid, start time) pairs guard against pid reuse.
+
+Two kinds of rounds: ``rss_round`` reads statm (~0.05 ms a process) and runs often; ``pss_round`` reads
+smaps_rollup (0.5-14 ms a process) and runs every second or two on its own thread.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from ..model import ProcMem, ProcessExited, ProcessSeen, Record, TreeSample
+from . import roles as roles_mod
+from .roles import ProcInfo
+
+LINUX = sys.platform.startswith("linux")
+if LINUX:
+    from . import procfs
+else:  # pragma: no cover - exercised on macOS
+    from . import portable as procfs  # type: ignore[no-redef]
+
+
+@dataclass
+class Tracked:
+    pid: int
+    start: int
+    info: ProcInfo
+    role: str = "other"
+    create_time: float = 0.0
+    alive: bool = True
+
+
+class TreeSampler:
+    def __init__(self, root: int, emit: Callable[[Record], None], clock: Callable[[], float],
+                 marker: bytes | None = None, script: str | None = None) -> None:
+        self.root = root
+        self._emit = emit
+        self._clock = clock
+        self._marker = marker
+        self._script = script
+        self._lock = threading.RLock()
+        self.procs: dict[int, Tracked] = {}
+        self._foreign: dict[int, int] = {}   # pid -> start time of processes checked and found not ours
+        self.agent_main: int | None = None
+        self._boot = procfs.boot_time()
+        self._add(root)
+
+    # -- membership ------------------------------------------------------------------------------------------
+    def _add(self, pid: int, stat: procfs.Stat | None = None) -> bool:
+        stat = stat or procfs.read_stat(pid)
+        if stat is None:
+            return False
+        cmd = procfs.read_cmdline(pid) or []
+        self.procs[pid] = Tracked(pid, stat.starttime, ProcInfo(pid, stat.ppid, stat.comm, tuple(cmd)),
+                                  create_time=self._boot + stat.starttime / procfs.CLK_TCK)
+        return True
+
+    def discover(self) -> None:
+        """Find processes that joined the tree since the last call, and refresh roles."""
+        with self._lock:
+            changed = False
+            new: dict[int, procfs.Stat] = {}
+            for pid in procfs.list_pids():
+                t = self.procs.get(pid)
+                if t is not None and t.alive:
+                    continue
+                st = procfs.read_stat(pid)
+                if st is None or self._foreign.get(pid) == st.starttime:
+                    continue
+                if t is not None and t.start == st.starttime:
+                    continue  # a known process that exited, seen again as a zombie
+                new[pid] = st
+            # Parentage first, to a fixed point (a new child of a new child).
+            grew = True
+            while grew and new:
+                grew = False
+                for pid, st in list(new.items()):
+                    parent = self.procs.get(st.ppid)
+                    if parent is not None and parent.alive:
+                        if self._add(pid, st):
+                            changed = True
+                        del new[pid]
+                        grew = True
+            for pid, st in new.items():
+                if self._marker and procfs.environ_has(pid, self._marker):
+                    changed |= self._add(pid, st)
+                else:
+                    self._foreign[pid] = st.starttime
+            # Names change after exec (bash -> python) and DataLoader workers rename themselves: refresh comm.
+            for t in self.procs.values():
+                if t.alive:
+                    st = procfs.read_stat(t.pid)
+                    if st is not None and st.starttime == t.start and st.comm != t.info.name:
+                        cmd = procfs.read_cmdline(t.pid) or list(t.info.cmdline)
+                        t.info = ProcInfo(t.pid, st.ppid, st.comm, tuple(cmd))
+                        changed = True
+            if changed:
+                self._reclassify()
+
+    def set_agent_main(self, pid: int) -> None:
+        with self._lock:
+            if self.agent_main is None:
+                self.agent_main = pid
+                if pid not in self.procs:
+                    self._add(pid)
+                self._reclassify()
+
+    def _reclassify(self) -> None:
+        infos = {pid: t.info for pid, t in self.procs.items()}
+        roles = roles_mod.classify(infos, self.root, self._script, self.agent_main)
+        t_now = self._clock()
+        for pid, t in self.procs.items():
+            role = roles.get(pid, "other")
+            if role != t.role or not getattr(t, "_announced", False):
+                t.role = role
+                t._announced = True  # type: ignore[attr-defined]
+                self._emit(ProcessSeen(t_now, pid, t.info.ppid, role, t.info.name,
+                                       " ".join(t.info.cmdline), t.create_time))
+
+    def alive_pids(self) -> list[int]:
+        with self._lock:
+            return [p for p, t in self.procs.items() if t.alive]
+
+    def role_of(self, pid: int) -> str | None:
+        t = self.procs.get(pid)
+        return t.role if t else None
+
+    def mark_exited(self, pid: int, code: int | None, signal_name: str | None) -> None:
+        with self._lock:
+            t = self.procs.get(pid)
+            if t is None or not t.alive:
+                return
+            t.alive = False
+        self._emit(ProcessExited(self._clock(), pid, code, signal_name))
+
+    # -- measuring -------------------------------------------------------------------------------------------
+    def rss_round(self) -> TreeSample:
+        out = []
+        for pid in self.alive_pids():
+            m = procfs.read_statm(pid)
+            if m is None or m[0] == 0:
+                st = procfs.read_stat(pid)
+                t = self.procs.get(pid)
+                if st is None or (t is not None and st.starttime != t.start) or st.state in ("Z", "X"):
+                    code, sig = _decode_wait_status(st.exit_code if st and st.state in ("Z", "X") else None)
+                    self.mark_exited(pid, code, sig)
+                    continue
+                if m is None:
+                    continue
+            out.append(ProcMem(pid, m[0]))
+        s = TreeSample(self._clock(), "rss", tuple(out))
+        self._emit(s)
+        return s
+
+    def pss_round(self) -> TreeSample:
+        out = []
+        for pid in self.alive_pids():
+            d = procfs.read_smaps_rollup(pid)
+            if d is None:
+                continue
+            anon = d.get("Anonymous", d.get("Pss_Anon", 0))
+            file_ = d.get("Pss_File", max(0, d.get("Rss", 0) - anon))
+            out.append(ProcMem(pid, d.get("Rss", 0), d.get("Pss", 0), anon, file_, d.get("Swap", 0)))
+        s = TreeSample(self._clock(), "pss", tuple(out))
+        self._emit(s)
+        return s
+
+    def all_marked(self) -> list[int]:
+        """Every live process of the run, including escapees never seen before: used to stop the whole tree."""
+        self.discover()
+        return self.alive_pids()
+
+
+def _decode_wait_status(status: int | None) -> tuple[int | None, str | None]:
+    if status is None:
+        return None, None
+    if os.WIFSIGNALED(status):
+        return None, signal_name(os.WTERMSIG(status))
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status), None
+    return None, None
+
+
+def signal_name(n: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f"SIG{n}"
+
+
+def wait_gone(pids: list[int], timeout: float) -> list[int]:
+    """Wait until none of ``pids`` is alive (zombies count as gone); returns the survivors."""
+    deadline = time.monotonic() + timeout
+    left = list(pids)
+    while left:
+        left = [p for p in left if _alive(p)]
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    return left
+
+
+def _alive(pid: int) -> bool:
+    st = procfs.read_stat(pid)
+    return st is not None and st.state not in ("Z", "X")

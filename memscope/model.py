@@ -1,0 +1,102 @@
+"""The typed records every part of memscope speaks.
+
+Collectors produce them, the Recorder stores them, views and analysis consume them. Times are seconds since
+the run started (``t``), memory is bytes. Records are immutable so they can be shared across threads.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Union
+
+ROLES = ("main", "wrapper", "dataloader_worker", "compile_worker", "rank", "helper", "other")
+
+EXIT_CAUSES = (
+    "ok", "exit_nonzero", "exception", "segfault", "abort", "bus_error", "killed", "oom_kill",
+    "worker_crash", "stopped_by_user", "cuda_oom", "unknown",
+)
+
+
+@dataclass(frozen=True)
+class ProcMem:
+    """One process in one sampling round. PSS-family fields are None in RSS-only rounds."""
+    pid: int
+    rss: int
+    pss: int | None = None
+    anon: int | None = None
+    file: int | None = None
+    swap: int | None = None
+
+
+@dataclass(frozen=True)
+class TreeSample:
+    """A sampling round over the whole tree. ``kind`` is "rss" (cheap, frequent) or "pss" (smaps_rollup)."""
+    t: float
+    kind: str
+    procs: tuple[ProcMem, ...]
+
+    @property
+    def rss_total(self) -> int:
+        return sum(p.rss for p in self.procs)
+
+    @property
+    def pss_total(self) -> int | None:
+        if not self.procs or any(p.pss is None for p in self.procs):
+            return None
+        return sum(p.pss for p in self.procs)  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class HostSample:
+    t: float
+    total: int
+    available: int
+    swap_total: int
+    swap_used: int
+    limit: int | None            # the smallest memory limit that applies to the run (cgroup), None if none
+    cgroup_usage: int | None
+    host_oom_kills: int | None   # /proc/vmstat oom_kill (cumulative)
+    cgroup_oom_kills: int | None # memory.events oom_kill / memory.oom_control oom_kill (cumulative)
+
+
+@dataclass(frozen=True)
+class ProcessSeen:
+    """A process joined the tree (or its role became known)."""
+    t: float
+    pid: int
+    ppid: int
+    role: str
+    name: str
+    cmdline: str
+    create_time: float
+
+
+@dataclass(frozen=True)
+class ProcessExited:
+    t: float
+    pid: int
+    exit_code: int | None     # None when the status could not be observed (not our child, reaped by another)
+    exit_signal: str | None   # "SIGSEGV", ...
+
+
+@dataclass(frozen=True)
+class Event:
+    """Anything else: agent hello, exception, fault, stop request, output marks. ``data`` is JSON-able."""
+    t: float
+    pid: int | None
+    kind: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunEnded:
+    t: float
+    summary: dict[str, Any]
+
+
+Record = Union[TreeSample, HostSample, ProcessSeen, ProcessExited, Event, RunEnded]
+
+
+def to_jsonable(rec: Record) -> dict[str, Any]:
+    d = asdict(rec)
+    d["type"] = type(rec).__name__
+    return d

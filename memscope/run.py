@@ -1,0 +1,624 @@
+"""Run: launch a command in its own session under memscope, watch its tree, stop it, and say why it ended.
+
+Usable from plain Python (``memscope.run([...])``), the CLI and the notebook alike. Threads, none of which
+waits on another: the waiter (os.wait4 on the root), the RSS sampler (with discovery and host reads), the PSS
+sampler, the agent server, the recorder, and one dispatcher per subscriber.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from .agent import protocol
+from .analysis.summary import summarize
+from .collect import host as host_mod
+from .collect.tree import TreeSampler, signal_name, wait_gone
+from .model import Event, HostSample, ProcessExited, ProcessSeen, Record, RunEnded, TreeSample
+from .store import Recorder, RunData, default_record_dir
+
+AGENT_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent", "site")
+
+
+class LaunchError(Exception):
+    """Bad input: the message is one line meant for the user."""
+
+
+@dataclass
+class Options:
+    record_dir: str | None = None
+    interval_s: float = 0.2        # RSS rounds (statm): cheap
+    pss_interval_s: float = 2.0    # PSS rounds (smaps_rollup): 0.5-14 ms a process
+    host_interval_s: float = 1.0
+    discover_interval_s: float = 0.5
+    grace_s: float = 5.0           # SIGINT -> SIGTERM -> SIGKILL
+    output: str = "inherit"        # "inherit" (CLI), "capture" (notebook: kept as a tail and recorded)
+    agent: bool = True
+    limit_bytes: int | None = None  # a budget to compare against, instead of the container's limit
+    summary_json: str | None = None
+    cwd: str | None = None
+    env: dict[str, str] | None = None
+    script: str | None = None
+
+
+@dataclass
+class Snapshot:
+    """The latest of everything, for views that poll instead of subscribing."""
+    t: float = 0.0
+    procs: dict[int, dict[str, Any]] = field(default_factory=dict)   # pid -> role, name, rss, pss, alive
+    tree_rss: int = 0
+    tree_pss: int | None = None
+    peak_rss: int = 0
+    peak_pss: int | None = None
+    host: HostSample | None = None
+
+
+def resolve_command(argv: Sequence[str]) -> tuple[list[str], str | None]:
+    """A first argument ending in .py runs with this Python; returns (command, user's script or None)."""
+    argv = list(argv)
+    if not argv:
+        raise LaunchError("no command given: memscope run train.py [args] | memscope run -- CMD [args]")
+    first = argv[0]
+    if first.endswith(".py"):
+        if not os.path.exists(first):
+            raise LaunchError(f"{first}: no such file")
+        if os.path.isdir(first):
+            raise LaunchError(f"{first} is a directory, not a script")
+        try:
+            with open(first, "rb") as f:
+                compile(f.read(), first, "exec")
+        except SyntaxError as exc:
+            raise LaunchError(f"{first}, line {exc.lineno}: SyntaxError: {exc.msg}") from None
+        except (OSError, ValueError) as exc:
+            raise LaunchError(f"{first}: cannot read it: {exc}") from None
+        return [sys.executable, *argv], os.path.abspath(first)
+    path = shutil.which(first) if os.sep not in first else first
+    if os.sep in first:
+        if not os.path.exists(first):
+            raise LaunchError(f"{first}: no such file")
+        if os.path.isdir(first):
+            raise LaunchError(f"{first} is a directory, not a command")
+        if not os.access(first, os.X_OK):
+            raise LaunchError(f"{first} is not executable (chmod +x it, or run it with its interpreter)")
+    elif path is None:
+        raise LaunchError(f"{first}: command not found")
+    # python script.py / bash script.sh: check the script the interpreter is about to run.
+    script = None
+    base = os.path.basename(first)
+    if base.startswith("python") and len(argv) > 1 and argv[1].endswith(".py"):
+        resolve_command(argv[1:])
+        script = os.path.abspath(argv[1])
+    elif base in ("bash", "sh", "zsh") and len(argv) > 1 and not argv[1].startswith("-"):
+        if not os.path.isfile(argv[1]):
+            raise LaunchError(f"{argv[1]}: no such file")
+    return argv, script
+
+
+def check_record_dir(path: str) -> None:
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise LaunchError(f"cannot create the record directory {path}: {exc.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise LaunchError(f"cannot write to the record directory {path}")
+
+
+class Run:
+    """A command running under memscope (or a tree it attached to)."""
+
+    def __init__(self, command: Sequence[str] | None = None, *, attach: int | None = None,
+                 options: Options | None = None) -> None:
+        self.options = o = options or Options()
+        if attach is not None:
+            import psutil
+
+            if not psutil.pid_exists(attach) or attach <= 0:
+                raise LaunchError(f"no process with pid {attach}")
+            try:
+                self.command = psutil.Process(attach).cmdline() or [str(attach)]
+            except psutil.Error as exc:
+                raise LaunchError(f"cannot watch pid {attach}: {exc}") from None
+            self.script = o.script
+        else:
+            self.command, detected = resolve_command(command or [])
+            self.script = o.script or detected
+        self.attached = attach is not None
+        self.record_dir = os.path.abspath(o.record_dir or default_record_dir())
+        check_record_dir(self.record_dir)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.run_id = f"{stamp}-{secrets.token_hex(3)}"
+        self.record_path = os.path.join(self.record_dir, f"{self.run_id}.sqlite")
+        try:
+            self._recorder = Recorder(self.record_path)
+        except Exception as exc:  # sqlite3.Error, OSError
+            raise LaunchError(f"cannot write the record {self.record_path}: {exc}") from None
+        self.pid: int = attach or 0
+        self.status = "starting"
+        self.returncode: int | None = None
+        self.exit: dict[str, Any] | None = None
+        self._summary: dict[str, Any] | None = None
+        self._token = secrets.token_hex(16)
+        self._dir = tempfile.mkdtemp(prefix="memscope-")  # 0700: socket and crash files
+        self._subs: list[_Subscriber] = []
+        self._subs_lock = threading.Lock()
+        self._ended = threading.Event()
+        self._sampling_done = threading.Event()
+        self._stop_requested: str | None = None
+        self._detached = False
+        self._ended_early = threading.Event()
+        self._stop_lock = threading.Lock()
+        self._maxrss: int | None = None
+        self.snapshot = Snapshot()
+        self.output_tail: collections.deque[str] = collections.deque(maxlen=200)
+        self._proc: subprocess.Popen | None = None
+        self._server = None
+        self._threads: list[threading.Thread] = []
+        self._on_end: list[Callable[[Run], None]] = []
+        self.t0 = time.monotonic()
+
+    # -- public API ------------------------------------------------------------------------------------------
+    def start(self) -> "Run":
+        o = self.options
+        env = dict(os.environ if o.env is None else o.env)
+        marker_value = self.run_id
+        if not self.attached:
+            env[protocol.ENV_RUN] = marker_value
+            if o.agent:
+                from .collect.server import AgentServer
+
+                sock = os.path.join(self._dir, "agent.sock")
+                self._server = AgentServer(sock, self._token, self._on_agent_message)
+                self._server.start()
+                env.update({protocol.ENV_SOCK: sock, protocol.ENV_TOKEN: self._token,
+                            protocol.ENV_DIR: self._dir})
+                if self.script:
+                    env[protocol.ENV_SCRIPT] = self.script
+                env["PYTHONPATH"] = os.pathsep.join([AGENT_SITE] + [p for p in [env.get("PYTHONPATH")] if p])
+            stdout = stderr = None
+            if o.output == "capture":
+                stdout, stderr = subprocess.PIPE, subprocess.PIPE
+                env.setdefault("PYTHONUNBUFFERED", "1")
+            try:
+                self._proc = subprocess.Popen(self.command, cwd=o.cwd, env=env, start_new_session=True,
+                                              stdin=subprocess.DEVNULL if o.output == "capture" else None,
+                                              stdout=stdout, stderr=stderr)
+            except OSError as exc:
+                self._abort()
+                raise LaunchError(f"{self.command[0]}: {exc.strerror or exc}") from None
+            self.pid = self._proc.pid
+        self.t0 = time.monotonic()
+        self.started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self._recorder.begin(self.run_id, list(self.command), os.path.abspath(o.cwd or os.getcwd()),
+                             self.started_at, time.time(), self.pid,
+                             {"attached": self.attached, "script": self.script, "agent": o.agent,
+                              "interval_s": o.interval_s, "pss_interval_s": o.pss_interval_s})
+        self.tree = TreeSampler(self.pid, self._publish, self._clock,
+                                marker=None if self.attached else f"{protocol.ENV_RUN}={marker_value}".encode(),
+                                script=self.script)
+        self.status = "running"
+        self._spawn(self._rss_loop, "memscope-rss")
+        self._spawn(self._pss_loop, "memscope-pss")
+        self._spawn(self._wait_loop, "memscope-waiter")
+        if self._proc is not None and o.output == "capture":
+            self._spawn(lambda: self._read_output(self._proc.stdout, "stdout"), "memscope-stdout")
+            self._spawn(lambda: self._read_output(self._proc.stderr, "stderr"), "memscope-stderr")
+        return self
+
+    @property
+    def ended(self) -> bool:
+        return self._ended.is_set()
+
+    def wait(self, timeout: float | None = None) -> dict[str, Any] | None:
+        """Wait for the run to end; returns the summary, or None on timeout."""
+        if not self._ended.wait(timeout):
+            return None
+        return self._summary
+
+    def stop(self, grace_s: float | None = None, wait: bool = True) -> None:
+        """Stop the whole tree gracefully: SIGINT (as Ctrl-C would), SIGTERM after a grace period, then SIGKILL."""
+        grace = self.options.grace_s if grace_s is None else grace_s
+        with self._stop_lock:
+            if self._ended.is_set() or self._stop_requested:
+                first = False
+            else:
+                self._stop_requested, first = "stop", True
+        if first:
+            self._publish(Event(self._clock(), None, "stop_requested", {"how": "stop", "grace_s": grace}))
+            self._spawn(lambda: self._stop_sequence(grace), "memscope-stopper")
+        if wait:
+            self._ended.wait()
+
+    def kill(self, wait: bool = True) -> None:
+        """SIGKILL every process of the tree now."""
+        with self._stop_lock:
+            self._stop_requested = "kill"
+        self._publish(Event(self._clock(), None, "stop_requested", {"how": "kill"}))
+        self._signal_tree(signal.SIGKILL)
+        if wait:
+            self._ended.wait()
+
+    def detach(self) -> None:
+        """Stop watching (attach mode): the process goes on; the record ends here."""
+        self._publish(Event(self._clock(), None, "detached", {}))
+        self._detached = True
+        self._ended_early.set()
+
+    def summary(self) -> dict[str, Any]:
+        """The summary: final once the run ended, else what the record says so far (exit cause "running")."""
+        if self._summary is not None:
+            return self._summary
+        self._recorder_sync()
+        rd = RunData(self.record_path)
+        try:
+            s = summarize(rd)
+        finally:
+            rd.close()
+        s["exit"] = {"cause": "running", "code": None, "signal": None, "pid": self.pid,
+                     "message": f"The run is still going ({self._clock():.0f} s so far).", "traceback": None}
+        return s
+
+    def subscribe(self, fn: Callable[[Record], None], maxsize: int = 10000) -> Callable[[], None]:
+        """Call ``fn(record)`` for every new record, on a thread of its own; returns an unsubscribe function.
+
+        A slow subscriber never slows the collectors: past ``maxsize`` queued records, the oldest are dropped.
+        """
+        sub = _Subscriber(fn, maxsize)
+        with self._subs_lock:
+            self._subs.append(sub)
+        sub.start()
+
+        def unsubscribe() -> None:
+            with self._subs_lock:
+                if sub in self._subs:
+                    self._subs.remove(sub)
+            sub.close()
+        return unsubscribe
+
+    def on_end(self, fn: Callable[["Run"], None]) -> None:
+        self._on_end.append(fn)
+        if self._ended.is_set():
+            fn(self)
+
+    def __repr__(self) -> str:
+        cause = f" {self.exit['cause']}" if self.exit else ""
+        return f"<memscope.Run {self.run_id} pid={self.pid} {self.status}{cause}>"
+
+    # -- internals -------------------------------------------------------------------------------------------
+
+    def _clock(self) -> float:
+        return time.monotonic() - self.t0
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        th = threading.Thread(target=target, name=name, daemon=True)
+        th.start()
+        self._threads.append(th)
+
+    def _publish(self, rec: Record) -> None:
+        self._recorder.put(rec)
+        self._update_snapshot(rec)
+        with self._subs_lock:
+            subs = list(self._subs)
+        for s in subs:
+            s.put(rec)
+
+    def _update_snapshot(self, rec: Record) -> None:
+        s = self.snapshot
+        if isinstance(rec, TreeSample):
+            s.t = rec.t
+            for p in rec.procs:
+                d = s.procs.setdefault(p.pid, {"role": "other", "name": "", "alive": True})
+                d["rss"] = p.rss
+                if p.pss is not None:
+                    d.update(pss=p.pss, swap=p.swap, anon=p.anon, file=p.file)
+            if rec.kind == "rss":
+                s.tree_rss = rec.rss_total
+                s.peak_rss = max(s.peak_rss, s.tree_rss)
+            else:
+                s.tree_pss = rec.pss_total
+                if s.tree_pss is not None:
+                    s.peak_pss = max(s.peak_pss or 0, s.tree_pss)
+        elif isinstance(rec, HostSample):
+            s.host = rec
+        elif isinstance(rec, ProcessSeen):
+            d = s.procs.setdefault(rec.pid, {"alive": True})
+            d.update(role=rec.role, name=rec.name, cmdline=rec.cmdline)
+        elif isinstance(rec, ProcessExited):
+            d = s.procs.setdefault(rec.pid, {"role": "other", "name": ""})
+            d.update(alive=False, exit_code=rec.exit_code, exit_signal=rec.exit_signal)
+
+    def _on_agent_message(self, pid: int, msg: dict[str, Any]) -> None:
+        kind = str(msg.pop("t", "message"))
+        t = self._clock()
+        if kind == "hello":
+            self._publish(Event(t, pid, "agent_hello", msg))
+            if msg.get("runs_script") and not msg.get("forked"):
+                self.tree.set_agent_main(pid)
+        else:
+            self._publish(Event(t, pid, f"agent_{kind}" if kind == "exception" else kind, msg))
+
+    def _rss_loop(self) -> None:
+        o = self.options
+        next_discover = next_host = 0.0
+        cg, cg_pid = None, None
+        while not self._sampling_done.is_set():
+            start = self._clock()
+            try:
+                if start >= next_discover:
+                    self.tree.discover()
+                    next_discover = start + o.discover_interval_s
+                self.tree.rss_round()
+                if start >= next_host:
+                    pid = self._main_pid()
+                    if cg is None or cg_pid != pid or start >= next_host + 5:
+                        cg, cg_pid = host_mod.find_memory_cgroup(pid) or host_mod.find_memory_cgroup(), pid
+                    self._host_sample(cg)
+                    next_host = start + o.host_interval_s
+            except Exception as exc:  # a sampler bug must not end the watch
+                self._publish(Event(self._clock(), None, "collector_error", {"where": "rss", "error": repr(exc)}))
+            self._sampling_done.wait(max(0.0, o.interval_s - (self._clock() - start)))
+
+    def _host_sample(self, cg: host_mod.Cgroup | None) -> None:
+        h = host_mod.read_host_memory()
+        cm = host_mod.read_cgroup_memory(cg) if cg else None
+        limit = self.options.limit_bytes or (cm.limit if cm else None)
+        self._publish(HostSample(self._clock(), h.total, h.available, h.swap_total, h.swap_used,
+                                 limit, cm.usage if cm else None, h.oom_kills, cm.oom_kills if cm else None))
+
+    def _pss_loop(self) -> None:
+        while not self._sampling_done.wait(self.options.pss_interval_s if self._clock() > 1 else 0.5):
+            try:
+                self.tree.pss_round()
+            except Exception as exc:
+                self._publish(Event(self._clock(), None, "collector_error", {"where": "pss", "error": repr(exc)}))
+
+    def _main_pid(self) -> int:
+        for pid, d in list(self.snapshot.procs.items()):
+            if d.get("role") == "main" and d.get("alive", True):
+                return pid
+        return self.pid
+
+    def _wait_loop(self) -> None:
+        if self._proc is not None:
+            while True:
+                try:
+                    _, status, ru = os.wait4(self.pid, 0)
+                    break
+                except ChildProcessError:
+                    status, ru = None, None
+                    break
+                except InterruptedError:
+                    continue
+            if status is not None:
+                self.returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+                self._proc.returncode = self.returncode  # keep Popen from reaping again
+                # ru_maxrss: kilobytes on Linux, bytes on macOS.
+                self._maxrss = int(ru.ru_maxrss) * (1 if sys.platform == "darwin" else 1024)
+        else:
+            from .collect.tree import _alive
+
+            while _alive(self.pid) and not self._ended_early.wait(self.options.interval_s):
+                pass
+        self._finish()
+
+    def _stop_sequence(self, grace: float) -> None:
+        self._signal_group(signal.SIGINT)
+        if self._root_gone(grace):
+            return
+        self._signal_tree(signal.SIGTERM)
+        if self._root_gone(grace):
+            return
+        self._signal_tree(signal.SIGKILL)
+
+    def _root_gone(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.returncode is not None or self._ended.is_set():
+                return True
+            time.sleep(0.05)
+        return False
+
+    def _signal_group(self, sig: int) -> None:
+        # The terminal's Ctrl-C reaches the whole foreground group: do the same to the run's own session group.
+        if self.attached:
+            self._send(self.pid, sig)
+            return
+        try:
+            os.killpg(self.pid, sig)
+        except OSError:
+            self._send(self.pid, sig)
+
+    def _signal_tree(self, sig: int) -> list[int]:
+        pids = self.tree.all_marked() if hasattr(self, "tree") else [self.pid]
+        if not self.attached:
+            try:
+                os.killpg(self.pid, sig)
+            except OSError:
+                pass
+        for pid in pids:
+            self._send(pid, sig)
+        return pids
+
+    @staticmethod
+    def _send(pid: int, sig: int) -> None:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+    def _clean_leftovers(self) -> None:
+        """Once the root is gone, no process of the tree may outlive the run."""
+        left = [p for p in self.tree.all_marked() if p != self.pid]
+        if not left or self._detached or self.attached:
+            return
+        left = wait_gone(left, 0.0 if self._stop_requested == "kill" else 2.0)
+        if not left:
+            return
+        self._publish(Event(self._clock(), None, "leftovers", {"pids": left}))
+        for p in left:
+            self._send(p, signal.SIGTERM)
+        left = wait_gone(left, 0.0 if self._stop_requested else 2.0)
+        for p in left:
+            self._send(p, signal.SIGKILL)
+        wait_gone(left, 2.0)
+
+    def _finish(self) -> None:
+        t = self._clock()
+        if self._proc is not None and self.returncode is not None:
+            code, sig = (None, signal_name(-self.returncode)) if self.returncode < 0 else (self.returncode, None)
+            self.tree.mark_exited(self.pid, code, sig)
+        if not self._detached:
+            try:
+                self.tree.pss_round()  # the last PSS of whatever is still alive
+            except Exception:
+                pass
+            self._clean_leftovers()
+        self._sampling_done.set()
+        for th in self._threads:
+            if th.name in ("memscope-rss", "memscope-pss"):
+                th.join(timeout=5)
+        for pid in self.tree.alive_pids():
+            if self._detached:
+                break
+            self.tree.mark_exited(pid, None, None)
+        self._collect_crash_files()
+        if self._server is not None:
+            self._server.close()
+        self._publish(Event(t, self.pid, "exit_status", {
+            "returncode": self.returncode, "maxrss_bytes": self._maxrss, "stop_requested": self._stop_requested,
+            "detached": self._detached}))
+        self._recorder_sync()
+        rd = RunData(self.record_path)
+        try:
+            summary = summarize(rd)
+        finally:
+            rd.close()
+        if self._detached:
+            summary["exit"] = {"cause": "detached", "code": None, "signal": None, "pid": self.pid,
+                               "message": f"memscope stopped watching; pid {self.pid} is still running.",
+                               "traceback": None}
+        summary["duration_s"] = round(t, 3)
+        self._summary, self.exit = summary, summary["exit"]
+        self._publish(RunEnded(t, summary))
+        self._recorder.close()
+        if self.options.summary_json:
+            _write_json(self.options.summary_json, summary)
+        shutil.rmtree(self._dir, ignore_errors=True)
+        self.status = "ended"
+        self._ended.set()
+        with self._subs_lock:
+            subs = list(self._subs)
+        for s in subs:
+            s.close(drain=True)
+        for fn in self._on_end:
+            try:
+                fn(self)
+            except Exception:
+                pass
+
+    def _collect_crash_files(self) -> None:
+        import json
+
+        try:
+            names = os.listdir(self._dir)
+        except OSError:
+            return
+        for name in sorted(names):
+            path = os.path.join(self._dir, name)
+            try:
+                if name.startswith(protocol.FAULT_PREFIX) and os.path.getsize(path) > 0:
+                    pid = int(name[len(protocol.FAULT_PREFIX):].split(".")[0])
+                    with open(path, errors="replace") as f:
+                        self._publish(Event(self._clock(), pid, "fault", {"text": f.read(200000)}))
+                elif name.startswith(protocol.EXC_PREFIX) and name.endswith(".json"):
+                    pid = int(name[len(protocol.EXC_PREFIX):].split(".")[0])
+                    with open(path) as f:
+                        self._publish(Event(self._clock(), pid, "exception", json.load(f)))
+            except (OSError, ValueError):
+                continue
+
+    def _recorder_sync(self, timeout: float = 5.0) -> None:
+        done = threading.Event()
+        self._recorder.put(Event(0.0, None, "__barrier__", {"event": done}))  # type: ignore[dict-item]
+        done.wait(timeout)
+
+    def _read_output(self, stream: Any, name: str) -> None:
+        partial = ""
+        for chunk in iter(lambda: stream.read1(65536) if hasattr(stream, "read1") else stream.read(4096), b""):
+            text = chunk.decode("utf-8", "replace")
+            self._publish(Event(self._clock(), self.pid, "output", {"stream": name, "text": text}))
+            partial += text
+            *lines, partial = partial.split("\n")
+            for line in lines:
+                self.output_tail.append(line.rsplit("\r", 1)[-1] if "\r" in line.rstrip("\r") else line)
+        if partial:
+            self.output_tail.append(partial.rsplit("\r", 1)[-1])
+
+    def _abort(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        self._recorder.close()
+        try:
+            os.unlink(self.record_path)
+            for suffix in ("-wal", "-shm"):
+                if os.path.exists(self.record_path + suffix):
+                    os.unlink(self.record_path + suffix)
+        except OSError:
+            pass
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class _Subscriber:
+    def __init__(self, fn: Callable[[Record], None], maxsize: int) -> None:
+        self._fn = fn
+        self._q: queue.Queue = queue.Queue(maxsize)
+        self._thread = threading.Thread(target=self._loop, name="memscope-subscriber", daemon=True)
+        self.dropped = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, rec: Record) -> None:
+        while True:
+            try:
+                self._q.put_nowait(rec)
+                return
+            except queue.Full:
+                try:
+                    self._q.get_nowait()
+                    self.dropped += 1
+                except queue.Empty:
+                    pass
+
+    def close(self, drain: bool = False) -> None:
+        self.put(None)  # type: ignore[arg-type]
+        if drain and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while True:
+            rec = self._q.get()
+            if rec is None:
+                return
+            try:
+                self._fn(rec)
+            except Exception:
+                pass
+
+
+def _write_json(path: str, obj: Any) -> None:
+    import json
+
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2)
+    os.replace(tmp, path)

@@ -1,0 +1,254 @@
+"""The record: one SQLite file per run, written by one thread, readable while it is written.
+
+WAL mode with synchronous=FULL and a commit at least every ``flush_s``: if memscope, the kernel or the machine
+dies, the file keeps everything up to the last commit and opens cleanly.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from .model import Event, HostSample, ProcessExited, ProcessSeen, Record, RunEnded, TreeSample
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS run (id TEXT PRIMARY KEY, command TEXT, cwd TEXT, started_at TEXT, t0_epoch REAL,
+  root_pid INTEGER, ended_at TEXT, duration_s REAL, exit_cause TEXT, summary TEXT, meta TEXT);
+CREATE TABLE IF NOT EXISTS processes (pid INTEGER PRIMARY KEY, ppid INTEGER, role TEXT, name TEXT, cmdline TEXT,
+  create_time REAL, first_t REAL, exit_t REAL, exit_code INTEGER, exit_signal TEXT);
+CREATE TABLE IF NOT EXISTS samples (t REAL, kind INTEGER, pid INTEGER, rss INTEGER, pss INTEGER, anon INTEGER,
+  file INTEGER, swap INTEGER);
+CREATE INDEX IF NOT EXISTS samples_t ON samples (kind, t);
+CREATE TABLE IF NOT EXISTS host (t REAL, total INTEGER, available INTEGER, swap_total INTEGER, swap_used INTEGER,
+  lim INTEGER, cgroup_usage INTEGER, host_oom INTEGER, cgroup_oom INTEGER);
+CREATE TABLE IF NOT EXISTS events (t REAL, pid INTEGER, kind TEXT, data TEXT);
+"""
+KIND_RSS, KIND_PSS = 0, 1
+
+
+def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
+    if readonly:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5, check_same_thread=False)
+    else:
+        con = sqlite3.connect(path, timeout=5, check_same_thread=False)
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("PRAGMA synchronous=FULL")
+    return con
+
+
+class Recorder:
+    """Owns the run's SQLite file. ``put`` is cheap and thread-safe; a writer thread batches the inserts."""
+
+    def __init__(self, path: str, flush_s: float = 0.5) -> None:
+        self.path = path
+        self._q: queue.SimpleQueue[Record | None] = queue.SimpleQueue()
+        self._flush_s = flush_s
+        self._con = connect(path)
+        self._con.executescript(SCHEMA)
+        self._con.commit()
+        self._thread = threading.Thread(target=self._loop, name="memscope-recorder", daemon=True)
+        self._thread.start()
+        self.errors = 0
+
+    def begin(self, run_id: str, command: list[str], cwd: str, started_at: str, t0_epoch: float,
+              root_pid: int, meta: dict[str, Any]) -> None:
+        self._con_lock_exec("INSERT OR REPLACE INTO run (id, command, cwd, started_at, t0_epoch, root_pid, meta) "
+                            "VALUES (?,?,?,?,?,?,?)",
+                            (run_id, json.dumps(command), cwd, started_at, t0_epoch, root_pid, json.dumps(meta)))
+
+    def _con_lock_exec(self, sql: str, args: tuple) -> None:
+        # Called before the writer thread sees any record, or through the queue afterwards.
+        self._q.put(Event(0.0, None, "__sql__", {"sql": sql, "args": list(args)}))
+
+    def put(self, rec: Record) -> None:
+        self._q.put(rec)
+
+    def close(self, timeout: float = 5.0) -> None:
+        self._q.put(None)
+        self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        last = time.monotonic()
+        pending = 0
+        while True:
+            try:
+                rec = self._q.get(timeout=self._flush_s)
+            except queue.Empty:
+                rec = ...
+            if rec is None:
+                self._commit()
+                self._con.close()
+                return
+            if isinstance(rec, Event) and rec.kind == "__barrier__":
+                self._commit()
+                pending, last = 0, time.monotonic()
+                rec.data["event"].set()
+                continue
+            if rec is not ...:
+                try:
+                    self._write(rec)
+                    pending += 1
+                except sqlite3.Error:
+                    self.errors += 1
+            if pending and (time.monotonic() - last >= self._flush_s or rec is ...):
+                self._commit()
+                pending, last = 0, time.monotonic()
+
+    def _commit(self) -> None:
+        try:
+            self._con.commit()
+        except sqlite3.Error:
+            self.errors += 1
+
+    def _write(self, rec: Record) -> None:
+        c = self._con
+        if isinstance(rec, TreeSample):
+            kind = KIND_RSS if rec.kind == "rss" else KIND_PSS
+            c.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?,?,?)",
+                          [(rec.t, kind, p.pid, p.rss, p.pss, p.anon, p.file, p.swap) for p in rec.procs])
+        elif isinstance(rec, HostSample):
+            c.execute("INSERT INTO host VALUES (?,?,?,?,?,?,?,?,?)",
+                      (rec.t, rec.total, rec.available, rec.swap_total, rec.swap_used, rec.limit,
+                       rec.cgroup_usage, rec.host_oom_kills, rec.cgroup_oom_kills))
+        elif isinstance(rec, ProcessSeen):
+            c.execute("INSERT INTO processes (pid, ppid, role, name, cmdline, create_time, first_t) "
+                      "VALUES (?,?,?,?,?,?,?) ON CONFLICT(pid) DO UPDATE SET role=excluded.role, "
+                      "name=excluded.name, cmdline=excluded.cmdline, ppid=excluded.ppid",
+                      (rec.pid, rec.ppid, rec.role, rec.name, rec.cmdline, rec.create_time, rec.t))
+        elif isinstance(rec, ProcessExited):
+            c.execute("UPDATE processes SET exit_t=?, exit_code=COALESCE(?, exit_code), "
+                      "exit_signal=COALESCE(?, exit_signal) WHERE pid=?",
+                      (rec.t, rec.exit_code, rec.exit_signal, rec.pid))
+        elif isinstance(rec, Event):
+            if rec.kind == "__sql__":
+                c.execute(rec.data["sql"], rec.data["args"])
+            else:
+                c.execute("INSERT INTO events VALUES (?,?,?,?)",
+                          (rec.t, rec.pid, rec.kind, json.dumps(rec.data, default=repr)))
+        elif isinstance(rec, RunEnded):
+            s = rec.summary
+            c.execute("UPDATE run SET ended_at=?, duration_s=?, exit_cause=?, summary=?",
+                      (time.strftime("%Y-%m-%dT%H:%M:%S%z"), s.get("duration_s"), s["exit"]["cause"],
+                       json.dumps(s)))
+
+
+# -- reading a run back --------------------------------------------------------------------------------------
+@dataclass
+class RunInfo:
+    run_id: str
+    path: str
+    command: list[str]
+    started_at: str
+    duration_s: float | None
+    exit_cause: str | None
+    peak_bytes: int | None
+
+
+class RunData:
+    """Read access to one run's record (finished or still being written)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.con = connect(path, readonly=True)
+
+    def close(self) -> None:
+        self.con.close()
+
+    def run_row(self) -> dict[str, Any]:
+        cur = self.con.execute("SELECT id, command, cwd, started_at, t0_epoch, root_pid, ended_at, duration_s, "
+                               "exit_cause, summary, meta FROM run")
+        row = cur.fetchone()
+        if row is None:
+            raise ValueError(f"{self.path} holds no run")
+        keys = [d[0] for d in cur.description]
+        d = dict(zip(keys, row))
+        d["command"] = json.loads(d["command"] or "[]")
+        d["meta"] = json.loads(d["meta"] or "{}")
+        d["summary"] = json.loads(d["summary"]) if d["summary"] else None
+        return d
+
+    def processes(self) -> list[dict[str, Any]]:
+        cur = self.con.execute("SELECT * FROM processes ORDER BY first_t, pid")
+        keys = [d[0] for d in cur.description]
+        return [dict(zip(keys, r)) for r in cur]
+
+    def peaks_by_pid(self) -> dict[int, tuple[int, int | None]]:
+        out: dict[int, tuple[int, int | None]] = {}
+        for pid, rss, pss in self.con.execute("SELECT pid, MAX(rss), MAX(pss) FROM samples GROUP BY pid"):
+            out[pid] = (rss or 0, pss)
+        return out
+
+    def tree_totals(self, kind: int) -> Iterator[tuple[float, int]]:
+        """(t, sum over the tree) per round; for PSS rounds the sum of PSS, for RSS rounds the sum of RSS."""
+        col = "pss" if kind == KIND_PSS else "rss"
+        yield from self.con.execute(f"SELECT t, SUM({col}) FROM samples WHERE kind=? GROUP BY t ORDER BY t",
+                                    (kind,))
+
+    def tree_peak(self, kind: int) -> tuple[float, int] | None:
+        col = "pss" if kind == KIND_PSS else "rss"
+        row = self.con.execute(f"SELECT t, SUM({col}) AS s FROM samples WHERE kind=? GROUP BY t "
+                               "ORDER BY s DESC LIMIT 1", (kind,)).fetchone()
+        return (row[0], row[1]) if row and row[1] is not None else None
+
+    def last_tree_total(self) -> tuple[float, int] | None:
+        row = self.con.execute("SELECT t, SUM(rss) FROM samples WHERE kind=0 AND t=(SELECT MAX(t) FROM samples "
+                               "WHERE kind=0 AND rss>0)").fetchone()
+        return (row[0], row[1]) if row and row[0] is not None else None
+
+    def host_rows(self) -> list[tuple]:
+        return self.con.execute("SELECT t, total, available, swap_total, swap_used, lim, cgroup_usage, host_oom, "
+                                "cgroup_oom FROM host ORDER BY t").fetchall()
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        sql, args = "SELECT t, pid, kind, data FROM events", ()
+        if kind:
+            sql, args = sql + " WHERE kind=?", (kind,)
+        return [{"t": t, "pid": pid, "kind": k, "data": json.loads(d)}
+                for t, pid, k, d in self.con.execute(sql + " ORDER BY t", args)]
+
+
+def default_record_dir() -> str:
+    return os.path.join(os.getcwd(), ".memscope", "runs")
+
+
+def list_runs(record_dir: str) -> list[RunInfo]:
+    out = []
+    if not os.path.isdir(record_dir):
+        return out
+    for name in sorted(os.listdir(record_dir)):
+        if not name.endswith(".sqlite"):
+            continue
+        path = os.path.join(record_dir, name)
+        try:
+            rd = RunData(path)
+            try:
+                r = rd.run_row()
+            finally:
+                rd.close()
+        except (sqlite3.Error, ValueError):
+            continue
+        s = r["summary"] or {}
+        peak = (s.get("peak") or {})
+        out.append(RunInfo(r["id"], path, r["command"], r["started_at"], r["duration_s"], r["exit_cause"],
+                           peak.get("tree_pss_bytes") or peak.get("tree_rss_bytes")))
+    return out
+
+
+def find_run(record_dir: str, ref: str) -> str:
+    """A run's file from its id, a unique id prefix, 'last', or a path."""
+    if os.path.isfile(ref):
+        return ref
+    runs = list_runs(record_dir)
+    if ref in ("last", "latest") and runs:
+        return max(runs, key=lambda r: r.started_at or "").path
+    hits = [r for r in runs if r.run_id == ref] or [r for r in runs if r.run_id.startswith(ref)]
+    if len(hits) == 1:
+        return hits[0].path
+    if not hits:
+        raise LookupError(f"no run '{ref}' in {record_dir}")
+    raise LookupError(f"'{ref}' matches {len(hits)} runs in {record_dir}; give more of the id")
