@@ -21,7 +21,7 @@ def run(command: Sequence[str] | str, **options: Any) -> "Run":
     """
     import shlex
 
-    from .run import Options, Run
+    from .runner import Options, Run
 
     argv = shlex.split(command) if isinstance(command, str) else list(command)
     return Run(argv, options=Options(**options)).start()
@@ -29,7 +29,7 @@ def run(command: Sequence[str] | str, **options: Any) -> "Run":
 
 def attach(pid: int, **options: Any) -> "Run":
     """Watch a process tree that is already running (sampling only, no agent)."""
-    from .run import Options, Run
+    from .runner import Options, Run
 
     return Run(attach=pid, options=Options(**options)).start()
 
@@ -37,7 +37,7 @@ def attach(pid: int, **options: Any) -> "Run":
 def __getattr__(name: str) -> Any:
     # Lazy, so that `import memscope` stays cheap in a notebook kernel.
     if name in ("Run", "Options", "LaunchError"):
-        from . import run as _run
+        from . import runner as _run
 
         return getattr(_run, name)
     raise AttributeError(name)

@@ -46,6 +46,10 @@ def start():
     except Exception:
         pass
     try:
+        crash.keep_faulthandler_in_dataloader_workers(run_dir, channel)
+    except Exception:
+        pass
+    try:
         crash.install_excepthook(run_dir, channel)
     except Exception:
         pass

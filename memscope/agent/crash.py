@@ -27,6 +27,36 @@ def enable_faulthandler(run_dir):
             pass
 
 
+def keep_faulthandler_in_dataloader_workers(run_dir, channel):
+    """PyTorch's DataLoader workers install their own SIGSEGV/SIGBUS handlers (which print one line and do not
+    chain): re-arm faulthandler after them, so a crashing worker still leaves its Python stack. faulthandler
+    calls the previous handler after its dump, so PyTorch's message and the main's error still happen."""
+    from .hooks import when_imported
+
+    def patch(mod):
+        original = mod._set_worker_signal_handlers
+
+        def set_handlers(*args, **kwargs):
+            # enable() does not reinstall handlers while enabled: disable, let PyTorch install its handler,
+            # then enable, so that faulthandler dumps first and chains to PyTorch's.
+            try:
+                faulthandler.disable()
+            except Exception:
+                pass
+            result = original(*args, **kwargs)
+            try:
+                enable_faulthandler(run_dir)
+                # Only DataLoader workers call this: tell the collector before the worker can die unseen.
+                channel.send({"t": "role", "role": "dataloader_worker", "pid": os.getpid()})
+            except Exception:
+                pass
+            return result
+
+        mod._set_worker_signal_handlers = set_handlers
+
+    when_imported("torch.utils.data._utils.signal_handling", patch)
+
+
 def install_excepthook(run_dir, channel):
     previous = sys.excepthook
 

@@ -62,16 +62,25 @@ def _gib(n: int | None) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
+def _is_library(path: str) -> bool:
+    return any(m in path for m in ("/site-packages/", "/dist-packages/", "/lib/python", "<frozen "))
+
+
 def _last_frame(text: str | None) -> str | None:
-    """'train.py, line 12 in step' from a traceback or faulthandler dump: the innermost frame of the first
-    (current) thread."""
+    """'train.py, line 12 in step': the innermost frame of the user's own code in a traceback or a faulthandler
+    dump (of the current thread), skipping library frames (ctypes, torch) when there is a user frame."""
     if not text:
         return None
-    frames = re.findall(r'File "([^"]+)", line (\d+)(?:,)? in (\S+)', text)
+    if "Fatal Python error" in text:
+        # faulthandler: the current thread's block comes first, innermost frame first.
+        block = text.split("\n\n")
+        cur = next((b for b in block if "most recent call first" in b), text)
+        frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', cur)
+    else:
+        frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', text)[::-1]
     if not frames:
         return None
-    # faulthandler prints the innermost frame first; tracebacks print it last.
-    f = frames[0] if "Fatal Python error" in text else frames[-1]
+    f = next((fr for fr in frames if not _is_library(fr[0])), frames[0])
     return f"{f[0].rsplit('/', 1)[-1]}, line {f[1]} in {f[2]}"
 
 
@@ -93,14 +102,16 @@ def crashed_workers(e: ExitEvidence) -> list[tuple[int, str]]:
         if role not in ("dataloader_worker", "rank") or pid == e.main_pid:
             continue
         sig = fault_signal(e.faults.get(pid)) or e.proc_signals.get(pid)
-        if sig and sig not in ("SIGINT", "SIGTERM") or sig == "SIGKILL":
+        if sig and sig not in ("SIGINT", "SIGTERM"):
             out[pid] = sig
     main_exc = e.exceptions.get(e.main_pid or e.root_pid)
     if main_exc:
         for m in _DL_WORKER.finditer(main_exc.get("message", "") + "\n" + main_exc.get("traceback", "")):
-            sig = _FAULT_TEXT.get((m.group(2) or "").strip())
+            sig = _FAULT_TEXT.get((m.group(2) or "").strip().rstrip("."))
             for p in m.group(1).replace(",", " ").split():
-                out.setdefault(int(p), sig or fault_signal(e.faults.get(int(p))) or "unknown signal")
+                known = out.get(int(p))
+                if known is None or known == "unknown signal":
+                    out[int(p)] = sig or fault_signal(e.faults.get(int(p))) or "unknown signal"
     return sorted(out.items())
 
 
@@ -140,7 +151,7 @@ def decide(e: ExitEvidence) -> dict[str, Any]:
                 else "run with num_workers=0 to see the failing code in the main process, or use fewer workers"
                 if role == "dataloader_worker" else "read that rank's stack in exit.traceback")
         tb = e.faults.get(wpid) or (exc or {}).get("traceback")
-        return out("worker_crash", f"{what.capitalize()} pid {wpid} ({role}) died of {wsig}{extra} and the main "
+        return out("worker_crash", f"{what[0].upper() + what[1:]} pid {wpid} ({role}) died of {wsig}{extra} and the main "
                    f"process failed after it; {hint}.", sig=wsig, pid=wpid, tb=tb)
 
     if main_sig in FATAL:

@@ -41,6 +41,13 @@ class AgentServer:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=2)
+        # Drain: messages sent just before the processes exited are still in the sockets.
+        for _ in range(100):
+            ready = [k for k, _ in self._sel.select(timeout=0) if k.data is not None]
+            if not ready:
+                break
+            for key in ready:
+                self._read(key)
         for key in list(self._sel.get_map().values()):
             try:
                 key.fileobj.close()  # type: ignore[union-attr]

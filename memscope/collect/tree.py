@@ -49,8 +49,11 @@ class TreeSampler:
         self.procs: dict[int, Tracked] = {}
         self._foreign: dict[int, int] = {}   # pid -> start time of processes checked and found not ours
         self.agent_main: int | None = None
+        self._hints: dict[int, str] = {}
         self._boot = procfs.boot_time()
-        self._add(root)
+        with self._lock:
+            self._add(root)
+            self._reclassify()
 
     # -- membership ------------------------------------------------------------------------------------------
     def _add(self, pid: int, stat: procfs.Stat | None = None) -> bool:
@@ -104,17 +107,33 @@ class TreeSampler:
             if changed:
                 self._reclassify()
 
-    def set_agent_main(self, pid: int) -> None:
+    def adopt(self, pid: int, ppid: int, argv: list[str], runs_script: bool) -> None:
+        """A process that said hello through the agent (so it is ours): track it even if it is already gone,
+        which happens to short-lived processes between two discovery rounds."""
         with self._lock:
-            if self.agent_main is None:
+            known = self.procs.get(pid)
+            if known is not None and known.alive:
+                # Discovery may have caught it between fork and exec (still "bash"): take what it is now.
+                known.info = ProcInfo(pid, ppid, known.info.name if known.info.cmdline == tuple(argv) else "python",
+                                      tuple(argv))
+            elif not self._add(pid):
+                self.procs[pid] = Tracked(pid, -1, ProcInfo(pid, ppid, "python", tuple(argv)), alive=False)
+            if runs_script and self.agent_main is None:
                 self.agent_main = pid
-                if pid not in self.procs:
-                    self._add(pid)
-                self._reclassify()
+            self._reclassify()
+
+    def hint_role(self, pid: int, role: str) -> None:
+        """A role the process told us itself (through the agent): it beats any guess from outside."""
+        with self._lock:
+            self._hints[pid] = role
+            if pid not in self.procs:
+                self._add(pid)
+            self._reclassify()
 
     def _reclassify(self) -> None:
         infos = {pid: t.info for pid, t in self.procs.items()}
         roles = roles_mod.classify(infos, self.root, self._script, self.agent_main)
+        roles.update({pid: r for pid, r in self._hints.items() if pid in roles})
         t_now = self._clock()
         for pid, t in self.procs.items():
             role = roles.get(pid, "other")

@@ -155,6 +155,7 @@ class Run:
         self._sampling_done = threading.Event()
         self._stop_requested: str | None = None
         self._detached = False
+        self._cg: host_mod.Cgroup | None = None
         self._ended_early = threading.Event()
         self._stop_lock = threading.Lock()
         self._maxrss: int | None = None
@@ -341,15 +342,18 @@ class Run:
         t = self._clock()
         if kind == "hello":
             self._publish(Event(t, pid, "agent_hello", msg))
-            if msg.get("runs_script") and not msg.get("forked"):
-                self.tree.set_agent_main(pid)
+            argv = msg.get("orig_argv") or msg.get("argv") or []
+            self.tree.adopt(pid, int(msg.get("ppid") or 0), [str(a) for a in argv],
+                            bool(msg.get("runs_script")) and not msg.get("forked"))
+        elif kind == "role":
+            self.tree.hint_role(pid, str(msg.get("role")))
         else:
             self._publish(Event(t, pid, f"agent_{kind}" if kind == "exception" else kind, msg))
 
     def _rss_loop(self) -> None:
         o = self.options
         next_discover = next_host = 0.0
-        cg, cg_pid = None, None
+        cg_pid = None
         while not self._sampling_done.is_set():
             start = self._clock()
             try:
@@ -359,9 +363,9 @@ class Run:
                 self.tree.rss_round()
                 if start >= next_host:
                     pid = self._main_pid()
-                    if cg is None or cg_pid != pid or start >= next_host + 5:
-                        cg, cg_pid = host_mod.find_memory_cgroup(pid) or host_mod.find_memory_cgroup(), pid
-                    self._host_sample(cg)
+                    if self._cg is None or cg_pid != pid:
+                        self._cg, cg_pid = host_mod.find_memory_cgroup(pid) or host_mod.find_memory_cgroup(), pid
+                    self._host_sample(self._cg)
                     next_host = start + o.host_interval_s
             except Exception as exc:  # a sampler bug must not end the watch
                 self._publish(Event(self._clock(), None, "collector_error", {"where": "rss", "error": repr(exc)}))
@@ -490,6 +494,10 @@ class Run:
             if self._detached:
                 break
             self.tree.mark_exited(pid, None, None)
+        try:
+            self._host_sample(self._cg)  # OOM counters after the end: the evidence for an OOM kill
+        except Exception:
+            pass
         self._collect_crash_files()
         if self._server is not None:
             self._server.close()

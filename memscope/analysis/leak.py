@@ -1,0 +1,576 @@
+"""Tell a slow memory leak from spikes (validation, checkpoints, GC sawtooth).
+
+Pure functions over ``(t, y)`` series: ``t`` is seconds since run start (non-decreasing),
+``y`` is bytes (tree PSS or RSS). Standard library only, because this runs inside a
+notebook kernel and must import fast.
+
+Method
+------
+1. Downsample: long series are cut into index chunks and reduced to the chunk minimum
+   (the floor is all we need, and ``min`` over list slices runs at C speed).
+2. Excursions: a point is "high" when it stands above the floor on *both* sides, i.e.
+   above ``max(min of the past W0, min of the next W0)``. Taking both sides means a
+   leak (higher than the past but not the future) or a step is never mistaken for a
+   spike, while spikes, validation plateaus and GC saw-teeth are.
+3. Baseline: the floor is the minimum per window of the non-high points. The window
+   is chosen adaptively as 1.5x the longest excursion, so every window reaches a
+   trough even for periodic spikes or a GC sawtooth.
+4. Trend: Theil-Sen slope (median of pairwise slopes, pairs subsampled to bound
+   cost) with a Mann-Kendall rank test for significance. With phases, pairs are only
+   formed *within* one phase type, so validation's higher floor cancels out.
+5. Verdict: ``leak`` needs a positive, significant slope that is material (floor
+   grows by more than max(5 MiB, 2% of the floor) over the run) and sustained (each
+   half of the run rises on its own, so a one-time allocation step is not a leak).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from bisect import bisect_left, bisect_right
+from collections import deque
+from dataclasses import asdict, dataclass, replace
+from itertools import islice
+from operator import gt
+from typing import Mapping, Sequence
+
+__all__ = [
+    "Spike",
+    "LeakVerdict",
+    "baseline",
+    "assess_leak",
+    "find_spikes",
+    "assess_by_role",
+]
+
+# --- tunables (module constants so callers/tests can see what "material" means) ---
+MIN_GROWTH_BYTES = 5 * 1024 * 1024  # below this, growth is allocator jitter, not a leak
+MIN_GROWTH_FRACTION = 0.02  # ... or 2% of the current floor, whichever is larger
+LEAK_CONFIDENCE = 0.99  # Mann-Kendall one-sided confidence required for "leak"
+HALF_CONFIDENCE = 0.90  # each half of the run must also rise on its own
+HALF_SLOPE_RATIO = 0.4  # ... at no less than 40% of the overall slope
+MIN_BASELINE_POINTS = 10
+MIN_HALF_POINTS = 4
+
+_FINE_POINTS = 8192  # downsampled resolution for assess_leak (bounds cost on 1M points)
+_SPIKE_FINE_POINTS = 50_000  # find_spikes needs finer time resolution (edges refined)
+_MAX_WINDOWS = 200  # caps baseline points (~2x this with half-overlapping windows)
+_MAX_PAIRS = 20_000  # Theil-Sen pair budget
+_NOISE_SIGMAS = 7.0  # r is a difference of noisy samples: 7 sigma keeps noise out
+_MIN_SPIKE_BYTES = 1024 * 1024  # excursions smaller than 1 MiB are noise
+_MIN_SPIKE_FRACTION = 0.0025  # ... or 0.25% of the floor (jitter scales with size)
+_SEED = 0x5EED  # pair subsampling is seeded: same input, same verdict
+
+
+@dataclass(frozen=True)
+class Spike:
+    """A transient excursion above the memory floor."""
+
+    start_s: float
+    end_s: float
+    height_bytes: int  # peak above the local floor
+    phase: str | None  # phase overlapping most of the spike, if phases were given
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LeakVerdict:
+    """Result of :func:`assess_leak`.
+
+    ``confidence`` is the one-sided Mann-Kendall confidence (0..1) that the floor is
+    rising; it is reported for any verdict with data. ``baseline_start_bytes`` /
+    ``baseline_end_bytes`` are the floor at the first and last sample (robust local
+    levels of the first/last fifth of the run, so a step shows up as two levels).
+    """
+
+    verdict: str  # "leak" | "no_leak" | "insufficient_data"
+    slope_bytes_per_s: float | None
+    baseline_start_bytes: int | None
+    baseline_end_bytes: int | None
+    confidence: float | None
+    time_to_limit_s: float | None  # only when verdict == "leak" and a limit is given
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+_INSUFFICIENT = LeakVerdict("insufficient_data", None, None, None, None, None)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _as_list(v: Sequence[float]) -> list:
+    if isinstance(v, list):
+        return v
+    tolist = getattr(v, "tolist", None)  # numpy/array.array without importing numpy
+    if tolist is not None:
+        out = tolist()
+        if isinstance(out, list):
+            return out
+    return list(v)
+
+
+def _prepare(t: Sequence[float], y: Sequence[float]) -> tuple[list, list]:
+    """Lists, finite values only, sorted by time. Fast path costs a few C-level passes."""
+    tl, yl = _as_list(t), _as_list(y)
+    if len(tl) != len(yl):
+        raise ValueError(f"t and y differ in length ({len(tl)} != {len(yl)})")
+    # sum() propagates NaN/inf, so one C-speed pass tells whether filtering is needed.
+    if tl and not (math.isfinite(sum(tl)) and math.isfinite(sum(yl))):
+        pairs = [(a, b) for a, b in zip(tl, yl) if math.isfinite(a) and math.isfinite(b)]
+        tl, yl = [a for a, _ in pairs], [b for _, b in pairs]
+    if any(map(gt, tl, islice(tl, 1, None))):  # samplers may deliver out of order
+        pairs = sorted(zip(tl, yl), key=lambda p: p[0])
+        tl, yl = [a for a, _ in pairs], [b for _, b in pairs]
+    return tl, yl
+
+
+def _median(values: Sequence[float]) -> float:
+    s = sorted(values)
+    n = len(s)
+    mid = n // 2
+    return float(s[mid]) if n % 2 else (s[mid - 1] + s[mid]) / 2.0
+
+
+def _quantile_sorted(s: Sequence[float], q: float) -> float:
+    return float(s[int(q * (len(s) - 1))]) if s else 0.0
+
+
+def _median_step(t: Sequence[float]) -> float:
+    steps = [b - a for a, b in zip(t, islice(t, 1, None)) if b > a]
+    return _median(steps) if steps else 0.0
+
+
+def _chunks(t: list, y: list, max_points: int, with_max: bool = False):
+    """Reduce to <= max_points chunks: (time of chunk min, chunk min, chunk max, chunk start idx)."""
+    n = len(y)
+    k = -(-n // max_points)
+    if k <= 1:
+        return t, y, (y if with_max else None), None
+    ft, fy, fmax, starts = [], [], [], []
+    for i in range(0, n, k):
+        seg = y[i : i + k]
+        m = min(seg)
+        ft.append(t[i + seg.index(m)])  # time of the minimum: a real floor sample
+        fy.append(m)
+        if with_max:
+            fmax.append(max(seg))
+        starts.append(i)
+    return ft, fy, (fmax if with_max else None), starts
+
+
+def _back_min(t: list, y: list, w: float) -> list:
+    """min(y[j]) over t[i]-w <= t[j] <= t[i] (monotonic deque, O(n))."""
+    out = [0.0] * len(y)
+    dq: deque[int] = deque()
+    for i, yi in enumerate(y):
+        while dq and y[dq[-1]] >= yi:
+            dq.pop()
+        dq.append(i)
+        lim = t[i] - w
+        while t[dq[0]] < lim:
+            dq.popleft()
+        out[i] = y[dq[0]]
+    return out
+
+
+def _fwd_min(t: list, y: list, w: float) -> list:
+    """min(y[j]) over t[i] <= t[j] <= t[i]+w."""
+    n = len(y)
+    out = [0.0] * n
+    dq: deque[int] = deque()
+    for i in range(n - 1, -1, -1):
+        yi = y[i]
+        while dq and y[dq[-1]] >= yi:
+            dq.pop()
+        dq.append(i)
+        lim = t[i] + w
+        while t[dq[0]] > lim:
+            dq.popleft()
+        out[i] = y[dq[0]]
+    return out
+
+
+def _excursions(ft: list, fmin: list, fval: list, w0: float) -> tuple[list, list, float]:
+    """Floor, residual of ``fval`` above the floor, and an adaptive "high" threshold.
+
+    The floor is max(past-min, future-min): a point is only "above the floor" if memory
+    was lower both before and after it, which is what a spike is and a leak is not.
+    """
+    back = _back_min(ft, fmin, w0)
+    fwd = _fwd_min(ft, fmin, w0)
+    floor = [b if b > f else f for b, f in zip(back, fwd)]
+    r = [v - f for v, f in zip(fval, floor)]
+    diffs = [abs(b - a) for a, b in zip(fmin, islice(fmin, 1, None))]
+    sigma = _median(diffs) / (0.6745 * math.sqrt(2.0)) if diffs else 0.0  # robust noise
+    rs = sorted(r)
+    q10, q95 = _quantile_sorted(rs, 0.10), _quantile_sorted(rs, 0.95)
+    level = abs(_median(fmin))
+    # Well above noise, and above a tenth of the typical excursion so that slow
+    # wander under big spikes is not cut into many short "spikes".
+    thr = q10 + max(_NOISE_SIGMAS * sigma, 0.1 * (q95 - q10), _MIN_SPIKE_BYTES, _MIN_SPIKE_FRACTION * level)
+    return floor, r, thr
+
+
+def _runs(r: list, thr: float) -> list[tuple[int, int]]:
+    """(first, last) index of each run of r > thr; a single dipping sample does not split."""
+    runs: list[tuple[int, int]] = []
+    start = last = -1
+    for i, ri in enumerate(r):
+        if ri > thr:
+            if start < 0:
+                start = i
+            elif i - last > 2:
+                runs.append((start, last))
+                start = i
+            last = i
+    if start >= 0:
+        runs.append((start, last))
+    return runs
+
+
+def _window_minima(t: list, y: list, window_s: float, step_s: float, end_anchored: bool) -> list[int]:
+    """Sorted, de-duplicated index of the minimum in each window."""
+    if not t:
+        return []
+    t0, t1 = t[0], t[-1]
+    if end_anchored:
+        starts = []
+        s = t0
+        while s + window_s < t1:
+            starts.append(s)
+            s += step_s
+        # the last window ends at the last sample: a spike in progress is never the floor
+        starts.append(max(t0, t1 - window_s))
+        right = bisect_right
+    else:
+        starts = [t0 + k * window_s for k in range(int((t1 - t0) // window_s) + 1)]
+        right = bisect_left  # half-open [s, s + window_s)
+    idx: list[int] = []
+    seen = set()
+    for s in starts:
+        a = bisect_left(t, s)
+        b = right(t, s + window_s)
+        if a >= b:
+            continue
+        seg = y[a:b]
+        j = a + seg.index(min(seg))
+        if j not in seen:
+            seen.add(j)
+            idx.append(j)
+    idx.sort()
+    return idx
+
+
+def _floor_points(ft: list, fy: list) -> tuple[list, list]:
+    """Baseline points (time of min, min) for one phase type, with adaptive window."""
+    n = len(ft)
+    if n < 3:
+        return [], []
+    span = ft[-1] - ft[0]
+    dt = _median_step(ft)
+    if span <= 0 or dt <= 0:
+        return [], []
+    # W0 must exceed the longest spike or its middle would not look high; a quarter of
+    # the span is safe for periodic spikes and harmless for trends (see _excursions).
+    w0 = max(span / 4.0, 4.0 * dt)
+    _, r, thr = _excursions(ft, fy, fy, w0)
+    runs = _runs(r, thr)
+    longest = max((ft[b] - ft[a] + dt for a, b in runs), default=0.0)
+    # A window 1.5x the longest excursion always contains a trough (also for saw-teeth).
+    w = max(1.5 * longest, 3.0 * dt, span / _MAX_WINDOWS)
+    keep = [True] * n
+    for a, b in runs:  # drop excursions (+1 sample of their flanks) from floor candidates
+        for i in range(max(0, a - 1), min(n, b + 2)):
+            keep[i] = False
+    ct = [x for x, k in zip(ft, keep) if k]
+    cy = [v for v, k in zip(fy, keep) if k]
+    idx = _window_minima(ct, cy, w, w / 2.0, end_anchored=True)
+    return [ct[i] for i in idx], [cy[i] for i in idx]
+
+
+class _Fit:
+    __slots__ = ("slope", "z", "n")
+
+    def __init__(self, slope: float, z: float, n: int) -> None:
+        self.slope, self.z, self.n = slope, z, n
+
+    @property
+    def confidence(self) -> float:
+        return 0.5 * (1.0 + math.erf(self.z / math.sqrt(2.0)))
+
+
+def _theil_sen(groups: list[tuple[list, list]], rng: random.Random) -> _Fit | None:
+    """Stratified Theil-Sen slope + Mann-Kendall z; pairs never cross phase types."""
+    groups = [g for g in groups if len(g[0]) >= 2]
+    if not groups:
+        return None
+    sizes = [len(g[0]) for g in groups]
+    pair_counts = [m * (m - 1) // 2 for m in sizes]
+    total = sum(pair_counts)
+    slopes: list[float] = []
+    if total <= _MAX_PAIRS:
+        for gt_, gy in groups:
+            m = len(gt_)
+            for i in range(m - 1):
+                ti, yi = gt_[i], gy[i]
+                for j in range(i + 1, m):
+                    d = gt_[j] - ti
+                    if d > 0:
+                        slopes.append((gy[j] - yi) / d)
+    else:
+        cum = []
+        acc = 0
+        for c in pair_counts:
+            acc += c
+            cum.append(acc)
+        rand = rng.random
+        for _ in range(_MAX_PAIRS):
+            g = bisect_right(cum, rand() * total)
+            gt_, gy = groups[min(g, len(groups) - 1)]
+            m = len(gt_)
+            i = int(rand() * m)
+            j = int(rand() * (m - 1))
+            if j >= i:
+                j += 1
+            else:
+                i, j = j, i
+            d = gt_[j] - gt_[i]
+            if d > 0:
+                slopes.append((gy[j] - gy[i]) / d)
+    if not slopes:
+        return None
+    slopes.sort()
+    ns = len(slopes)
+    neg = bisect_left(slopes, 0.0)
+    pos = ns - bisect_right(slopes, 0.0)
+    s_stat = (pos - neg) * total / ns  # Mann-Kendall S, scaled up from the sample
+    var = sum(m * (m - 1) * (2 * m + 5) for m in sizes) / 18.0
+    z = s_stat / math.sqrt(var) if var > 0 else 0.0
+    return _Fit(_median(slopes), z, sum(sizes))
+
+
+def _phase_index(phases: Sequence[tuple[str, float, float]]):
+    """(starts, ends, names, longest) sorted by start; intervals are [start, end)."""
+    ph = sorted((float(s), float(e), str(n)) for n, s, e in phases)
+    longest = max((e - s for s, e, _ in ph), default=0.0)
+    return [p[0] for p in ph], [p[1] for p in ph], [p[2] for p in ph], longest
+
+
+def _phase_at(index, x: float) -> str | None:
+    starts, ends, names, _ = index
+    i = bisect_right(starts, x) - 1
+    if i >= 0 and x < ends[i]:
+        return names[i]
+    return None
+
+
+# ------------------------------------------------------------------------ public API
+
+
+def baseline(
+    t: Sequence[float], y: Sequence[float], window_s: float
+) -> tuple[list[float], list[float]]:
+    """Rolling floor: the minimum of ``y`` in each consecutive ``window_s`` window.
+
+    Returns ``(times, floor)`` where each time is that of the minimum sample, so every
+    floor point is a real sample and a line through them never rises above the data.
+    """
+    if window_s <= 0:
+        raise ValueError("window_s must be positive")
+    tl, yl = _prepare(t, y)
+    idx = _window_minima(tl, yl, float(window_s), float(window_s), end_anchored=False)
+    return [float(tl[i]) for i in idx], [float(yl[i]) for i in idx]
+
+
+def assess_leak(
+    t: Sequence[float],
+    y: Sequence[float],
+    *,
+    limit_bytes: int | None = None,
+    phases: Sequence[tuple[str, float, float]] = (),
+    min_duration_s: float = 30.0,
+) -> LeakVerdict:
+    """Is the memory floor growing steadily (a leak), or is it spikes over a flat floor?
+
+    ``phases`` are ``(name, start_s, end_s)`` intervals; when given, the floor is fitted
+    per phase type so that e.g. validation's higher floor does not read as growth.
+    """
+    tl, yl = _prepare(t, y)
+    if len(tl) < 3 or tl[-1] - tl[0] < min_duration_s:
+        return _INSUFFICIENT
+    t0, t1 = float(tl[0]), float(tl[-1])
+    span = t1 - t0
+    if span <= 0:
+        return _INSUFFICIENT
+    ft, fy, _, _ = _chunks(tl, yl, _FINE_POINTS)
+
+    # Split downsampled points by phase type (None = outside any phase).
+    by_phase: dict[str | None, tuple[list, list]] = {}
+    if phases:
+        index = _phase_index(phases)
+        for x, v in zip(ft, fy):
+            g = by_phase.setdefault(_phase_at(index, x), ([], []))
+            g[0].append(x)
+            g[1].append(v)
+    else:
+        by_phase[None] = (ft, fy)
+
+    groups: dict[str | None, tuple[list, list]] = {}
+    weight: dict[str | None, int] = {}
+    for name, (gt_, gy) in by_phase.items():
+        # A phase type seen only in one short stretch (e.g. a final eval) says nothing
+        # about growth across the run; its pairs would only add within-phase noise.
+        if len(gt_) < 3 or gt_[-1] - gt_[0] < 0.5 * span:
+            continue
+        bt, by = _floor_points(gt_, gy)
+        if len(bt) >= 3:
+            groups[name] = (bt, by)
+            weight[name] = len(gt_)
+    n_points = sum(len(g[0]) for g in groups.values())
+    if n_points < MIN_BASELINE_POINTS:
+        return _INSUFFICIENT
+
+    rng = random.Random(_SEED)
+    fit = _theil_sen(list(groups.values()), rng)
+    if fit is None:
+        return _INSUFFICIENT
+
+    # Halves: a leak rises in both; a one-time step rises in at most one.
+    mid = t0 + span / 2.0
+    halves: list[dict[str | None, tuple[list, list]]] = [{}, {}]
+    for name, (bt, by) in groups.items():
+        k = bisect_left(bt, mid)
+        halves[0][name] = (bt[:k], by[:k])
+        halves[1][name] = (bt[k:], by[k:])
+    if any(sum(len(g[0]) for g in h.values()) < MIN_HALF_POINTS for h in halves):
+        return _INSUFFICIENT
+    fits = [_theil_sen(list(h.values()), rng) for h in halves]
+    if fits[0] is None or fits[1] is None:
+        return _INSUFFICIENT
+
+    slope = fit.slope
+    confidence = fit.confidence
+    sustained = all(
+        f.slope > 0 and f.slope >= HALF_SLOPE_RATIO * slope and f.confidence >= HALF_CONFIDENCE
+        for f in fits
+    )
+
+    # Levels from the dominant phase type (the one covering most samples): the median
+    # of its floor points in the first/last fifth of the run. Local medians (not a
+    # line's intercept) keep a step visible as two levels; they are moved to the ends
+    # along the slope only when the trend is real (sustained), never for an artefact.
+    dominant = max(weight, key=lambda k: weight[k])
+    bt, by = groups[dominant]
+    edge = span / 5.0
+    k0 = max(3, bisect_left(bt, t0 + edge))
+    k1 = min(len(bt) - 3, bisect_right(bt, t1 - edge))
+    trend = slope if sustained else 0.0
+    start_level = _median([v - trend * (x - t0) for x, v in zip(bt[:k0], by[:k0])])
+    end_level = _median([v - trend * (x - t1) for x, v in zip(bt[k1:], by[k1:])])
+
+    material = slope * span > max(MIN_GROWTH_BYTES, MIN_GROWTH_FRACTION * abs(end_level))
+    is_leak = slope > 0 and confidence >= LEAK_CONFIDENCE and material and sustained
+
+    ttl = None
+    if is_leak and limit_bytes is not None:
+        ttl = max(0.0, (float(limit_bytes) - end_level) / slope)
+    return LeakVerdict(
+        verdict="leak" if is_leak else "no_leak",
+        slope_bytes_per_s=float(slope),
+        baseline_start_bytes=int(round(start_level)),
+        baseline_end_bytes=int(round(end_level)),
+        confidence=float(confidence),
+        time_to_limit_s=ttl,
+    )
+
+
+def find_spikes(
+    t: Sequence[float],
+    y: Sequence[float],
+    *,
+    phases: Sequence[tuple[str, float, float]] = (),
+    min_height_bytes: int | None = None,
+) -> list[Spike]:
+    """Transient excursions above the floor, labelled with the phase they overlap most.
+
+    The floor here ignores phases on purpose: a validation plateau *is* a spike to
+    show. Without ``min_height_bytes`` the threshold adapts to noise and spike size.
+    """
+    tl, yl = _prepare(t, y)
+    n = len(tl)
+    if n < 3 or tl[-1] <= tl[0]:
+        return []
+    ft, fmin, fmax, starts = _chunks(tl, yl, _SPIKE_FINE_POINTS, with_max=True)
+    span = ft[-1] - ft[0]
+    dt = _median_step(ft)
+    w0 = max(span / 4.0, 4.0 * dt)
+    floor, r, thr = _excursions(ft, fmin, fmax, w0)
+    if min_height_bytes is not None:  # never miss a spike the caller asked for
+        thr = min(thr, float(min_height_bytes))
+    runs = _runs(r, thr)
+    min_height = float(min_height_bytes) if min_height_bytes is not None else thr
+    index = _phase_index(phases) if phases else None
+    out: list[Spike] = []
+    for a, b in runs:
+        peak = max(range(a, b + 1), key=r.__getitem__)
+        height = r[peak]
+        if height < min_height:
+            continue
+        if starts is None:
+            s_t, e_t = tl[a], tl[b]
+        else:
+            # refine chunk edges to the first/last raw sample above the floor + threshold
+            lo_a, hi_a = starts[a], starts[a + 1] if a + 1 < len(starts) else n
+            level = floor[a] + thr
+            s_i = next((i for i in range(lo_a, hi_a) if yl[i] > level), lo_a)
+            lo_b, hi_b = starts[b], starts[b + 1] if b + 1 < len(starts) else n
+            level = floor[b] + thr
+            e_i = next((i for i in range(hi_b - 1, lo_b - 1, -1) if yl[i] > level), hi_b - 1)
+            s_t, e_t = tl[s_i], tl[e_i]
+        out.append(Spike(float(s_t), float(e_t), int(round(height)), _dominant_phase(index, s_t, e_t)))
+    return out
+
+
+def _dominant_phase(index, start: float, end: float) -> str | None:
+    if index is None:
+        return None
+    starts, ends, names, longest = index
+    overlap: dict[str, float] = {}
+    # only phases starting in [start - longest, end] can overlap: bisect, not a full scan
+    for i in range(bisect_left(starts, start - longest), bisect_right(starts, end)):
+        o = min(ends[i], end) - max(starts[i], start)
+        if o > 0:
+            overlap[names[i]] = overlap.get(names[i], 0.0) + o
+    if overlap:
+        return max(overlap, key=overlap.__getitem__)
+    return _phase_at(index, start)  # zero-length spike: the phase it sits in
+
+
+def assess_by_role(
+    series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    limit_bytes: int | None = None,
+    phases: Sequence[tuple[str, float, float]] = (),
+) -> dict[str, LeakVerdict]:
+    """:func:`assess_leak` per role (e.g. main, dataloader workers).
+
+    Roles must be disjoint parts of one process tree sharing ``limit_bytes``: the
+    time to limit of a leaking role is when the *sum* of all roles' floors reaches the
+    limit at the combined rate of the leaking roles (the tree OOMs, not the role).
+    """
+    out = {role: assess_leak(t, y, phases=phases) for role, (t, y) in series.items()}
+    if limit_bytes is None:
+        return out
+    leaking = [v for v in out.values() if v.verdict == "leak"]
+    rate = sum(v.slope_bytes_per_s or 0.0 for v in leaking)
+    if rate <= 0:
+        return out
+    used = sum(v.baseline_end_bytes for v in out.values() if v.baseline_end_bytes is not None)
+    ttl = max(0.0, (float(limit_bytes) - used) / rate)
+    return {
+        role: replace(v, time_to_limit_s=ttl) if v.verdict == "leak" else v
+        for role, v in out.items()
+    }

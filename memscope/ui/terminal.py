@@ -1,0 +1,164 @@
+"""The live terminal view of ``memscope run``: a few lines pinned to the bottom of the terminal.
+
+The command keeps the real terminal for its own output, byte for byte (progress bars included): memscope
+confines it to a scroll region above the footer (DECSTBM, as apt does) and redraws the footer with one write()
+each time, which the tty layer never interleaves with the child's writes. Rendering is rich's.
+"""
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from ..runner import Run
+
+FOOTER_LINES = 7
+ROLE_STYLE = {"main": "bold cyan", "dataloader_worker": "green", "compile_worker": "magenta", "rank": "cyan",
+              "wrapper": "dim", "helper": "dim", "other": "white"}
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "—"
+    for unit, div in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= div:
+            return f"{n / div:.2f} {unit}" if unit == "GiB" else f"{n / div:.0f} {unit}"
+    return f"{n} B"
+
+
+def fmt_elapsed(s: float) -> str:
+    s = int(s)
+    return f"{s // 3600:d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def render_lines(run: "Run", width: int, note: str = "") -> list[str]:
+    """The footer as ANSI lines (pure given the run's snapshot)."""
+    snap = run.snapshot
+    h = snap.host
+    head = Text()
+    head.append(" memscope ", style="bold reverse")
+    head.append(f" {fmt_elapsed(run._clock())}  ")
+    head.append("tree PSS ", style="dim")
+    head.append(fmt_bytes(snap.tree_pss), style="bold")
+    head.append(f" (peak {fmt_bytes(snap.peak_pss)})  ", style="dim")
+    head.append("RSS ", style="dim")
+    head.append(fmt_bytes(snap.tree_rss) + "  ")
+    if h is not None:
+        head.append("available ", style="dim")
+        head.append(f"{fmt_bytes(h.available)}/{fmt_bytes(h.total)}  ")
+        head.append("limit ", style="dim")
+        head.append(fmt_bytes(h.limit) if h.limit else "none")
+    table = Table(box=None, show_header=True, header_style="dim", pad_edge=False, padding=(0, 1), width=width)
+    for col, just in (("pid", "right"), ("role", "left"), ("RSS", "right"), ("PSS", "right"), ("command", "left")):
+        table.add_column(col, justify=just, no_wrap=True, overflow="ellipsis")  # type: ignore[arg-type]
+    alive = [(pid, d) for pid, d in list(snap.procs.items()) if d.get("alive", True) and "rss" in d]
+    alive.sort(key=lambda x: -x[1].get("rss", 0))
+    for pid, d in alive[:FOOTER_LINES - 3]:
+        role = d.get("role", "other")
+        table.add_row(str(pid), Text(role, style=ROLE_STYLE.get(role, "")), fmt_bytes(d.get("rss")),
+                      fmt_bytes(d.get("pss")), (d.get("cmdline") or d.get("name") or "")[:200])
+    more = len(alive) - (FOOTER_LINES - 3)
+    tail = Text(f" +{more} more processes" if more > 0 else "", style="dim")
+    if note:
+        tail.append(f"  {note}", style="yellow")
+    buf = io.StringIO()
+    con = Console(file=buf, force_terminal=True, width=width, color_system="standard", legacy_windows=False)
+    con.print(head, no_wrap=True, overflow="ellipsis", crop=True)
+    con.print(table)
+    con.print(tail, no_wrap=True, overflow="ellipsis", crop=True)
+    lines = buf.getvalue().splitlines()
+    return (lines + [""] * FOOTER_LINES)[:FOOTER_LINES]
+
+
+class TerminalView:
+    """Pins the footer while the run goes; call ``close()`` when it ends."""
+
+    def __init__(self, run: "Run", fd: int = 1, refresh_s: float = 0.5) -> None:
+        self.run = run
+        self.fd = fd
+        self.refresh_s = refresh_s
+        self.note = ""
+        self._stop = threading.Event()
+        self._size = (0, 0)
+        self._thread = threading.Thread(target=self._loop, name="memscope-terminal", daemon=True)
+
+    @staticmethod
+    def wanted(fd: int = 1) -> bool:
+        return os.isatty(fd) and os.environ.get("TERM", "") not in ("", "dumb")
+
+    def start(self) -> "TerminalView":
+        self._setup()
+        self._thread.start()
+        return self
+
+    def _write(self, s: str) -> None:
+        try:
+            os.write(self.fd, s.encode("utf-8", "replace"))
+        except OSError:
+            self._stop.set()
+
+    def _setup(self) -> None:
+        cols, rows = shutil.get_terminal_size()
+        self._size = (cols, rows)
+        body = max(1, rows - FOOTER_LINES)
+        # Make room, then confine scrolling to the rows above the footer; DECSTBM homes the cursor, so save it.
+        self._write("\n" * FOOTER_LINES + f"\x1b[{FOOTER_LINES}A\x1b7\x1b[1;{body}r\x1b8")
+
+    def draw(self) -> None:
+        cols, rows = shutil.get_terminal_size()
+        if (cols, rows) != self._size:
+            self._setup()
+        body = max(1, rows - FOOTER_LINES)
+        out = ["\x1b7"]
+        for i, line in enumerate(render_lines(self.run, cols, self.note)):
+            out.append(f"\x1b[{body + 1 + i};1H\x1b[2K{line}")
+        out.append("\x1b8")
+        self._write("".join(out))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.refresh_s):
+            try:
+                self.draw()
+            except Exception:
+                pass
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
+        cols, rows = shutil.get_terminal_size()
+        body = max(1, rows - FOOTER_LINES)
+        clear = "".join(f"\x1b[{body + 1 + i};1H\x1b[2K" for i in range(FOOTER_LINES))
+        self._write(f"\x1b7\x1b[r{clear}\x1b8")
+
+
+def print_final(summary: dict, file=None) -> None:
+    """The closing lines after a run, for a terminal or a log."""
+    import sys
+
+    f = file or sys.stderr
+    ex = summary["exit"]
+    peak = summary["peak"]
+    con = Console(file=f, highlight=False, soft_wrap=True)
+    style = "green" if ex["cause"] == "ok" else "bold red"
+    con.print(Text.assemble(("memscope: ", "bold"), (ex["cause"], style), f" — {ex['message']}"))
+    con.print(f"memscope: peak tree PSS {fmt_bytes(peak['tree_pss_bytes'])}, RSS {fmt_bytes(peak['tree_rss_bytes'])}"
+              f" at {peak['at_s']:.1f} s; {len(summary['processes'])} processes; record {summary.get('record')}")
+    if ex.get("traceback") and ex["cause"] in ("segfault", "abort", "bus_error", "worker_crash"):
+        con.print("memscope: stack at the crash:\n" + ex["traceback"].rstrip()[-4000:], markup=False)
+
+
+def wait_with_view(run: "Run", view: TerminalView | None) -> dict:
+    while not run.ended:
+        time.sleep(0.1)
+    if view is not None:
+        view.close()
+    return run.wait() or {}

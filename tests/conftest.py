@@ -1,0 +1,74 @@
+import os
+import sys
+
+import psutil
+import pytest
+
+import memscope
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPTS = os.path.join(HERE, "scripts")
+
+
+def script(name: str) -> str:
+    return os.path.join(SCRIPTS, name)
+
+
+@pytest.fixture
+def record_dir(tmp_path):
+    return str(tmp_path / "runs")
+
+
+@pytest.fixture
+def start(record_dir):
+    """Start a command under memscope with fast sampling; every run is stopped at teardown."""
+    runs = []
+
+    def _start(argv, **options):
+        options.setdefault("record_dir", record_dir)
+        options.setdefault("interval_s", 0.05)
+        options.setdefault("pss_interval_s", 0.3)
+        options.setdefault("output", "capture")
+        r = memscope.run(argv, **options)
+        runs.append(r)
+        return r
+
+    yield _start
+    for r in runs:
+        if not r.ended:
+            r.kill()
+
+
+def wait_for_output(run, text, timeout=30.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(text in line for line in list(run.output_tail)):
+            return
+        if run.ended:
+            break
+        time.sleep(0.05)
+    raise AssertionError(f"{text!r} never appeared; tail: {list(run.output_tail)[-5:]}")
+
+
+def alive(pids):
+    out = []
+    for p in pids:
+        try:
+            if psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def has_torch() -> bool:
+    try:
+        import torch  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+PY = sys.executable

@@ -1,0 +1,186 @@
+"""Each way a run can end, on a real subprocess, and what memscope's summary says about it."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import PY, alive, has_torch, script, wait_for_output
+
+
+def roles(summary):
+    return {p["pid"]: p["role"] for p in summary["processes"]}
+
+
+def test_clean_exit_is_ok_with_memory_and_main_role(start):
+    run = start([script("clean.py"), "0.8"])
+    s = run.wait(60)
+    assert s["schema"] == "memscope.summary/1"
+    assert s["exit"]["cause"] == "ok" and s["exit"]["code"] == 0 and s["exit"]["signal"] is None
+    assert roles(s)[run.pid] == "main"
+    # 64 MiB were touched: the peak must show them, in RSS and in PSS.
+    assert s["peak"]["tree_rss_bytes"] > 64 << 20
+    assert s["peak"]["tree_pss_bytes"] and s["peak"]["tree_pss_bytes"] > 60 << 20
+    assert s["limit_bytes"] and s["limit_bytes"] > s["peak"]["tree_rss_bytes"]
+    main = next(p for p in s["processes"] if p["pid"] == run.pid)
+    assert main["peak_rss_bytes"] > 64 << 20 and main["exit_code"] == 0
+    assert "finished" in run.output_tail
+
+
+def test_nonzero_exit_without_exception(start):
+    s = start([script("clean.py"), "0.1", "3"]).wait(60)
+    assert s["exit"]["cause"] == "exit_nonzero" and s["exit"]["code"] == 3
+
+
+def test_uncaught_exception_names_type_message_and_line(start):
+    s = start([script("raises.py")]).wait(60)
+    ex = s["exit"]
+    assert ex["cause"] == "exception" and ex["code"] == 1
+    assert ex["message"].startswith("ValueError: bad batch 3")
+    assert "raises.py, line 2 in validate" in ex["message"]
+    assert 'raise ValueError(f"bad batch' in ex["traceback"]
+
+
+def test_segfault_in_main_has_python_stack(start):
+    s = start([script("segfault.py")]).wait(60)
+    ex = s["exit"]
+    assert ex["cause"] == "segfault" and ex["signal"] == "SIGSEGV" and ex["code"] is None
+    assert "Fatal Python error: Segmentation fault" in ex["traceback"]
+    assert 'segfault.py", line 6 in collate' in ex["traceback"]
+    assert "segfault.py, line 6 in collate" in ex["message"]
+
+
+@pytest.mark.skipif(not has_torch(), reason="needs torch")
+def test_dataloader_worker_segfault_is_a_worker_crash(start):
+    run = start([script("worker_segfault.py")])
+    s = run.wait(120)
+    ex = s["exit"]
+    assert ex["cause"] == "worker_crash", ex
+    assert ex["signal"] == "SIGSEGV"
+    r = roles(s)
+    assert r[run.pid] == "main"
+    workers = [p for p, role in r.items() if role == "dataloader_worker"]
+    assert len(workers) == 2, r
+    assert ex["pid"] in workers
+    assert f"pid {ex['pid']} (dataloader_worker) died of SIGSEGV" in ex["message"]
+    assert "num_workers=0" in ex["message"]
+    assert "__getitem__" in ex["traceback"]  # the worker's own faulthandler stack
+
+
+def test_sigkill_from_outside_is_killed_without_oom_evidence(start):
+    run = start([script("sleeper.py"), "48"])
+    wait_for_output(run, "ready")
+    time.sleep(0.3)
+    os.kill(run.pid, signal.SIGKILL)
+    s = run.wait(30)
+    assert s["exit"]["cause"] == "killed" and s["exit"]["signal"] == "SIGKILL"
+    assert "no OOM counter rose" in s["exit"]["message"]
+
+
+def test_sigkill_near_the_limit_is_called_oom_kill(start):
+    # A 100 MiB budget and a process holding ~96 MiB: SIGKILL at that point is OOM-shaped evidence.
+    run = start([script("sleeper.py"), "90"], limit_bytes=100 << 20)
+    wait_for_output(run, "ready")
+    time.sleep(0.5)
+    os.kill(run.pid, signal.SIGKILL)
+    s = run.wait(30)
+    assert s["exit"]["cause"] == "oom_kill", s["exit"]
+    assert "of its 100 MiB limit at the last sample" in s["exit"]["message"]
+    assert s["limit_bytes"] == 100 << 20
+
+
+CG_ROOT = "/sys/fs/cgroup/memory"
+
+
+def _make_memory_cgroup(limit):
+    path = os.path.join(CG_ROOT, f"memscope-test-{os.getpid()}")
+    try:
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "memory.limit_in_bytes"), "w") as f:
+            f.write(str(limit))
+    except OSError:
+        return None
+    return path
+
+
+def test_real_kernel_oom_kill_in_a_cgroup(start):
+    cg = _make_memory_cgroup(256 << 20)
+    if cg is None:
+        pytest.skip("no writable cgroup v1 memory controller here")
+    try:
+        run = start([script("oom_in_cgroup.sh"), cg])
+        s = run.wait(60)
+        ex = s["exit"]
+        assert ex["cause"] == "oom_kill", ex
+        assert "oom_kill counter rose by 1" in ex["message"]
+        assert "survived" not in run.output_tail
+    finally:
+        os.rmdir(cg)
+
+
+def test_wrapper_script_finds_python_main_and_bash_wrapper(start):
+    run = start([script("train_stage_2.sh"), "raises.py"])
+    s = run.wait(60)
+    r = roles(s)
+    assert r[run.pid] == "wrapper"
+    mains = [p for p, role in r.items() if role == "main"]
+    assert len(mains) == 1 and mains[0] != run.pid
+    assert s["exit"]["cause"] == "exception" and s["exit"]["pid"] == mains[0]
+    assert "stage 2 starting" in run.output_tail
+
+
+def test_segfault_through_a_wrapper_keeps_the_shell_status(start):
+    run = start(["bash", script("train_stage_2.sh"), "segfault.py"])
+    s = run.wait(60)
+    assert s["exit"]["cause"] == "segfault" and s["exit"]["signal"] == "SIGSEGV"
+    assert s["exit"]["code"] == 139  # bash reports 128+11
+
+
+def test_stop_reaches_every_process_even_those_that_ignore_sigterm_or_left_the_session(start):
+    run = start([script("stubborn_tree.py")], grace_s=0.5)
+    wait_for_output(run, "tree ready")
+    time.sleep(1.0)  # discovery finds the children, including the setsid grandchild
+    seen = list(run.snapshot.procs)
+    assert len(seen) >= 3, run.snapshot.procs
+    t0 = time.monotonic()
+    run.stop()
+    assert time.monotonic() - t0 < 10
+    s = run.summary()
+    assert s["exit"]["cause"] == "stopped_by_user"
+    pids = [p["pid"] for p in s["processes"]]
+    assert len(pids) >= 3
+    assert alive(pids) == []
+
+
+def test_kill_is_immediate_and_leaves_nothing(start):
+    run = start([script("stubborn_tree.py")])
+    wait_for_output(run, "tree ready")
+    time.sleep(0.8)
+    run.kill()
+    s = run.summary()
+    assert s["exit"]["cause"] == "stopped_by_user" and s["exit"]["signal"] == "SIGKILL"
+    assert alive([p["pid"] for p in s["processes"]]) == []
+
+
+def test_graceful_stop_lets_the_script_handle_ctrl_c(start):
+    run = start([script("sleeper.py")])
+    wait_for_output(run, "ready")
+    run.stop()
+    s = run.summary()
+    assert s["exit"]["cause"] == "stopped_by_user"
+    assert run.returncode == -signal.SIGINT  # Python re-raises SIGINT after KeyboardInterrupt: not SIGTERM/SIGKILL
+
+
+@pytest.mark.skipif(not has_torch(), reason="needs torch")
+def test_torchrun_ranks_and_launcher(start):
+    torchrun = os.path.join(os.path.dirname(PY), "torchrun")
+    if not os.path.exists(torchrun):
+        pytest.skip("torchrun not installed")
+    run = start([torchrun, "--nproc-per-node", "2", script("ddp_ranks.py")])
+    s = run.wait(120)
+    assert s["exit"]["cause"] == "ok", s["exit"]
+    r = roles(s)
+    assert sorted(r.values()).count("rank") == 2, s["processes"]
+    assert r[run.pid] == "wrapper"

@@ -1,0 +1,336 @@
+"""Unit tests for memscope.analysis.leak on synthetic, seeded memory traces."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from memscope.analysis.leak import (
+    LEAK_CONFIDENCE,
+    LeakVerdict,
+    Spike,
+    assess_by_role,
+    assess_leak,
+    baseline,
+    find_spikes,
+)
+
+MB = 1_000_000
+KB = 1_000
+
+
+def trace(seed, duration, hz=5.0, base=500 * MB, slope=0.0, noise=2 * MB, spikes=(), extra=None):
+    """base + slope*t + rectangular spikes (start, duration, height) + Gaussian noise."""
+    rng = random.Random(seed)
+    n = int(duration * hz) + 1
+    t = [i / hz for i in range(n)]
+    y = [base + slope * x + rng.gauss(0.0, noise) for x in t]
+    if extra is not None:
+        y = [v + extra(x) for v, x in zip(y, t)]
+    for s, d, h in spikes:
+        for i in range(n):
+            if s <= t[i] < s + d:
+                y[i] += h
+    return t, y
+
+
+def periodic(duration, period, dur, height, offset=10.0):
+    out, s = [], offset
+    while s < duration:
+        out.append((s, dur, height))
+        s += period
+    return out
+
+
+def jittered(seed, duration, period=20.0, jitter=8.0, dur=(3.0, 8.0), height=(500 * MB, 1500 * MB)):
+    rng = random.Random(seed + 1000)
+    out, s = [], rng.uniform(0, period)
+    while s < duration:
+        out.append((s, rng.uniform(*dur), rng.uniform(*height)))
+        s += period + rng.uniform(-jitter, jitter)
+    return out
+
+
+def prefix(t, y, end):
+    k = sum(1 for x in t if x <= end)
+    return t[:k], y[:k]
+
+
+# ----------------------------------------------------------------------- assess_leak
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_leak_under_periodic_spikes_is_found_within_60s(seed):
+    t, y = trace(seed, 60, slope=1 * MB, spikes=periodic(60, 20, 5, 300 * MB, offset=3 + 5 * seed))
+    v = assess_leak(t, y)
+    assert v.verdict == "leak"
+    assert 0.75 * MB <= v.slope_bytes_per_s <= 1.25 * MB
+    assert v.confidence >= LEAK_CONFIDENCE
+    # the floor, not the spikes: ~500 MB at the start, ~560 MB at the end
+    assert abs(v.baseline_start_bytes - 500 * MB) < 15 * MB
+    assert abs(v.baseline_end_bytes - 560 * MB) < 15 * MB
+    assert v.time_to_limit_s is None  # no limit given
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_big_jittered_spikes_without_drift_are_never_a_leak(seed):
+    t, y = trace(seed, 600, noise=3 * MB, spikes=jittered(seed, 600))
+    verdicts = [assess_leak(*prefix(t, y, end)).verdict for end in range(30, 601, 15)]
+    assert "leak" not in verdicts
+    assert verdicts[-1] == "no_leak"
+
+
+def test_flat_noisy_run_is_no_leak():
+    t, y = trace(3, 600, base=800 * MB, noise=5 * MB)
+    v = assess_leak(t, y)
+    assert v.verdict == "no_leak"
+    assert abs(v.slope_bytes_per_s) < 20 * KB
+    assert abs(v.baseline_end_bytes - v.baseline_start_bytes) < 10 * MB
+
+
+def test_slow_leak_without_spikes():
+    t, y = trace(4, 600, base=1000 * MB, slope=100 * KB, noise=1 * MB)
+    v = assess_leak(t, y)
+    assert v.verdict == "leak"
+    assert 90 * KB <= v.slope_bytes_per_s <= 110 * KB
+
+
+def test_immaterial_growth_is_not_a_leak():
+    # 2 MB over 10 min on 1 GB: statistically clear but below max(5 MiB, 2%)
+    t, y = trace(5, 600, base=1000 * MB, slope=2 * MB / 600, noise=0.2 * MB)
+    v = assess_leak(t, y)
+    assert v.slope_bytes_per_s > 0
+    assert v.verdict == "no_leak"
+
+
+@pytest.mark.parametrize("step_at", [60.0, 120.0, 300.0, 450.0])
+def test_one_time_step_is_not_a_leak(step_at):
+    t, y = trace(6, 600, base=600 * MB, extra=lambda x: 500 * MB if x >= step_at else 0.0)
+    v = assess_leak(t, y)
+    assert v.verdict == "no_leak"
+    # the step still shows as different floor levels at the start and end
+    assert abs(v.baseline_start_bytes - 600 * MB) < 20 * MB or step_at < 100
+    assert abs(v.baseline_end_bytes - 1100 * MB) < 20 * MB
+
+
+def test_gc_sawtooth_is_not_a_leak():
+    t, y = trace(7, 600, base=1000 * MB, extra=lambda x: 200 * MB * ((x % 30.0) / 30.0))
+    v = assess_leak(t, y)
+    assert v.verdict == "no_leak"
+    assert abs(v.baseline_start_bytes - 1000 * MB) < 20 * MB
+
+
+def test_leak_under_gc_sawtooth_is_found():
+    t, y = trace(8, 600, base=1000 * MB, slope=0.5 * MB, extra=lambda x: 200 * MB * ((x % 30.0) / 30.0))
+    v = assess_leak(t, y)
+    assert v.verdict == "leak"
+    assert 0.4 * MB <= v.slope_bytes_per_s <= 0.6 * MB
+
+
+def test_short_run_is_insufficient_data():
+    t, y = trace(9, 20, slope=5 * MB)
+    v = assess_leak(t, y)
+    assert v == LeakVerdict("insufficient_data", None, None, None, None, None)
+    # min_duration_s is honoured both ways
+    assert assess_leak(t, y, min_duration_s=60).verdict == "insufficient_data"
+    t2, y2 = trace(9, 120, slope=5 * MB)
+    assert assess_leak(t2, y2, min_duration_s=60).verdict == "leak"
+
+
+def test_too_few_samples_is_insufficient_data():
+    t = [0.0, 20.0, 40.0, 60.0, 80.0, 100.0]
+    y = [1e9 + 1e7 * i for i in range(6)]
+    assert assess_leak(t, y).verdict == "insufficient_data"
+    assert assess_leak([], []).verdict == "insufficient_data"
+
+
+def test_time_to_limit():
+    t, y = trace(10, 300, slope=1 * MB, spikes=periodic(300, 20, 5, 300 * MB))
+    limit = 2000 * MB
+    v = assess_leak(t, y, limit_bytes=limit)
+    assert v.verdict == "leak"
+    expected = (limit - v.baseline_end_bytes) / v.slope_bytes_per_s
+    assert v.time_to_limit_s == pytest.approx(expected)
+    # true floor at the end is 800 MB rising 1 MB/s -> ~1200 s to 2 GB
+    assert 900 <= v.time_to_limit_s <= 1500
+    # already over the limit: zero, not negative
+    assert assess_leak(t, y, limit_bytes=100 * MB).time_to_limit_s == 0.0
+    # no time to limit when there is no leak
+    tf, yf = trace(11, 300)
+    assert assess_leak(tf, yf, limit_bytes=limit).time_to_limit_s is None
+
+
+def _train_val(duration, period=60.0, val=10.0):
+    phases = []
+    s = 0.0
+    while s < duration:
+        phases += [("train", s, s + period - val), ("validation", s + period - val, s + period)]
+        s += period
+    return phases
+
+
+def test_validation_floor_with_phases_is_not_growth():
+    phases = _train_val(900)
+    t, y = trace(12, 900, base=2000 * MB, noise=3 * MB, extra=lambda x: 400 * MB if x % 60 >= 50 else 0.0)
+    v = assess_leak(t, y, phases=phases)
+    assert v.verdict == "no_leak"
+    # levels are reported for the dominant phase type (train), not validation
+    assert abs(v.baseline_end_bytes - 2000 * MB) < 20 * MB
+
+
+def test_leak_with_phases_is_found():
+    phases = _train_val(900)
+    t, y = trace(13, 900, base=2000 * MB, slope=0.2 * MB, noise=3 * MB,
+                 extra=lambda x: 400 * MB if x % 60 >= 50 else 0.0)
+    v = assess_leak(t, y, phases=phases)
+    assert v.verdict == "leak"
+    assert 0.15 * MB <= v.slope_bytes_per_s <= 0.25 * MB
+
+
+def test_final_eval_phase_alone_does_not_make_a_leak():
+    # one long, higher validation at the end: phases say it is a different regime
+    phases = [("train", 0, 500), ("validation", 500, 600)]
+    t, y = trace(14, 600, extra=lambda x: 300 * MB if x >= 500 else 0.0)
+    assert assess_leak(t, y, phases=phases).verdict == "no_leak"
+
+
+def test_inputs_unsorted_nan_and_tuples():
+    t, y = trace(15, 120, slope=1 * MB)
+    pairs = list(zip(t, y))
+    random.Random(0).shuffle(pairs)
+    ts, ys = [p[0] for p in pairs], [p[1] for p in pairs]
+    ys[5] = float("nan")
+    v = assess_leak(tuple(ts), tuple(ys))
+    assert v.verdict == "leak"
+    assert 0.9 * MB <= v.slope_bytes_per_s <= 1.1 * MB
+    with pytest.raises(ValueError):
+        assess_leak([0.0, 1.0], [1.0])
+
+
+def test_numpy_arrays_are_accepted():
+    np = pytest.importorskip("numpy")
+    t, y = trace(16, 120, slope=1 * MB)
+    v = assess_leak(np.asarray(t), np.asarray(y, dtype=np.int64))
+    assert v.verdict == "leak"
+    assert isinstance(v.baseline_end_bytes, int)
+
+
+def test_day_long_series_is_downsampled_correctly():
+    # 24 h at 10 Hz = 864,000 points: slow 10 KB/s leak under 300 MB spikes every 20 s
+    rng = random.Random(17)
+    n = 864_000
+    t = [i / 10 for i in range(n)]
+    y = [500 * MB + 10 * KB * x + rng.gauss(0, 2 * MB) + (300 * MB if x % 20 < 5 else 0) for x in t]
+    v = assess_leak(t, y, limit_bytes=4000 * MB)
+    assert v.verdict == "leak"
+    assert 9 * KB <= v.slope_bytes_per_s <= 11 * KB
+    assert abs(v.baseline_end_bytes - 1364 * MB) < 30 * MB
+    flat = [500 * MB + rng.gauss(0, 2 * MB) + (300 * MB if x % 20 < 5 else 0) for x in t]
+    assert assess_leak(t, flat).verdict == "no_leak"
+
+
+def test_to_dict_roundtrip():
+    t, y = trace(18, 120, slope=1 * MB)
+    d = assess_leak(t, y, limit_bytes=10**10).to_dict()
+    assert set(d) == {
+        "verdict", "slope_bytes_per_s", "baseline_start_bytes", "baseline_end_bytes",
+        "confidence", "time_to_limit_s",
+    }
+    assert LeakVerdict(**d) == assess_leak(t, y, limit_bytes=10**10)
+    assert 0.0 <= d["confidence"] <= 1.0
+
+
+def test_deterministic():
+    t, y = trace(19, 3600, hz=10, slope=50 * KB, spikes=periodic(3600, 20, 5, 300 * MB))
+    assert assess_leak(t, y) == assess_leak(list(t), list(y))
+
+
+# ---------------------------------------------------------------------- assess_by_role
+
+
+def test_by_role_main_leaks_workers_flat():
+    tm, ym = trace(20, 300, base=3000 * MB, slope=1 * MB, spikes=periodic(300, 20, 5, 300 * MB))
+    series = {"main": (tm, ym)}
+    for w in range(3):
+        series[f"worker{w}"] = trace(30 + w, 300, base=400 * MB, noise=2 * MB,
+                                     spikes=periodic(300, 7, 1, 200 * MB, offset=w))
+    limit = 8000 * MB
+    out = assess_by_role(series, limit_bytes=limit)
+    assert set(out) == set(series)
+    assert out["main"].verdict == "leak"
+    assert all(out[f"worker{w}"].verdict == "no_leak" for w in range(3))
+    assert all(out[f"worker{w}"].time_to_limit_s is None for w in range(3))
+    # the tree shares the limit: headroom is the limit minus every role's floor
+    used = sum(v.baseline_end_bytes for v in out.values())
+    assert out["main"].time_to_limit_s == pytest.approx((limit - used) / out["main"].slope_bytes_per_s)
+    assert out["main"].time_to_limit_s < assess_leak(tm, ym, limit_bytes=limit).time_to_limit_s
+    # without a limit: no time to limit, same verdicts
+    assert assess_by_role(series)["main"].time_to_limit_s is None
+
+
+# ---------------------------------------------------------------------- find_spikes
+
+
+def test_find_spikes_labels_validation_phases():
+    phases = _train_val(600)
+    t, y = trace(21, 600, base=2000 * MB, noise=3 * MB, slope=0.1 * MB,
+                 extra=lambda x: 400 * MB if x % 60 >= 50 else 0.0)
+    spikes = find_spikes(t, y, phases=phases)
+    assert len(spikes) == 10
+    for i, s in enumerate(spikes):
+        assert isinstance(s, Spike)
+        assert s.phase == "validation"
+        assert s.start_s == pytest.approx(60 * i + 50, abs=0.5)
+        assert s.end_s == pytest.approx(60 * i + 60, abs=0.5)
+        assert 370 * MB <= s.height_bytes <= 430 * MB
+
+
+def test_find_spikes_without_phases_and_min_height():
+    sp = [(30, 5, 300 * MB), (80, 3, 50 * MB), (150, 10, 800 * MB)]
+    t, y = trace(22, 240, spikes=sp)
+    spikes = find_spikes(t, y)
+    assert [round(s.start_s) for s in spikes] == [30, 80, 150]
+    assert all(s.phase is None for s in spikes)
+    heights = [s.height_bytes for s in spikes]
+    for h, (_, _, true_h) in zip(heights, sp):
+        assert abs(h - true_h) < 15 * MB
+    big = find_spikes(t, y, min_height_bytes=100 * MB)
+    assert [round(s.start_s) for s in big] == [30, 150]
+
+
+def test_find_spikes_ignores_leak_and_noise():
+    t, y = trace(23, 600, slope=1 * MB, noise=2 * MB)
+    assert find_spikes(t, y) == []
+    t, y = trace(24, 600, extra=lambda x: 500 * MB if x >= 300 else 0.0)  # a step is no spike
+    assert find_spikes(t, y) == []
+
+
+def test_find_spikes_on_long_series_refines_edges():
+    # 2 h at 20 Hz (144,001 points) takes the chunked path; edges are refined to samples
+    t, y = trace(25, 7200, hz=20, noise=1 * MB, spikes=[(3600.0, 4.0, 300 * MB), (5000.0, 30.0, 200 * MB)])
+    spikes = find_spikes(t, y)
+    assert len(spikes) == 2
+    assert spikes[0].start_s == pytest.approx(3600.0, abs=0.06)
+    assert spikes[0].end_s == pytest.approx(3604.0, abs=0.06)
+    assert spikes[1].start_s == pytest.approx(5000.0, abs=0.06)
+    assert spikes[1].end_s == pytest.approx(5030.0, abs=0.06)
+    assert abs(spikes[1].height_bytes - 200 * MB) < 10 * MB
+
+
+# ------------------------------------------------------------------------- baseline
+
+
+def test_baseline_is_min_per_window():
+    t = [float(i) for i in range(30)]
+    y = [100.0 + (50.0 if i % 10 in (3, 4) else 0.0) + i for i in range(30)]
+    bt, by = baseline(t, y, 10.0)
+    assert bt == [0.0, 10.0, 20.0]
+    assert by == [100.0, 110.0, 120.0]
+    # the minimum's own time is reported, not the window's
+    bt2, by2 = baseline([0.0, 1.0, 2.0, 3.0], [5.0, 3.0, 4.0, 1.0], 2.0)
+    assert bt2 == [1.0, 3.0] and by2 == [3.0, 1.0]
+    with pytest.raises(ValueError):
+        baseline(t, y, 0.0)
+    assert baseline([], [], 5.0) == ([], [])
