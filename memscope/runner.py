@@ -82,6 +82,8 @@ def resolve_command(argv: Sequence[str]) -> tuple[list[str], str | None]:
         except (OSError, ValueError) as exc:
             raise LaunchError(f"{first}: cannot read it: {exc}") from None
         return [sys.executable, *argv], os.path.abspath(first)
+    if os.path.isdir(first):
+        raise LaunchError(f"{first} is a directory, not a command or a script")
     path = shutil.which(first) if os.sep not in first else first
     if os.sep in first:
         if not os.path.exists(first):
@@ -476,6 +478,35 @@ class Run:
         wait_gone(left, 2.0)
 
     def _finish(self) -> None:
+        # Whatever fails in here, the run must reach "ended": wait() and the views depend on it.
+        try:
+            self._finish_steps()
+        except Exception as exc:
+            self._summary = self._summary or {"schema": "memscope.summary/1", "run_id": self.run_id,
+                                              "exit": {"cause": "unknown", "code": self.returncode,
+                                                       "signal": None, "pid": self.pid,
+                                                       "message": f"memscope failed while finishing: {exc!r}",
+                                                       "traceback": None}}
+            self.exit = self._summary["exit"]
+            if self.options.summary_json:
+                try:
+                    _write_json(self.options.summary_json, self._summary)
+                except OSError:
+                    pass
+        finally:
+            self.status = "ended"
+            self._ended.set()
+        with self._subs_lock:
+            subs = list(self._subs)
+        for s in subs:
+            s.close(drain=True)
+        for fn in self._on_end:
+            try:
+                fn(self)
+            except Exception:
+                pass
+
+    def _finish_steps(self) -> None:
         t = self._clock()
         if self._proc is not None and self.returncode is not None:
             code, sig = (None, signal_name(-self.returncode)) if self.returncode < 0 else (self.returncode, None)
@@ -521,17 +552,6 @@ class Run:
         if self.options.summary_json:
             _write_json(self.options.summary_json, summary)
         shutil.rmtree(self._dir, ignore_errors=True)
-        self.status = "ended"
-        self._ended.set()
-        with self._subs_lock:
-            subs = list(self._subs)
-        for s in subs:
-            s.close(drain=True)
-        for fn in self._on_end:
-            try:
-                fn(self)
-            except Exception:
-                pass
 
     def _collect_crash_files(self) -> None:
         import json

@@ -39,6 +39,8 @@ class AgentServer:
         self._thread.start()
 
     def close(self) -> None:
+        if self._stop.is_set():
+            return
         self._stop.set()
         self._thread.join(timeout=2)
         # Drain: messages sent just before the processes exited are still in the sockets.

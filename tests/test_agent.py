@@ -1,0 +1,78 @@
+"""The agent inside the run: loaded everywhere, stdlib only, harmless when the collector is gone."""
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from conftest import PY, script, wait_for_output
+
+import memscope
+from memscope.agent import protocol
+from memscope.runner import AGENT_SITE
+
+
+def test_existing_sitecustomize_still_runs_and_agent_says_hello(start, tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    marker = tmp_path / "chained"
+    (site / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').write('yes')\n")
+    env = dict(os.environ, PYTHONPATH=str(site))
+    run = start([script("clean.py"), "0.3"], env=env)
+    s = run.wait(60)
+    assert s["exit"]["cause"] == "ok"
+    assert marker.read_text() == "yes"
+    from memscope.store import RunData
+
+    hellos = RunData(s["record"]).events("agent_hello")
+    assert [h["pid"] for h in hellos] == [run.pid]
+    assert hellos[0]["data"]["runs_script"] is True
+
+
+def test_training_goes_on_when_the_collector_dies(start):
+    code = "import time\nfor i in range(30):\n    print('step', i, flush=True)\n    time.sleep(0.05)\n"
+    run = start([PY, "-c", code])
+    wait_for_output(run, "step 2")
+    run._server.close()  # the agent's socket goes away mid-run
+    s = run.wait(60)
+    assert s["exit"]["cause"] == "ok"
+    assert "step 29" in run.output_tail
+
+
+def test_a_connection_without_the_token_is_dropped(start):
+    run = start([script("sleeper.py")])
+    wait_for_output(run, "ready")
+    c = socket.socket(socket.AF_UNIX)
+    c.connect(run._server.path)
+    c.sendall(b'{"t":"hello","token":"wrong","pid":1}\n{"t":"exception","type":"Forged"}\n')
+    time.sleep(0.5)
+    assert run._server.rejected == 1
+    assert oct(os.stat(os.path.dirname(run._server.path)).st_mode & 0o777) == "0o700"
+    run.kill()
+    from memscope.store import RunData
+
+    assert not RunData(run.summary()["record"]).events("agent_exception")
+
+
+def test_agent_imports_only_the_standard_library(tmp_path):
+    code = "import sys, json; print(json.dumps(sorted(sys.modules)))"
+    agent_env = {protocol.ENV_SOCK: str(tmp_path / "none.sock"), protocol.ENV_TOKEN: "t",
+                 protocol.ENV_DIR: str(tmp_path)}
+    plain = dict(os.environ, PYTHONPATH=AGENT_SITE)
+    with_agent = dict(plain, **agent_env)
+    mods = []
+    for env in (plain, with_agent):
+        out = subprocess.run([PY, "-c", code], env=env, capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        mods.append(set(__import__("json").loads(out.stdout)))
+    added = mods[1] - mods[0]
+    assert "_memscope_agent" in added
+    foreign = [m for m in added if m.split(".")[0] not in sys.stdlib_module_names
+               and not m.startswith("_memscope_agent")]
+    assert foreign == []
+
+
+def test_without_the_agent_the_tree_is_still_sampled(start):
+    run = start([script("clean.py"), "0.6"], agent=False)
+    s = run.wait(60)
+    assert s["exit"]["cause"] == "ok" and s["peak"]["tree_rss_bytes"] > 64 << 20

@@ -1,0 +1,134 @@
+"""`memscope run | ls | report` as a user types them, in real subprocesses."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import PY, alive, script
+
+MEMSCOPE = [PY, "-m", "memscope.cli"]
+
+
+def memscope(*args, timeout=120, **kw):
+    return subprocess.run([*MEMSCOPE, *args], capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def test_exit_status_is_the_commands_own_and_summary_json_is_written(tmp_path):
+    out = tmp_path / "summary.json"
+    p = memscope("run", "--quiet", "--record", str(tmp_path / "runs"), "--summary-json", str(out),
+                 script("clean.py"), "0.2", "3")
+    assert p.returncode == 3, p.stderr
+    s = json.loads(out.read_text())
+    assert s["exit"]["cause"] == "exit_nonzero" and s["exit"]["code"] == 3
+    assert "finished" in p.stdout  # the command's own output passes through
+
+
+def test_segfault_exits_139_and_report_reproduces_the_summary(tmp_path):
+    runs = str(tmp_path / "runs")
+    out = tmp_path / "s.json"
+    p = memscope("run", "--quiet", "--record", runs, "--summary-json", str(out), script("segfault.py"))
+    assert p.returncode == 128 + signal.SIGSEGV
+    live = json.loads(out.read_text())
+    rep = memscope("report", live["run_id"][:15], "--record", runs, "--json")
+    assert rep.returncode == 0, rep.stderr
+    again = json.loads(rep.stdout)
+    assert again["exit"] == live["exit"] and again["peak"] == live["peak"]
+    ls = memscope("ls", "--record", runs)
+    assert live["run_id"] in ls.stdout and "segfault" in ls.stdout
+
+
+def test_command_after_double_dash_and_final_lines(tmp_path):
+    p = memscope("run", "--record", str(tmp_path), "--", "bash", script("train_stage_2.sh"), "clean.py", "0.2")
+    assert p.returncode == 0, p.stderr
+    assert "stage 2 starting" in p.stdout and "finished" in p.stdout
+    assert "memscope: ok" in p.stderr and "peak tree PSS" in p.stderr
+
+
+BAD = [
+    (["run", "missing.py"], "missing.py: no such file"),
+    (["run", "tests"], "is a directory"),
+    (["run", "--", "no-such-command-xyz"], "no-such-command-xyz: command not found"),
+    (["run", "--", "{here}/scripts/not_executable.sh"], "is not executable"),
+    (["run", "{here}/scripts/bad_syntax.py"], "SyntaxError"),
+    (["run", "--bogus", "x.py"], "unrecognized arguments: --bogus"),
+    (["run", "--attach", "999999999"], "no process with pid 999999999"),
+    (["run", "--record", "/proc/memscope-cannot", "{here}/scripts/clean.py"], "record directory"),
+    (["run"], "no command given"),
+    (["report", "nope", "--record", "{tmp}"], "no run 'nope'"),
+    (["run", "--limit", "lots", "x.py"], "not a size"),
+]
+
+
+@pytest.mark.parametrize("args,expected", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_gets_one_clear_line_and_nothing_runs(args, expected, tmp_path):
+    here = os.path.dirname(os.path.abspath(__file__))
+    (tmp_path / "x").mkdir()
+    args = [a.format(here=here, tmp=tmp_path / "x") for a in args]
+    before = set(os.listdir(tmp_path / "x"))
+    p = memscope(*args, cwd=os.path.dirname(here))
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("memscope: "), p.stderr
+    assert expected in lines[0]
+    assert "Traceback" not in p.stderr
+    assert set(os.listdir(tmp_path / "x")) == before  # no record left behind
+
+
+def test_ctrl_c_stops_the_whole_tree(tmp_path):
+    out = tmp_path / "s.json"
+    p = subprocess.Popen([*MEMSCOPE, "run", "--quiet", "--grace", "0.5", "--record", str(tmp_path),
+                          "--summary-json", str(out), script("stubborn_tree.py")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "tree ready"
+    time.sleep(1.0)
+    p.send_signal(signal.SIGINT)  # what Ctrl-C does to memscope (the run has its own session)
+    p.wait(timeout=30)
+    s = json.loads(out.read_text())
+    assert s["exit"]["cause"] == "stopped_by_user"
+    pids = [x["pid"] for x in s["processes"]]
+    assert len(pids) >= 3 and alive(pids) == []
+
+
+def test_attach_watches_a_running_tree_and_notices_its_end(tmp_path):
+    target = subprocess.Popen([PY, script("sleeper.py"), "40"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert target.stdout.readline().startswith("ready")
+        out = tmp_path / "s.json"
+        p = subprocess.Popen([*MEMSCOPE, "run", "--quiet", "--interval", "0.05", "--record", str(tmp_path),
+                              "--summary-json", str(out), "--attach", str(target.pid)])
+        time.sleep(2.5)
+        target.kill()
+        target.wait()
+        assert p.wait(timeout=30) == 0
+        s = json.loads(out.read_text())
+        assert s["processes"][0]["pid"] == target.pid
+        assert s["peak"]["tree_rss_bytes"] > 40 << 20
+        assert s["peak"]["tree_pss_bytes"] > 38 << 20
+    finally:
+        target.kill()
+
+
+def test_memscope_killed_keeps_a_readable_record_and_the_training_goes_on(tmp_path):
+    runs = str(tmp_path / "runs")
+    p = subprocess.Popen([*MEMSCOPE, "run", "--quiet", "--interval", "0.05", "--record", runs,
+                          script("sleeper.py"), "24"], stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    child = int(line.split()[1])
+    time.sleep(2.0)
+    p.kill()  # memscope itself dies, without any chance to clean up
+    p.wait()
+    try:
+        assert alive([child]) == [child]  # the training was not harmed
+        rep = memscope("report", "last", "--record", runs, "--json")
+        assert rep.returncode == 0, rep.stderr
+        s = json.loads(rep.stdout)
+        assert s["exit"]["cause"] == "unknown"
+        # Samples up to about the last second before the kill are in the record.
+        assert s["duration_s"] >= 1.0
+        assert s["peak"]["tree_rss_bytes"] > 24 << 20
+    finally:
+        os.kill(child, signal.SIGKILL)
