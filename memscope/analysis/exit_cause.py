@@ -136,10 +136,9 @@ def decide(e: ExitEvidence) -> dict[str, Any]:
                 "message": message, "traceback": tb}
 
     if e.stop_requested:
-        how = "stopped (SIGINT, then SIGTERM and SIGKILL after the grace period)" if e.stop_requested == "stop" \
-            else "killed (SIGKILL to every process of the tree)"
-        return out("stopped_by_user", f"You {how} the run; nothing of its tree is left running.",
-                   sig=main_sig)
+        how = "SIGINT, then SIGTERM and SIGKILL to what was left after the grace period" \
+            if e.stop_requested == "stop" else "SIGKILL to every process of the tree"
+        return out("stopped_by_user", f"Stopped by you ({how}); no process of the run is left.", sig=main_sig)
 
     workers = crashed_workers(e) if failed else []
     if workers:

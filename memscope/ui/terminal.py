@@ -57,8 +57,10 @@ def render_lines(run: "Run", width: int, note: str = "") -> list[str]:
         head.append("limit ", style="dim")
         head.append(fmt_bytes(h.limit) if h.limit else "none")
     table = Table(box=None, show_header=True, header_style="dim", pad_edge=False, padding=(0, 1), width=width)
-    for col, just in (("pid", "right"), ("role", "left"), ("RSS", "right"), ("PSS", "right"), ("command", "left")):
-        table.add_column(col, justify=just, no_wrap=True, overflow="ellipsis")  # type: ignore[arg-type]
+    # Fixed widths for the figures: a long command line must not squeeze them away.
+    for col, just, w in (("pid", "right", 7), ("role", "left", 17), ("RSS", "right", 10), ("PSS", "right", 10)):
+        table.add_column(col, justify=just, no_wrap=True, min_width=w, max_width=w)  # type: ignore[arg-type]
+    table.add_column("command", no_wrap=True, overflow="ellipsis", ratio=1)
     alive = [(pid, d) for pid, d in list(snap.procs.items()) if d.get("alive", True) and "rss" in d]
     alive.sort(key=lambda x: -x[1].get("rss", 0))
     for pid, d in alive[:FOOTER_LINES - 3]:
