@@ -184,3 +184,30 @@ def test_torchrun_ranks_and_launcher(start):
     r = roles(s)
     assert sorted(r.values()).count("rank") == 2, s["processes"]
     assert r[run.pid] == "wrapper"
+
+
+def test_uv_run_wrapper_is_seen_through(start):
+    # Seed 004: the monitor watched `uv run` while the real training process was its child.
+    uv = os.path.join(os.path.dirname(PY), "uv")
+    if not os.path.exists(uv):
+        pytest.skip("uv not installed")
+    run = start([uv, "run", "--no-project", "--python", PY, script("raises.py")])
+    s = run.wait(60)
+    r = roles(s)
+    assert r[run.pid] == "wrapper"
+    mains = [p for p, role in r.items() if role == "main"]
+    assert len(mains) == 1 and mains[0] != run.pid
+    assert s["exit"]["cause"] == "exception" and s["exit"]["pid"] == mains[0]
+
+
+def test_uv_run_orphan_is_stopped_with_the_tree(start):
+    uv = os.path.join(os.path.dirname(PY), "uv")
+    if not os.path.exists(uv):
+        pytest.skip("uv not installed")
+    run = start([uv, "run", "--no-project", "--python", PY, script("sleeper.py")])
+    wait_for_output(run, "ready")
+    time.sleep(0.5)
+    os.kill(run.pid, signal.SIGKILL)  # uv dies; its Python child is orphaned (re-parented to init)
+    s = run.wait(30)
+    pids = [p["pid"] for p in s["processes"]]
+    assert len(pids) >= 2 and alive(pids) == []
