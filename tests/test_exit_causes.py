@@ -14,6 +14,14 @@ def roles(summary):
     return {p["pid"]: p["role"] for p in summary["processes"]}
 
 
+def assert_exception_in_main_behind_wrapper(run, s):
+    r = roles(s)
+    assert r[run.pid] == "wrapper"
+    mains = [p for p, role in r.items() if role == "main"]
+    assert len(mains) == 1 and mains[0] != run.pid
+    assert s["exit"]["cause"] == "exception" and s["exit"]["pid"] == mains[0]
+
+
 def test_clean_exit_is_ok_with_memory_and_main_role(start):
     run = start([script("clean.py"), "0.8"])
     s = run.wait(60)
@@ -122,12 +130,7 @@ def test_real_kernel_oom_kill_in_a_cgroup(start):
 
 def test_wrapper_script_finds_python_main_and_bash_wrapper(start):
     run = start([script("train_stage_2.sh"), "raises.py"])
-    s = run.wait(60)
-    r = roles(s)
-    assert r[run.pid] == "wrapper"
-    mains = [p for p, role in r.items() if role == "main"]
-    assert len(mains) == 1 and mains[0] != run.pid
-    assert s["exit"]["cause"] == "exception" and s["exit"]["pid"] == mains[0]
+    assert_exception_in_main_behind_wrapper(run, run.wait(60))
     assert "stage 2 starting" in run.output_tail
 
 
@@ -192,12 +195,7 @@ def test_uv_run_wrapper_is_seen_through(start):
     if not os.path.exists(uv):
         pytest.skip("uv not installed")
     run = start([uv, "run", "--no-project", "--python", PY, script("raises.py")])
-    s = run.wait(60)
-    r = roles(s)
-    assert r[run.pid] == "wrapper"
-    mains = [p for p, role in r.items() if role == "main"]
-    assert len(mains) == 1 and mains[0] != run.pid
-    assert s["exit"]["cause"] == "exception" and s["exit"]["pid"] == mains[0]
+    assert_exception_in_main_behind_wrapper(run, run.wait(60))
 
 
 def test_uv_run_orphan_is_stopped_with_the_tree(start):

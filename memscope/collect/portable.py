@@ -5,24 +5,12 @@ has) so the tree total stays free of double counting.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import psutil
+
+from .procfs import Stat  # the same record; procfs.py imports on any platform
 
 CLK_TCK = 1  # create_time is already in seconds here
 _STATES = {psutil.STATUS_ZOMBIE: "Z", psutil.STATUS_DEAD: "X"}
-
-
-@dataclass(frozen=True)
-class Stat:
-    pid: int
-    comm: str
-    state: str
-    ppid: int
-    pgid: int
-    sid: int
-    starttime: int
-    exit_code: int | None
 
 
 def list_pids() -> list[int]:

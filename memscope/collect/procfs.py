@@ -118,10 +118,14 @@ def read_environ_var(pid: int, name: str) -> str | None:
 
 
 def boot_time() -> float:
-    data = _read("/proc/stat", 1 << 16) or b""
-    for line in data.splitlines():
-        if line.startswith(b"btime"):
-            return float(line.split()[1])
+    # /proc/stat can be long (one line per interrupt): read it line by line, not in one bounded read.
+    try:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"btime"):
+                    return float(line.split()[1])
+    except OSError:
+        pass
     return 0.0
 
 

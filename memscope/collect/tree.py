@@ -35,6 +35,7 @@ class Tracked:
     role: str = "other"
     create_time: float = 0.0
     alive: bool = True
+    exit_known: bool = False
 
 
 class TreeSampler:
@@ -70,7 +71,8 @@ class TreeSampler:
         with self._lock:
             changed = False
             new: dict[int, procfs.Stat] = {}
-            for pid in procfs.list_pids():
+            pids = procfs.list_pids()
+            for pid in pids:
                 t = self.procs.get(pid)
                 if t is not None and t.alive:
                     continue
@@ -80,27 +82,36 @@ class TreeSampler:
                 if t is not None and t.start == st.starttime:
                     continue  # a known process that exited, seen again as a zombie
                 new[pid] = st
-            # Parentage first, to a fixed point (a new child of a new child).
-            grew = True
-            while grew and new:
-                grew = False
-                for pid, st in list(new.items()):
-                    parent = self.procs.get(st.ppid)
-                    if parent is not None and parent.alive:
-                        if self._add(pid, st):
-                            changed = True
-                        del new[pid]
-                        grew = True
+            # Parentage to a fixed point (a new child of a new child); then the environment marker, which finds
+            # processes that left the tree (their children are then found by parentage in the next pass).
+            while new:
+                grew = True
+                while grew and new:
+                    grew = False
+                    for pid, st in list(new.items()):
+                        parent = self.procs.get(st.ppid)
+                        if parent is not None and parent.alive:
+                            changed |= self._add(pid, st)
+                            del new[pid]
+                            grew = True
+                marked = [pid for pid in new if self._marker and procfs.environ_has(pid, self._marker)]
+                for pid in marked:
+                    changed |= self._add(pid, new.pop(pid))
+                if not marked:
+                    break
             for pid, st in new.items():
-                if self._marker and procfs.environ_has(pid, self._marker):
-                    changed |= self._add(pid, st)
-                else:
-                    self._foreign[pid] = st.starttime
+                self._foreign[pid] = st.starttime
+            live = set(pids)
+            for pid in [p for p in self._foreign if p not in live]:
+                del self._foreign[pid]  # bounded by the processes that exist now
             # Names change after exec (bash -> python) and DataLoader workers rename themselves: refresh comm.
-            for t in self.procs.values():
+            # A different start time means the pid was reused: ours is gone.
+            for t in list(self.procs.values()):
                 if t.alive:
                     st = procfs.read_stat(t.pid)
-                    if st is not None and st.starttime == t.start and st.comm != t.info.name:
+                    if st is None or st.starttime != t.start:
+                        self.mark_exited(t.pid, None, None)
+                    elif st.comm != t.info.name:
                         cmd = procfs.read_cmdline(t.pid) or list(t.info.cmdline)
                         t.info = ProcInfo(t.pid, st.ppid, st.comm, tuple(cmd))
                         changed = True
@@ -154,9 +165,13 @@ class TreeSampler:
     def mark_exited(self, pid: int, code: int | None, signal_name: str | None) -> None:
         with self._lock:
             t = self.procs.get(pid)
-            if t is None or not t.alive:
+            if t is None:
+                return
+            # Seen gone first (status unknown), its status may come later (the waiter's wait4): record that too.
+            if not t.alive and (t.exit_known or (code is None and signal_name is None)):
                 return
             t.alive = False
+            t.exit_known = code is not None or signal_name is not None
         self._emit(ProcessExited(self._clock(), pid, code, signal_name))
 
     # -- measuring -------------------------------------------------------------------------------------------
@@ -184,9 +199,11 @@ class TreeSampler:
             d = procfs.read_smaps_rollup(pid)
             if d is None:
                 continue
-            anon = d.get("Anonymous", d.get("Pss_Anon", 0))
-            file_ = d.get("Pss_File", max(0, d.get("Rss", 0) - anon))
-            out.append(ProcMem(pid, d.get("Rss", 0), d.get("Pss", 0), anon, file_, d.get("Swap", 0)))
+            # Proportional figures throughout, so that they add up over a forked tree (Pss = anon + file).
+            pss = d.get("Pss", 0)
+            anon = d.get("Pss_Anon", d.get("Anonymous", 0))
+            file_ = d["Pss_File"] + d.get("Pss_Shmem", 0) if "Pss_File" in d else max(0, pss - anon)
+            out.append(ProcMem(pid, d.get("Rss", 0), pss, anon, file_, d.get("Swap", 0)))
         s = TreeSample(self._clock(), "pss", tuple(out))
         self._emit(s)
         return s
