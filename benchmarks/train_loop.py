@@ -30,7 +30,6 @@ def main() -> None:
     ap.add_argument("--val-batches", type=int, default=8, help="batches per validation pass (8)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--samples", type=int, default=8192, help="training set size (8192)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
@@ -71,7 +70,7 @@ def main() -> None:
             return img, self.y[i]
 
     g = torch.Generator().manual_seed(args.seed + 1)
-    train_x, train_y = make(args.samples, g)
+    train_x, train_y = make(args.steps_per_epoch * args.batch_size, g)  # one epoch = steps_per_epoch
     val_x, val_y = make(args.val_batches * args.batch_size * 2, g)
     loader_kw = dict(batch_size=args.batch_size, num_workers=args.workers,
                      persistent_workers=args.workers > 0)

@@ -106,9 +106,12 @@ def cmd_run(ns: argparse.Namespace, command: list[str] | None = None) -> int:
             raise LaunchError(f"cannot write the summary to {ns.summary_json}: no writable directory {d}")
     run = Run(argv or None, attach=attach, options=_options(ns))
     presses = {"n": 0}
+    view: TerminalView | None = None
 
     def on_signal(signum: int, _frame: object) -> None:
         presses["n"] += 1
+        if run.status == "starting":
+            return  # acted on right after start(), below
         if run.attached:
             run.detach()
         elif presses["n"] == 1 and signum == signal.SIGINT:
@@ -120,10 +123,14 @@ def cmd_run(ns: argparse.Namespace, command: list[str] | None = None) -> int:
         else:
             run.kill(wait=False)
 
+    # Handlers first: a Ctrl-C must never leave the run behind, not even during start-up.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
     run.start()
+    if presses["n"]:  # Ctrl-C during start-up: now stop, gracefully (a press counts once)
+        presses["n"] -= 1
+        on_signal(signal.SIGINT, None)
     view = TerminalView(run).start() if not ns.quiet and TerminalView.wanted() else None
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, on_signal)
     try:
         while not run.ended:
             time.sleep(0.1)

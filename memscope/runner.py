@@ -435,6 +435,8 @@ class Run:
 
     def _signal_group(self, sig: int) -> None:
         # The terminal's Ctrl-C reaches the whole foreground group: do the same to the run's own session group.
+        if self.pid <= 0:
+            return  # not started: killpg(0) would signal memscope's own group
         if self.attached:
             self._send(self.pid, sig)
             return
@@ -444,6 +446,8 @@ class Run:
             self._send(self.pid, sig)
 
     def _signal_tree(self, sig: int) -> list[int]:
+        if self.pid <= 0:
+            return []
         pids = self.tree.all_marked() if hasattr(self, "tree") else [self.pid]
         if not self.attached:
             try:

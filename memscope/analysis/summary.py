@@ -58,7 +58,8 @@ def summarize(rd: RunData) -> dict[str, Any]:
     ended = bool(rd.events("exit_status"))
     exit_ = decide(ev) if ended else {
         "cause": "unknown", "code": None, "signal": None, "pid": ev.main_pid,
-        "message": "The record ends without an exit: memscope itself stopped before the run ended.",
+        "message": "The record ends without an exit: the run is still going, or memscope was stopped before "
+                   "it ended (the samples up to that moment are kept).",
         "traceback": None}
     pss_peak = rd.tree_peak(KIND_PSS)
     rss_peak = rd.tree_peak(KIND_RSS)
