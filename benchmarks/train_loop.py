@@ -24,9 +24,9 @@ import time
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=int(os.environ.get("TRAIN_LOOP_STEPS", 600)),
-                    help="training steps in all (600)")
-    ap.add_argument("--steps-per-epoch", type=int, default=100, help="steps between validation passes (100)")
+    ap.add_argument("--steps", type=int, default=int(os.environ.get("TRAIN_LOOP_STEPS", 350)),
+                    help="training steps in all (350)")
+    ap.add_argument("--steps-per-epoch", type=int, default=70, help="steps per epoch; a validation pass after each (70)")
     ap.add_argument("--val-batches", type=int, default=8, help="batches per validation pass (8)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--workers", type=int, default=2)
@@ -80,9 +80,9 @@ def main() -> None:
                      num_workers=args.workers, persistent_workers=args.workers > 0)
 
     model = nn.Sequential(
-        nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),   # 16x16
-        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),  # 8x8
-        nn.Flatten(), nn.Linear(64 * 8 * 8, 128), nn.ReLU(), nn.Linear(128, n_classes),
+        nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),   # 16x16
+        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),  # 8x8
+        nn.Flatten(), nn.Linear(32 * 8 * 8, 128), nn.ReLU(), nn.Linear(128, n_classes),
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()

@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 __version__ = "0.1.0"
-__all__ = ["run", "attach", "Run", "Options", "LaunchError", "__version__"]
+__all__ = ["run", "attach", "phase", "mark", "Run", "Options", "LaunchError", "__version__"]
+
+from .phases import mark, phase  # noqa: E402  (tiny, stdlib only: safe to import in training code)
 
 
 def run(command: Sequence[str] | str, **options: Any) -> "Run":

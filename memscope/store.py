@@ -189,6 +189,18 @@ class RunData:
         yield from self.con.execute(f"SELECT t, SUM({col}) FROM samples WHERE kind=? GROUP BY t ORDER BY t",
                                     (kind,))
 
+    def role_totals(self, kind: int) -> dict[str, tuple[list[float], list[float]]]:
+        """Per role, (t, sum over that role's processes) per round."""
+        col = "pss" if kind == KIND_PSS else "rss"
+        out: dict[str, tuple[list[float], list[float]]] = {}
+        for t, role, v in self.con.execute(
+                f"SELECT s.t, COALESCE(p.role, 'other'), SUM(s.{col}) FROM samples s LEFT JOIN processes p "
+                "ON p.pid = s.pid WHERE s.kind=? GROUP BY s.t, 2 ORDER BY s.t", (kind,)):
+            ts, ys = out.setdefault(role, ([], []))
+            ts.append(t)
+            ys.append(v or 0)
+        return out
+
     def tree_peak(self, kind: int) -> tuple[float, int] | None:
         col = "pss" if kind == KIND_PSS else "rss"
         row = self.con.execute(f"SELECT t, SUM({col}) AS s FROM samples WHERE kind=? GROUP BY t "

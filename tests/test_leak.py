@@ -334,3 +334,12 @@ def test_baseline_is_min_per_window():
     with pytest.raises(ValueError):
         baseline(t, y, 0.0)
     assert baseline([], [], 5.0) == ([], [])
+
+
+def test_dense_single_sample_spikes_are_found():
+    # One sample in three is a +40 MiB validation spike (PSS sampled every 0.5 s, seed 004's pattern).
+    t = [0.5 * i for i in range(90)]
+    y = [170e6 + (40 * 2**20 if i % 3 == 2 else 0) + (i * 7919 % 13) * 1e4 for i in range(90)]
+    spikes = find_spikes(t, y, phases=[("validation", 0.5 * i - 0.1, 0.5 * i + 0.1) for i in range(2, 90, 3)])
+    assert len(spikes) >= 25
+    assert all(s.phase == "validation" and 35 * 2**20 < s.height_bytes < 45 * 2**20 for s in spikes)

@@ -7,7 +7,7 @@ user code, and keeps the training untouched if the collector goes away.
 import os
 import sys
 
-from . import crash
+from . import crash, phases
 from .channel import Channel
 from .protocol import ENV_DIR, ENV_SCRIPT, ENV_SOCK, ENV_TOKEN
 
@@ -30,6 +30,7 @@ def _after_fork():
     try:
         _forked = True
         crash.enable_faulthandler(os.environ[ENV_DIR])
+        phases.after_fork()
         channel.after_fork(_hello())
     except Exception:
         pass
@@ -54,4 +55,8 @@ def start():
     except Exception:
         pass
     channel.connect(_hello())
+    try:
+        phases.install(channel)
+    except Exception:
+        pass
     os.register_at_fork(after_in_child=_after_fork)

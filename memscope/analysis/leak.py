@@ -205,7 +205,9 @@ def _excursions(ft: list, fmin: list, fval: list, w0: float) -> tuple[list, list
     floor = [b if b > f else f for b, f in zip(back, fwd)]
     r = [v - f for v, f in zip(fval, floor)]
     diffs = [abs(b - a) for a, b in zip(fmin, islice(fmin, 1, None))]
-    sigma = _median(diffs) / (0.6745 * math.sqrt(2.0)) if diffs else 0.0  # robust noise
+    # Robust noise from the 20th percentile of successive differences (|N(0, 2s^2)| has its 20th percentile at
+    # 0.2533*sqrt(2)*s): the median would be swamped when spikes are dense (one sample in three).
+    sigma = _quantile_sorted(sorted(diffs), 0.20) / (0.2533 * math.sqrt(2.0)) if diffs else 0.0
     rs = sorted(r)
     q10, q95 = _quantile_sorted(rs, 0.10), _quantile_sorted(rs, 0.95)
     level = abs(_median(fmin))

@@ -8,7 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..store import KIND_PSS, KIND_RSS, RunData
+from . import phases as phases_mod
 from .exit_cause import ExitEvidence, decide
+from .leak import assess_by_role, assess_leak, find_spikes
 
 SCHEMA = "memscope.summary/1"
 
@@ -91,4 +93,37 @@ def summarize(rd: RunData) -> dict[str, Any]:
             "exit_code": p["exit_code"], "exit_signal": p["exit_signal"],
         } for p in procs],
         "record": rd.path,
+        **diagnosis(rd, ev, float(duration)),
     }
+
+
+def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
+    """Phases, leak verdict (tree and per role) and spikes, from the tree's PSS (RSS where PSS is missing)."""
+    kind = KIND_PSS if rd.tree_peak(KIND_PSS) else KIND_RSS
+    series = list(rd.tree_totals(kind))
+    t = [row[0] for row in series]
+    y = [row[1] or 0 for row in series]
+    spans = phases_mod.intervals(rd.events("phase"), duration, ev.main_pid)
+    auto = phases_mod.automatic_only(spans)
+    leak = assess_leak(t, y, limit_bytes=ev.limit_bytes, phases=auto).to_dict()
+    leak["series"] = "tree_pss" if kind == KIND_PSS else "tree_rss"
+    leak["by_role"] = {role: v.to_dict() for role, v in
+                       assess_by_role(rd.role_totals(kind), limit_bytes=ev.limit_bytes, phases=auto).items()}
+    return {
+        "phases": phases_mod.stats(spans, t, y),
+        "marks": [{"t_s": round(e["t"], 3), "text": e["data"].get("text", "")} for e in rd.events("mark")],
+        "leak": leak,
+        "spikes": _spikes(t, y, spans, auto),
+    }
+
+
+def _spikes(t: list[float], y: list[float], spans: list, auto: list) -> list[dict[str, Any]]:
+    """Spikes labelled with the user's own phase (memscope.phase) where one covers them, else train/eval."""
+    manual = [p for p in spans if p not in auto]
+    out = []
+    for sp in find_spikes(t, y, phases=manual or auto):
+        d = sp.to_dict()
+        if d["phase"] is None and manual:
+            d["phase"] = next((n for n, a, b in auto if a <= sp.start_s <= b), None)
+        out.append(d)
+    return out
