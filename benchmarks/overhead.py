@@ -61,6 +61,7 @@ class Result:
     tree_cpu_s: float                # user+sys of the whole tree (wait4 rusage: the process and reaped children)
     self_cpu_s: float | None = None  # the launched process alone (memscope's collector, for memscope runs)
     self_cpu_method: str = ""
+    self_cpu_polled: float | None = None  # the last polled utime+stime: a lower bound, for a cross-check
     steady_cpu_frac: float | None = None
     other_load: float | None = None  # cores used by the rest of the machine during the run
     final: str = ""                  # the FINAL line (losses): the same everywhere when the loop is deterministic
@@ -159,6 +160,7 @@ def run_once(mode: str, argv: list[str], env: dict[str, str], poll_s: float = 0.
     m = re.search(r"^FINAL .*$", text, re.M)
     res.final = m.group(0) if m else ""
     # The launched process's own CPU: exact once its only child (the training root) has been reaped.
+    res.self_cpu_polled = series[-1][1] if series else None
     reaped = [s for s in series if s[2] > 0]
     if reaped:
         res.self_cpu_s, res.self_cpu_method = max(0.0, tree_cpu - reaped[-1][2]), "exact"
@@ -281,6 +283,12 @@ def _f(x: float | None, fmt: str = "{:.2f}") -> str:
     return "—" if x is None else fmt.format(x)
 
 
+def spread(runs: list[Result]) -> str:
+    loops = [r.loop_s for r in runs if r.loop_s is not None]
+    cv = 100 * statistics.pstdev(loops) / statistics.mean(loops)
+    return f"{min(loops):.2f}–{max(loops):.2f} s ({cv:.1f} % CV)"
+
+
 def report(pairs: list[tuple[Result, Result, str]], others: dict[str, str | list[Result]], settings: dict) -> str:
     lines = ["# memscope overhead", "", "| machine | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in machine()]
@@ -304,7 +312,8 @@ def report(pairs: list[tuple[Result, Result, str]], others: dict[str, str | list
             p.other_load is not None or m.other_load is not None) else None
         lines.append(f"| {i + 1} | {order} | {p.loop_s:.2f} | {m.loop_s:.2f} | **{_f(lr, '{:.3f}')}** "
                      f"| {p.wall_s:.2f} | {m.wall_s:.2f} | {_f(wr, '{:.3f}')} "
-                     f"| {_f(m.self_cpu_s)} ({m.self_cpu_method}) | {_f(pct, '{:.1f}')} % ({_f(st, '{:.1f}')} %) "
+                     f"| {_f(m.self_cpu_s)} ({m.self_cpu_method}; polled {_f(m.self_cpu_polled)}) "
+                     f"| {_f(pct, '{:.1f}')} % ({_f(st, '{:.1f}')} %) "
                      f"| {_f(other)} |")
     plains = [p for p, _, _ in pairs]
     mems = [m for _, m, _ in pairs]
@@ -314,6 +323,9 @@ def report(pairs: list[tuple[Result, Result, str]], others: dict[str, str | list
               f"(min {min(r for r in loop_r if r):.3f}, max {max(r for r in loop_r if r):.3f}) |",
               f"| median wall ratio (with memscope's start-up and finish) | {med([r for r in wall_r if r]):.3f} "
               f"(min {min(r for r in wall_r if r):.3f}, max {max(r for r in wall_r if r):.3f}) |",
+              f"| time outside the loop (start-up + finish), plain / under memscope (s) | "
+              f"{med([p.wall_s - p.loop_s for p in plains]):.2f} / {med([m.wall_s - m.loop_s for m in mems]):.2f}"
+              f" median |",
               f"| memscope's own CPU, % of one core over the run | "
               f"{_f(med(cpu_pct) if cpu_pct else None, '{:.1f}')} % median; steady state "
               f"{_f(med(steady_pct) if steady_pct else None, '{:.1f}')} % |",
@@ -322,10 +334,7 @@ def report(pairs: list[tuple[Result, Result, str]], others: dict[str, str | list
               f"| training tree CPU (s), plain / under memscope (collector excluded) | "
               f"{med([p.tree_cpu_s for p in plains]):.2f} / "
               f"{med([m.tree_cpu_s - (m.self_cpu_s or 0) for m in mems]):.2f} median |",
-              f"| noise floor: plain loop time spread | {min(p.loop_s for p in plains):.2f}–"
-              f"{max(p.loop_s for p in plains):.2f} s "
-              f"({100 * statistics.pstdev([p.loop_s for p in plains]) / statistics.mean([p.loop_s for p in plains]):.1f} %"
-              f" CV) |",
+              f"| noise: loop time spread, plain / under memscope | {spread(plains)} / {spread(mems)} |",
               f"| other load on the machine (cores) | max {_f(max((r.other_load or 0) for r in plains + mems))}, "
               f"median {_f(med([(r.other_load or 0) for r in plains + mems]))} |"]
     recs = [m.record for m in mems if m.record]
@@ -336,7 +345,8 @@ def report(pairs: list[tuple[Result, Result, str]], others: dict[str, str | list
         lines.append(f"| what memscope recorded | exit cause {', '.join(map(str, causes))}; "
                      f"processes {', '.join(map(str, procs))}; peak tree PSS {peak / 2**20:.0f} MiB median |")
     finals = {r.final for r in plains + mems}
-    lines.append(f"| deterministic (same losses in every run) | {'yes' if len(finals) == 1 else 'NO: ' + str(finals)} |")
+    same = "yes" if len(finals) == 1 else f"NO: {sorted(finals)}"
+    lines.append(f"| deterministic (same losses in every run) | {same} |")
     for tool, v in others.items():
         if isinstance(v, str):
             lines.append(f"| {tool} | {v} |")
@@ -365,6 +375,9 @@ def main() -> int:
                     help="before each pair, wait up to S seconds for the rest of the machine to be idle (0: don't)")
     ap.add_argument("--idle-threshold", type=float, default=0.2, metavar="CORES",
                     help="what --wait-idle calls idle: cores busy on the machine (0.2)")
+    ap.add_argument("--redo-busy", type=int, default=0, metavar="N",
+                    help="redo a pair (N times in all at most) when the rest of the machine used more than "
+                         "--idle-threshold cores during either of its runs (0: keep every pair)")
     ap.add_argument("--no-warmup", action="store_true", help="skip the short untimed run of each mode first")
     ns = ap.parse_args()
     if ns.pairs < 1:
@@ -384,7 +397,9 @@ def main() -> int:
         for mode in ("plain", "memscope"):
             run_mode(mode, py, ["--steps", "3", "--steps-per-epoch", "3", "--val-batches", "1"], env)
     pairs: list[tuple[Result, Result, str]] = []
-    for i in range(pairs_n):
+    redone = 0
+    i = 0
+    while i < pairs_n:
         order = ("plain", "memscope") if i % 2 == 0 else ("memscope", "plain")
         if ns.wait_idle > 0:
             wait_idle(ns.wait_idle, ns.idle_threshold, say)
@@ -394,7 +409,12 @@ def main() -> int:
             extra = f", memscope CPU {r.self_cpu_s:.2f} s" if mode == "memscope" and r.self_cpu_s is not None else ""
             say(f"pair {i + 1}/{pairs_n} {mode:8}: loop {r.loop_s:.2f} s, wall {r.wall_s:.2f} s{extra}, "
                 f"other load {_f(r.other_load)} cores")
+        if redone < ns.redo_busy and any((r.other_load or 0) > ns.idle_threshold for r in got.values()):
+            redone += 1
+            say(f"pair {i + 1}: the machine was busy during it; redoing it ({redone}/{ns.redo_busy})")
+            continue
         pairs.append((got["plain"], got["memscope"], " then ".join(order)))
+        i += 1
     others: dict[str, str | list[Result]] = {}
     for tool in ("memray", "scalene"):
         if not importable(py, tool):
@@ -409,6 +429,9 @@ def main() -> int:
                 "training loop": f"python {LOOP} {' '.join(loop_args)}".rstrip(),
                 "under memscope": f"python -m memscope.cli run --quiet --record <tmpdir> {LOOP}",
                 "memscope settings": "defaults: RSS every 0.2 s, PSS every 2 s, agent on"}
+    if ns.redo_busy:
+        settings["pairs redone (machine busy)"] = f"{redone} (at most {ns.redo_busy}; busy = other load > " \
+                                                  f"{ns.idle_threshold} cores)"
     text = report(pairs, others, settings)
     print(text)
     if ns.out:

@@ -26,7 +26,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=int(os.environ.get("TRAIN_LOOP_STEPS", 350)),
                     help="training steps in all (350)")
-    ap.add_argument("--steps-per-epoch", type=int, default=70, help="steps per epoch; a validation pass after each (70)")
+    ap.add_argument("--steps-per-epoch", type=int, default=70,
+                    help="steps per epoch; a validation pass after each (70)")
     ap.add_argument("--val-batches", type=int, default=8, help="batches per validation pass (8)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--workers", type=int, default=2)

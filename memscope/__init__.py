@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 __version__ = "0.1.0"
-__all__ = ["run", "attach", "phase", "mark", "Run", "Options", "LaunchError", "__version__"]
+__all__ = ["run", "attach", "phase", "mark", "reopen", "load_ipython_extension", "Run", "Options", "LaunchError", "__version__"]
 
 from .phases import mark, phase  # noqa: E402  (tiny, stdlib only: safe to import in training code)
 
@@ -26,7 +26,37 @@ def run(command: Sequence[str] | str, **options: Any) -> "Run":
     from .runner import Options, Run
 
     argv = shlex.split(command) if isinstance(command, str) else list(command)
+    if "output" not in options and _in_notebook():
+        from .magic import start_in_notebook
+
+        return start_in_notebook(argv, None, Options(**options))  # the same dashboard as %memscope
     return Run(argv, options=Options(**options)).start()
+
+
+def _in_notebook() -> bool:
+    import sys
+
+    if "IPython" not in sys.modules:
+        return False
+    from IPython import get_ipython
+
+    from .magic import widgets_can_render
+
+    return widgets_can_render(get_ipython())
+
+
+def reopen(run_id: str, record_dir: str | None = None) -> Any:
+    """Show the dashboard of a recorded run (an id, a unique prefix of it, 'last', or a path)."""
+    from .ui.dashboard import reopen as _reopen
+
+    return _reopen(run_id, record_dir)
+
+
+def load_ipython_extension(ip: Any) -> None:
+    """``%load_ext memscope``: registers %memscope and %%memscope."""
+    from .magic import load
+
+    load(ip)
 
 
 def attach(pid: int, **options: Any) -> "Run":

@@ -163,6 +163,7 @@ class Run:
         self._maxrss: int | None = None
         self.snapshot = Snapshot()
         self.output_tail: collections.deque[str] = collections.deque(maxlen=200)
+        self.output_partial = ""  # the line being written (a progress bar), not yet ended by a newline
         self._proc: subprocess.Popen | None = None
         self._server = None
         self._threads: list[threading.Thread] = []
@@ -591,9 +592,13 @@ class Run:
             partial += text
             *lines, partial = partial.split("\n")
             for line in lines:
-                self.output_tail.append(line.rsplit("\r", 1)[-1] if "\r" in line.rstrip("\r") else line)
+                self.output_tail.append(_last_state(line))
+            # A progress bar redraws with \r and no newline: show its latest state.
+            partial = _last_state(partial) if "\r" in partial else partial
+            self.output_partial = partial
         if partial:
-            self.output_tail.append(partial.rsplit("\r", 1)[-1])
+            self.output_tail.append(_last_state(partial))
+        self.output_partial = ""
 
     def _abort(self) -> None:
         if self._server is not None:
@@ -607,6 +612,12 @@ class Run:
         except OSError:
             pass
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _last_state(line: str) -> str:
+    """What a terminal shows of a line redrawn with carriage returns: the text after the last non-final \\r."""
+    body = line.rstrip("\r")
+    return body.rsplit("\r", 1)[-1]
 
 
 class _Subscriber:

@@ -336,7 +336,10 @@ class RunSeries:
       process in a round counts 0 there, also for rounds before it first appeared).
     * ``tree_rss``: per RSS round, the tree's RSS; ``main_rss``: the RSS of the process(es) whose role is "main".
     * ``host_available`` and ``limit`` from host samples (rounds without a limit are skipped).
-    * ``events``: the last 200 events other than program output.
+    * ``events``: the last 200 events other than program output (long strings in their data cut to 4,000 chars).
+
+    A round that found no process at all is skipped (the record cannot hold one), so live series and series
+    read back from the record agree. ``RunSeries.follow(run)`` is the way to feed a view from a live run.
     """
 
     def __init__(self, max_points: int = 2000) -> None:
@@ -355,6 +358,9 @@ class RunSeries:
         self.exited: set[int] = set()
         self.ended = False
         self.t_last = 0.0
+        # the latest time fed per stream (``follow`` uses them to skip what the record already had)
+        self._t_rss = self._t_pss = self._t_host = -math.inf
+        self._unsubscribe: Any = None
 
     # -- feeding -----------------------------------------------------------------------------------------------
     def feed(self, rec: Any) -> None:
@@ -367,10 +373,12 @@ class RunSeries:
 
     def _feed(self, rec: Any) -> bool:
         if isinstance(rec, TreeSample):
+            if not rec.procs:
+                return False  # a round that found no process: the record cannot hold it, so neither do we
             if rec.kind == "pss":
-                self._pss_round(rec.t, ((p.pid, p.pss) for p in rec.procs))
+                self._pss_round(rec.t, [(p.pid, p.pss) for p in rec.procs])
             else:
-                self._rss_round(rec.t, ((p.pid, p.rss) for p in rec.procs))
+                self._rss_round(rec.t, [(p.pid, p.rss) for p in rec.procs])
             return True
         if isinstance(rec, HostSample):
             self._host(rec.t, rec.available, rec.limit)
@@ -413,6 +421,7 @@ class RunSeries:
                 total += pss
         vals[0] = total
         agg.append_row(t, vals)
+        self._t_pss = t
         if t > self.t_last:
             self.t_last = t
 
@@ -428,6 +437,7 @@ class RunSeries:
         self.tree_rss.append(t, total)
         if found:
             self.main_rss.append(t, m)
+        self._t_rss = t
         if t > self.t_last:
             self.t_last = t
 
@@ -435,6 +445,7 @@ class RunSeries:
         self.host_available.append(t, available)
         if limit is not None:
             self.limit.append(t, limit)
+        self._t_host = t
 
     def _event(self, t: float, pid: int | None, kind: str, data: Any) -> bool:
         if kind == "output" or kind.startswith("__"):
@@ -445,6 +456,63 @@ class RunSeries:
             data = {"repr": repr(data)}
         self.events.append({"t": t, "pid": pid, "kind": kind, "data": _clip(data)})
         return True
+
+    # -- following a run live ----------------------------------------------------------------------------------
+    @classmethod
+    def follow(cls, run: Any, max_points: int = 2000, history: bool = True) -> "RunSeries":
+        """Series of a ``memscope.Run`` that keep up with it (``Run.subscribe``); ``close()`` stops following.
+
+        With ``history`` the series first read what the run's record already holds, so a view opened an hour
+        into a run shows the whole hour. Records that arrive meanwhile are held back and then replayed, skipping
+        those the record already had. Process roles are also taken from the run's own snapshot, so that a
+        subscription that starts after the processes were announced still knows which one is "main".
+        """
+        gate = threading.Lock()
+        pending: list[Any] = []
+        box: list[RunSeries] = []
+
+        def on_record(rec: Any) -> None:
+            with gate:
+                if not box:
+                    pending.append(rec)
+                    return
+            box[0].feed(rec)
+
+        unsubscribe = run.subscribe(on_record)
+        if history:
+            sync = getattr(run, "_recorder_sync", None)
+            if sync is not None:
+                sync()  # everything published before the subscription is in the file now
+            rs = cls.from_record(run.record_path, max_points)
+        else:
+            rs = cls(max_points)
+        rs._unsubscribe = unsubscribe
+        with gate:
+            with rs._lock:
+                for pid, d in list(getattr(getattr(run, "snapshot", None), "procs", {}).items()):
+                    if d.get("role"):
+                        rs._seen(pid, d["role"])
+                t_rss, t_pss, t_host = rs._t_rss, rs._t_pss, rs._t_host
+                had = {(e["t"], e["pid"], e["kind"]) for e in rs.events}
+                for rec in pending:
+                    t = getattr(rec, "t", None)
+                    if isinstance(rec, TreeSample) and t <= (t_pss if rec.kind == "pss" else t_rss):
+                        continue
+                    if isinstance(rec, HostSample) and t <= t_host:
+                        continue
+                    if isinstance(rec, Event) and (t, rec.pid, rec.kind) in had:
+                        continue
+                    rs._feed(rec)
+                rs._version += 1
+            pending.clear()
+            box.append(rs)
+        return rs
+
+    def close(self) -> None:
+        """Stop following the run (see ``follow``); the series keep what they have."""
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
+        if unsubscribe is not None:
+            unsubscribe()
 
     # -- reading a record --------------------------------------------------------------------------------------
     @classmethod

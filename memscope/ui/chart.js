@@ -1,0 +1,431 @@
+// memscope's live memory chart: an anywidget front-end module (AFM) that draws with BokehJS.
+//
+// One module serves two widget classes (memscope/ui/chart.py):
+// * _BokehJS, one per kernel: carries BokehJS (bokeh.min.js + bokeh-api.min.js, read from the installed bokeh
+//   wheel) in its state. Its initialize() only publishes that text to this window's registry.
+// * MemoryChart: references the loader (trait _bokehjs = "IPY_MODEL_<id>"), injects BokehJS at most once per
+//   window (a classic <script> from a blob: URL, after checking window.Bokeh), then draws, and on every change of
+//   `data` updates its ColumnDataSources in place.
+// Only anywidget 0.9 APIs are used: the default export { initialize, render }, model.get/set/on/off/save_changes/
+// send, and (when the host has it) model.widget_manager.get_model.
+
+const REGISTRY_KEY = "__memscope_bokehjs__";
+const REQUEST = "memscope-bokehjs?";
+const REPLY = "memscope-bokehjs";
+
+// Stacking order, bottom first (memscope.model.ROLES, main first), and one colour per role everywhere.
+const ROLES = ["main", "dataloader_worker", "compile_worker", "rank", "wrapper", "helper", "other"];
+const ROLE_COLORS = {
+  main: "#4c78a8",
+  dataloader_worker: "#f58518",
+  compile_worker: "#b279a2",
+  rank: "#54a24b",
+  wrapper: "#9d755d",
+  helper: "#72b7b2",
+  other: "#bab0ac",
+};
+const LINES = [
+  // key in data, legend label, style
+  ["tree_pss", "tree PSS (total)", { line_color: "#1f2d3d", line_width: 1.2 }],
+  ["main_rss", "main RSS", { line_color: "#e45756", line_width: 2 }],
+  ["tree_rss", "tree RSS (sum)", { line_color: "#888888", line_width: 1, line_dash: "dotted" }],
+  ["host_available", "host available", { line_color: "#2e7d32", line_width: 1.5, line_dash: "dashed" }],
+  ["limit", "limit", { line_color: "#c62828", line_width: 2, line_dash: "dashed" }],
+];
+const PHASE_COLORS = { train: "#54a24b", eval: "#f58518" };
+const PHASE_OTHER = "#7b61ff";
+const MAX_PHASES = 400;
+const MiB = 1024 * 1024;
+const GiB = 1024 * MiB;
+
+// ---------------------------------------------------------------- BokehJS, at most once per window
+
+function registry() {
+  const g = globalThis;
+  if (!g[REGISTRY_KEY]) g[REGISTRY_KEY] = { sources: {}, waiters: {}, loads: {}, asked: {} };
+  return g[REGISTRY_KEY];
+}
+
+function publishSources(version, sources) {
+  const reg = registry();
+  if (!version || !sources || !sources.core || !sources.api) return null;
+  if (!reg.sources[version]) reg.sources[version] = sources;
+  for (const resolve of reg.waiters[version] || []) resolve(reg.sources[version]);
+  delete reg.waiters[version];
+  return reg.sources[version];
+}
+
+function bokehFor(version) {
+  const B = globalThis.Bokeh;
+  if (!B) return null;
+  const b = B[version] || (B.version === version ? B : null);
+  return b && b.Plotting ? b : null;
+}
+
+function runScript(text) {
+  return new Promise((resolve, reject) => {
+    const url = URL.createObjectURL(new Blob([text], { type: "text/javascript" }));
+    const script = document.createElement("script");
+    script.src = url;
+    script.async = false;
+    script.dataset.memscope = "bokehjs";
+    script.onload = () => { URL.revokeObjectURL(url); resolve(); };
+    script.onerror = () => { URL.revokeObjectURL(url); reject(new Error("memscope: BokehJS could not be loaded")); };
+    document.head.appendChild(script);
+  });
+}
+
+function loaderId(model) {
+  const ref = model.get("_bokehjs");
+  return typeof ref === "string" && ref.startsWith("IPY_MODEL_") ? ref.slice("IPY_MODEL_".length) : null;
+}
+
+function withTimeout(promise, ms) {
+  return Promise.race([promise, new Promise((_, reject) => setTimeout(() => reject(new Error("timeout")), ms))]);
+}
+
+// BokehJS's text: published by the loader's initialize() in this window, or read from the loader model through
+// the widget manager, or (hosts that instantiate models lazily and expose no widget manager) asked of the kernel.
+async function sourcesFor(model, version) {
+  const reg = registry();
+  if (reg.sources[version]) return reg.sources[version];
+  const id = loaderId(model);
+  const wm = model.widget_manager;
+  if (id && wm && typeof wm.get_model === "function") {
+    try {
+      const loader = await withTimeout(Promise.resolve(wm.get_model(id)), 15000);
+      const got = publishSources(version, { core: loader.get("core"), api: loader.get("api") });
+      if (got) return got;
+    } catch (e) {
+      console.debug("memscope: BokehJS loader model not reachable through the widget manager", e);
+    }
+  }
+  if (reg.sources[version]) return reg.sources[version];
+  const waiting = new Promise((resolve) => (reg.waiters[version] = reg.waiters[version] || []).push(resolve));
+  if (!reg.asked[version]) {
+    reg.asked[version] = true;
+    model.send({ type: REQUEST });
+  }
+  return waiting;
+}
+
+function onReply(msg) {
+  if (msg && msg.type === REPLY) publishSources(msg.version, { core: msg.core, api: msg.api });
+}
+
+function ensureBokeh(model) {
+  const version = model.get("_bokeh_version");
+  const ready = bokehFor(version);
+  if (ready) return Promise.resolve(ready);
+  const reg = registry();
+  if (!reg.loads[version]) {
+    const load = (async () => {
+      const { core, api } = await sourcesFor(model, version);
+      if (!(globalThis.Bokeh && globalThis.Bokeh[version])) await runScript(core);
+      if (!bokehFor(version)) await runScript(api);
+      const b = bokehFor(version);
+      if (!b) throw new Error(`memscope: BokehJS ${version} did not register`);
+      return b;
+    })();
+    reg.loads[version] = load;
+    load.catch(() => { if (reg.loads[version] === load) delete reg.loads[version]; });
+  }
+  return reg.loads[version];
+}
+
+// ---------------------------------------------------------------- data → columns
+
+function series(d) {
+  const t = (d && Array.isArray(d.t)) ? d.t : [];
+  const y = (d && Array.isArray(d.y)) ? d.y : [];
+  const n = Math.min(t.length, y.length);
+  return { t: t.slice(0, n), y: y.slice(0, n) };
+}
+
+function num(v) {
+  return v === null || v === undefined ? NaN : +v;
+}
+
+function sameT(list) {
+  const a = list[0].t;
+  for (const s of list) {
+    if (s.t.length !== a.length) return false;
+    for (let i = 0; i < a.length; i++) if (s.t[i] !== a[i]) return false;
+  }
+  return true;
+}
+
+// Roles on one time axis. RunSeries gives every role the same t; otherwise the union of the times, each role
+// holding its last value inside its own span and 0 outside it.
+function alignRoles(byRole) {
+  const parts = {};
+  for (const [role, d] of Object.entries(byRole || {})) {
+    const s = series(d);
+    if (s.t.length) (parts[ROLES.includes(role) ? role : "other"] ||= []).push(s);
+  }
+  // Roles memscope does not know are folded into "other" (summed on the union of their times).
+  const roles = {};
+  for (const [k, list] of Object.entries(parts)) roles[k] = list.length === 1 ? list[0] : sumOnUnion(list);
+  const present = ROLES.filter((r) => roles[r]);
+  if (!present.length) return { t: [], cols: {}, present };
+  const list = present.map((r) => roles[r]);
+  if (sameT(list)) {
+    const cols = {};
+    for (const r of present) cols[r] = roles[r].y.map((v) => { const x = num(v); return isFinite(x) ? x : 0; });
+    return { t: list[0].t.map(num), cols, present };
+  }
+  const t = union(list);
+  const cols = {};
+  for (const r of present) cols[r] = holdOn(roles[r], t);
+  return { t, cols, present };
+}
+
+function union(list) {
+  const all = [];
+  for (const s of list) for (const v of s.t) all.push(num(v));
+  all.sort((a, b) => a - b);
+  const out = [];
+  for (const v of all) if (!out.length || out[out.length - 1] !== v) out.push(v);
+  return out;
+}
+
+function holdOn(s, t) {
+  const out = new Array(t.length).fill(0);
+  const first = num(s.t[0]), last = num(s.t[s.t.length - 1]);
+  let j = 0;
+  for (let i = 0; i < t.length; i++) {
+    if (t[i] < first || t[i] > last) continue;
+    while (j + 1 < s.t.length && num(s.t[j + 1]) <= t[i]) j++;
+    const v = num(s.y[j]);
+    out[i] = isFinite(v) ? v : 0;
+  }
+  return out;
+}
+
+function sumOnUnion(list) {
+  const t = union(list);
+  const y = new Array(t.length).fill(0);
+  for (const s of list) holdOn(s, t).forEach((v, i) => { y[i] += v; });
+  return { t, y };
+}
+
+function pickUnit(max, units) {
+  for (const [limit, factor, name] of units) if (max <= limit) return { factor, name };
+  const [, factor, name] = units[units.length - 1];
+  return { factor, name };
+}
+
+// Everything the plot needs from one data snapshot, already scaled to display units.
+export function columns(data) {
+  data = data || {};
+  const stack = alignRoles(data.tree_pss_by_role);
+  const total = stack.t.map((_, i) => stack.present.reduce((acc, r) => acc + stack.cols[r][i], 0));
+  const lines = { tree_pss: { t: stack.t, y: total } };
+  for (const key of ["main_rss", "tree_rss", "host_available", "limit"]) {
+    const s = series(data[key]);
+    lines[key] = { t: s.t.map(num), y: s.y.map(num) };
+  }
+  let yMax = 0, tMin = Infinity, tMax = -Infinity;
+  for (const s of Object.values(lines)) {
+    for (const v of s.y) if (isFinite(v) && v > yMax) yMax = v;
+    if (s.t.length) { tMin = Math.min(tMin, s.t[0]); tMax = Math.max(tMax, s.t[s.t.length - 1]); }
+  }
+  const phases = (Array.isArray(data.phases) ? data.phases : [])
+    .map((p) => Array.isArray(p) ? { name: p[0], start_s: p[1], end_s: p[2] } : p)
+    .filter((p) => p && isFinite(num(p.start_s)))
+    .slice(-MAX_PHASES);
+  for (const p of phases) {
+    tMax = Math.max(tMax, num(p.start_s));
+    if (isFinite(num(p.end_s))) tMax = Math.max(tMax, num(p.end_s));
+  }
+  const span = isFinite(tMax) ? tMax - Math.min(0, isFinite(tMin) ? tMin : 0) : 0;
+  const yu = yMax >= GiB ? { factor: GiB, name: "GiB" } : { factor: MiB, name: "MiB" };
+  const xu = pickUnit(span, [[180, 1, "s"], [3 * 3600, 60, "min"], [Infinity, 3600, "h"]]);
+  const sx = (v) => v / xu.factor, sy = (v) => v / yu.factor;
+
+  const stackData = { x: stack.t.map(sx) };
+  const base = new Array(stack.t.length).fill(0);
+  for (const r of ROLES) {
+    const vals = stack.cols[r];
+    const lo = base.slice();
+    if (vals) for (let i = 0; i < base.length; i++) base[i] += vals[i];
+    stackData[`${r}_lo`] = lo.map(sy);
+    stackData[`${r}_hi`] = base.map(sy);
+  }
+  const lineData = {};
+  for (const [key, s] of Object.entries(lines)) lineData[key] = { x: s.t.map(sx), y: s.y.map(sy) };
+
+  const tEnd = isFinite(tMax) ? tMax : 0;
+  const phaseData = phases.map((p) => ({
+    name: String(p.name ?? ""),
+    left: sx(num(p.start_s)),
+    right: sx(isFinite(num(p.end_s)) ? num(p.end_s) : tEnd),
+  }));
+
+  let points = stack.t.length * stack.present.length;
+  for (const key of ["main_rss", "tree_rss", "host_available", "limit"]) points += lines[key].t.length;
+  const present = new Set(stack.present);
+  for (const [key, s] of Object.entries(lines)) if (s.t.length) present.add(key);
+  return { stackData, lineData, phaseData, xu, yu, present, points, span: sx(span) };
+}
+
+// ---------------------------------------------------------------- the chart
+
+function buildChart(B, model) {
+  const fig = B.Plotting.figure({
+    height: model.get("height") || 320,
+    sizing_mode: "stretch_width",
+    title: model.get("title") || "",
+    x_range: new B.DataRange1d({ range_padding: 0.02, only_visible: true }),
+    y_range: new B.DataRange1d({ start: 0, only_visible: true }),
+    x_axis_label: "elapsed (s)",
+    y_axis_label: "memory (MiB)",
+    tools: "xpan,xwheel_zoom,box_zoom,reset,save",
+    toolbar_location: "above",
+  });
+  fig.xgrid.grid_line_alpha = 0.4;
+  fig.ygrid.grid_line_alpha = 0.4;
+
+  const stackSource = new B.ColumnDataSource({ data: { x: [], ...Object.fromEntries(ROLES.flatMap((r) => [[`${r}_lo`, []], [`${r}_hi`, []]])) } });
+  const areas = {};
+  for (const r of ROLES) {
+    areas[r] = fig.varea({
+      x: { field: "x" }, y1: { field: `${r}_lo` }, y2: { field: `${r}_hi` },
+      source: stackSource, fill_color: ROLE_COLORS[r], fill_alpha: 0.6,
+    });
+    areas[r].name = r;
+  }
+  const lineSources = {}, lines = {};
+  for (const [key, label, style] of LINES) {
+    lineSources[key] = new B.ColumnDataSource({ data: { x: [], y: [] } });
+    lines[key] = fig.line({ x: { field: "x" }, y: { field: "y" }, source: lineSources[key], ...style });
+    lines[key].name = label;
+  }
+  const hover = new B.HoverTool({
+    renderers: LINES.map(([key]) => lines[key]),
+    tooltips: [["", "$name"], ["elapsed", "@x{0.0} s"], ["memory", "@y{0.00} MiB"]],
+    line_policy: "nearest",
+  });
+  fig.add_tools(hover);
+
+  const legend = new B.Legend({ items: [], click_policy: "hide", label_text_font_size: "11px", spacing: 0,
+                                 glyph_height: 14, glyph_width: 18, padding: 6, border_line_alpha: 0 });
+  fig.add_layout(legend, "right");
+
+  const phaseLabels = new B.ColumnDataSource({ data: { x: [], text: [] } });
+  fig.add_layout(new B.LabelSet({
+    x: { field: "x" }, y: { value: 4 }, y_units: "screen", x_offset: 3, text: { field: "text" },
+    source: phaseLabels, text_font_size: "10px", text_color: "#555555", text_alpha: 0.9,
+  }));
+  const boxes = [];
+  let legendKey = "", unitKey = "";
+
+  function update(data) {
+    const c = columns(data);
+    stackSource.data = c.stackData;
+    for (const [key] of LINES) lineSources[key].data = c.lineData[key];
+
+    // Phase bands: a pool of BoxAnnotations, reused in place; extra ones hidden.
+    const minWidth = c.span * 0.04;
+    c.phaseData.forEach((p, i) => {
+      if (!boxes[i]) {
+        boxes[i] = new B.BoxAnnotation({ left: p.left, right: p.right, level: "underlay",
+                                          fill_alpha: 0.10, line_alpha: 0 });
+        fig.add_layout(boxes[i]);
+      }
+      const color = PHASE_COLORS[p.name] || PHASE_OTHER;
+      boxes[i].setv({ left: p.left, right: p.right, fill_color: color, visible: true });
+    });
+    for (let i = c.phaseData.length; i < boxes.length; i++) if (boxes[i].visible) boxes[i].visible = false;
+    const labelled = c.phaseData.filter((p) => p.right - p.left >= minWidth);
+    phaseLabels.data = { x: labelled.map((p) => p.left), text: labelled.map((p) => p.name) };
+
+    const uk = c.xu.name + "/" + c.yu.name;
+    if (uk !== unitKey) {
+      unitKey = uk;
+      fig.xaxis.axis_label = `elapsed (${c.xu.name})`;
+      fig.yaxis.axis_label = `memory (${c.yu.name})`;
+      hover.tooltips = [["", "$name"], ["elapsed", `@x{0.0} ${c.xu.name}`], ["memory", `@y{0.00} ${c.yu.name}`]];
+    }
+    const lk = [...c.present].sort().join(",");
+    if (lk !== legendKey) {
+      legendKey = lk;
+      const items = [];
+      for (const r of [...ROLES].reverse()) {
+        if (c.present.has(r)) items.push(new B.LegendItem({ label: { value: r }, renderers: [areas[r]] }));
+      }
+      for (const [key, label] of LINES) {
+        if (key !== "tree_pss" && c.present.has(key)) items.push(new B.LegendItem({ label: { value: label }, renderers: [lines[key]] }));
+      }
+      legend.items = items;
+    }
+    return c.points;
+  }
+
+  return { fig, update };
+}
+
+function setStatus(el, text) {
+  let status = el.querySelector(".memscope-chart-status");
+  if (!status) {
+    status = document.createElement("div");
+    status.className = "memscope-chart-status";
+    status.style.cssText = "font: 12px sans-serif; color: #666; padding: 4px 0;";
+    el.appendChild(status);
+  }
+  status.textContent = text;
+  status.style.display = text ? "" : "none";
+}
+
+async function render({ model, el }) {
+  el.classList.add("memscope-chart");
+  el.style.width = "100%";
+  setStatus(el, "loading BokehJS…");
+  model.on("msg:custom", onReply);
+  let B;
+  try {
+    B = await ensureBokeh(model);
+  } catch (e) {
+    setStatus(el, String(e && e.message || e));
+    throw e;
+  }
+  setStatus(el, "");
+  const container = document.createElement("div");
+  container.style.width = "100%";
+  el.appendChild(container);
+  const { fig, update } = buildChart(B, model);
+
+  let pending = false;
+  const apply = () => {
+    pending = false;
+    const points = update(model.get("data"));
+    if (model.get("rendered_points") !== points) {
+      model.set("rendered_points", points);
+      model.save_changes();
+    }
+  };
+  const schedule = () => { if (!pending) { pending = true; queueMicrotask(apply); } };
+  const onTitle = () => { fig.title.text = model.get("title") || ""; };
+  const onHeight = () => { fig.height = model.get("height") || 320; };
+
+  apply();
+  const view = await B.Plotting.show(fig, container);
+  model.on("change:data", schedule);
+  model.on("change:title", onTitle);
+  model.on("change:height", onHeight);
+  return () => {
+    model.off("change:data", schedule);
+    model.off("change:title", onTitle);
+    model.off("change:height", onHeight);
+    model.off("msg:custom", onReply);
+    try { view.remove(); } catch (e) { /* already gone */ }
+  };
+}
+
+function initialize({ model }) {
+  // The loader model (memscope.ui.chart._BokehJS) makes BokehJS's text known to this window; it injects nothing.
+  const core = model.get("core");
+  if (core) publishSources(model.get("_bokeh_version"), { core, api: model.get("api") });
+}
+
+export default { initialize, render };

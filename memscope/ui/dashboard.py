@@ -1,0 +1,302 @@
+"""The notebook dashboard of one run: status line, memory chart, process table, output tail, buttons, and the
+verdict card when the run ends.
+
+It owns no data: it subscribes to the run's records (or reads a finished run's record) through RunSeries,
+and pushes at most 4 updates a second to the browser. One updater thread per dashboard, which ends with the run
+or when the dashboard is closed (re-running a cell closes the dashboard it made before).
+"""
+from __future__ import annotations
+
+import html
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import ipywidgets as w
+
+from ..analysis import phases as phases_mod
+from ..analysis.leak import assess_leak
+from .chart import MemoryChart
+from .controls import Controls
+from .series import RunSeries
+from .terminal import fmt_bytes, fmt_elapsed
+
+if TYPE_CHECKING:
+    from ..runner import Run
+
+PUSH_PERIOD_S = 0.25      # at most 4 updates a second reach the browser
+LEAK_PERIOD_S = 5.0       # the live leak verdict is recomputed this often
+_by_cell: dict[str, "Dashboard"] = {}
+_CAUSE_COLOR = {"ok": "#2e7d32", "stopped_by_user": "#555", "exit_nonzero": "#b26a00", "running": "#1565c0"}
+
+
+def _esc(s: Any) -> str:
+    return html.escape(str(s), quote=True)
+
+
+def process_table(procs: dict[int, dict[str, Any]]) -> str:
+    rows = []
+    for pid, d in sorted(procs.items(), key=lambda x: (not x[1].get("alive", True), -(x[1].get("rss") or 0))):
+        alive = d.get("alive", True)
+        if alive:
+            state = "running"
+        elif d.get("exit_signal"):
+            state = f"died: {d['exit_signal']}"
+        elif d.get("exit_code") is not None:
+            state = f"exited {d['exit_code']}"
+        else:
+            state = "exited"
+        style = "" if alive else ' style="color:#999"'
+        rows.append(f"<tr{style}><td>{pid}</td><td>{_esc(d.get('role', 'other'))}</td>"
+                    f"<td>{fmt_bytes(d.get('rss'))}</td><td>{fmt_bytes(d.get('pss'))}</td>"
+                    f"<td>{fmt_bytes(d.get('swap'))}</td><td>{_esc(state)}</td>"
+                    f"<td style='max-width:420px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap'>"
+                    f"{_esc(d.get('cmdline') or d.get('name') or '')}</td></tr>")
+    head = "".join(f"<th style='text-align:left;padding-right:10px'>{h}</th>"
+                   for h in ("pid", "role", "RSS", "PSS", "swap", "state", "command"))
+    return (f"<table class='memscope-procs' style='font-size:12px;font-family:monospace'><tr>{head}</tr>"
+            f"{''.join(rows)}</table>")
+
+
+def output_tail(lines: list[str], partial: str = "") -> str:
+    text = "\n".join(lines[-200:] + ([partial] if partial else []))
+    return (f"<pre class='memscope-output' style='max-height:220px;overflow:auto;font-size:11px;"
+            f"background:#f8f8f8;padding:4px;margin:0'>{_esc(text)}</pre>")
+
+
+def verdict_card(summary: dict[str, Any]) -> str:
+    ex = summary["exit"]
+    color = _CAUSE_COLOR.get(ex["cause"], "#c62828")
+    peak = summary.get("peak") or {}
+    leak = summary.get("leak") or {}
+    tb = ex.get("traceback")
+    tb_html = (f"<details><summary>stack</summary><pre style='font-size:11px'>{_esc(tb[-6000:])}</pre></details>"
+               if tb else "")
+    leak_html = f"<div>memory: {_esc(leak_line(leak))}</div>" if leak else ""
+    return (f"<div class='memscope-verdict' style='border-left:6px solid {color};padding:6px 10px;margin:6px 0;"
+            f"background:#fafafa'><div style='font-weight:bold;color:{color}'>{_esc(ex['cause'])}</div>"
+            f"<div>{_esc(ex['message'])}</div>"
+            f"<div>peak tree PSS {fmt_bytes(peak.get('tree_pss_bytes'))}, RSS {fmt_bytes(peak.get('tree_rss_bytes'))}"
+            f" at {peak.get('at_s', 0):.1f} s; {len(summary.get('processes', []))} processes</div>{leak_html}"
+            f"<div style='font-size:11px;color:#666'>record: {_esc(summary.get('record', ''))} "
+            f"(memscope.reopen('{_esc(summary.get('run_id', ''))}'))</div>{tb_html}</div>")
+
+
+def leak_line(leak: dict[str, Any]) -> str:
+    v = leak.get("verdict")
+    if v == "leak":
+        rate = (leak.get("slope_bytes_per_s") or 0) * 60
+        ttl = leak.get("time_to_limit_s")
+        eta = f"; at this rate the tree reaches the limit in {ttl / 60:.0f} min" if ttl else ""
+        return f"slow leak: the floor rises {fmt_bytes(int(rate))}/min{eta}"
+    if v == "no_leak":
+        return "no leak: the floor is flat (spikes only)"
+    return "leak or spikes: not enough data yet (30 s needed)"
+
+
+class Dashboard:
+    """Widgets for one run. ``Dashboard(run)`` follows a live run; ``Dashboard.from_record(path)`` a finished one."""
+
+    def __init__(self, run: "Run | None" = None, *, series: RunSeries | None = None,
+                 summary: dict[str, Any] | None = None, procs: dict[int, dict[str, Any]] | None = None,
+                 title: str = "") -> None:
+        self.run = run
+        self._record_procs = procs or {}
+        self.series = series or RunSeries()
+        self._phase_events: list[dict[str, Any]] = []
+        self._closed = threading.Event()
+        self._leak: dict[str, Any] = {}
+        self._leak_at = 0.0
+        self.status = w.HTML()
+        self.chart = MemoryChart(title=title, height=300)
+        self.table = w.HTML()
+        self.output = w.HTML()
+        self.card = w.HTML()
+        self.controls = Controls(self._action) if run is not None else None
+        parts: list[w.Widget] = [self.status, self.card]
+        if self.controls is not None:
+            parts.append(self.controls)
+        parts += [self.chart, w.Accordion(children=[self.table, self.output])]
+        self.widget = w.VBox(parts)
+        acc = parts[-1]
+        for i, name in enumerate(("Processes", "Output (last 200 lines)")):
+            try:
+                acc.set_title(i, name)
+            except Exception:
+                pass
+        acc.selected_index = 0
+        if run is not None:
+            self._unsubscribe = run.subscribe(self._on_record)
+            self._thread = threading.Thread(target=self._loop, name="memscope-dashboard", daemon=True)
+            self._thread.start()
+        else:
+            self._push(final_summary=summary)
+
+    # -- data in ---------------------------------------------------------------------------------------------
+    def _on_record(self, rec: Any) -> None:
+        self.series.feed(rec)
+        if type(rec).__name__ == "Event" and rec.kind == "phase":
+            self._phase_events.append({"t": rec.t, "pid": rec.pid, "data": rec.data})
+
+    # -- data out --------------------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        run = self.run
+        assert run is not None
+        version = -1
+        while not self._closed.is_set():
+            ended = run.ended
+            if self.series.changed_since(version) or ended:
+                version = self.series.version
+                try:
+                    self._push(final_summary=run.wait(5) if ended else None)
+                except Exception:
+                    pass
+            if ended:
+                break
+            self._closed.wait(PUSH_PERIOD_S)
+        self._unsubscribe()
+
+    def _push(self, final_summary: dict[str, Any] | None = None) -> None:
+        snap = self.series.snapshot()
+        end = (final_summary or {}).get("duration_s") or (self.run._clock() if self.run else 0.0)
+        if final_summary and final_summary.get("phases") is not None:
+            snap["phases"] = [{"name": p["name"], "start_s": p["start_s"], "end_s": p["end_s"]}
+                              for p in final_summary["phases"]]
+        else:
+            main = next((pid for pid, d in self._procs().items() if d.get("role") == "main"), None)
+            snap["phases"] = [{"name": n, "start_s": a, "end_s": b}
+                              for n, a, b in phases_mod.intervals(self._phase_events, end, main)]
+        self.chart.data = snap
+        self.table.value = process_table(self._procs())
+        if self.run is not None:
+            self.output.value = output_tail(list(self.run.output_tail), self.run.output_partial)
+        self.status.value = self._status_html(snap, final_summary)
+        if final_summary is not None:
+            self.card.value = verdict_card(final_summary)
+            if self.controls is not None:
+                self.controls.disabled = ["stop", "kill", "scalene", "census"]
+                self.controls.labels = {"stop": "Stop", "kill": "Kill"}
+
+    def _procs(self) -> dict[int, dict[str, Any]]:
+        if self.run is not None:
+            return {pid: dict(d) for pid, d in list(self.run.snapshot.procs.items())}
+        return self._record_procs
+
+    def _status_html(self, snap: dict[str, Any], summary: dict[str, Any] | None) -> str:
+        run = self.run
+        if summary is not None:
+            state, elapsed = summary["exit"]["cause"], summary.get("duration_s") or 0.0
+            peak = (summary.get("peak") or {}).get("tree_pss_bytes") or (summary.get("peak") or {}).get(
+                "tree_rss_bytes")
+            cur = None
+            limit = summary.get("limit_bytes")
+            leak = summary.get("leak") or {}
+        else:
+            assert run is not None
+            s = run.snapshot
+            state, elapsed = "running", run._clock()
+            cur, peak = s.tree_pss if s.tree_pss is not None else s.tree_rss, s.peak_pss or s.peak_rss
+            limit = (s.host.limit or s.host.total) if s.host else None
+            leak = self._live_leak(snap, limit)
+        color = _CAUSE_COLOR.get(state, "#c62828")
+        head = f"{fmt_bytes(limit - cur)} headroom to the {fmt_bytes(limit)} limit" if limit and cur else \
+            (f"limit {fmt_bytes(limit)}" if limit else "no limit known")
+        now = f"now {fmt_bytes(cur)} · " if cur is not None else ""
+        return (f"<div class='memscope-status' style='font-family:monospace;font-size:13px'>"
+                f"<b style='color:{color}'>● {_esc(state)}</b> {fmt_elapsed(elapsed)} · {now}"
+                f"peak {fmt_bytes(peak)} · {head} · {_esc(leak_line(leak))}</div>")
+
+    def _live_leak(self, snap: dict[str, Any], limit: int | None) -> dict[str, Any]:
+        now = time.monotonic()
+        if now - self._leak_at >= LEAK_PERIOD_S:
+            self._leak_at = now
+            total = snap.get("tree_pss") or snap.get("tree_rss") or {}
+            t, y = total.get("t") or [], total.get("y") or []
+            if t:
+                self._leak = assess_leak(t, y, limit_bytes=limit).to_dict()
+        return self._leak
+
+    # -- buttons ---------------------------------------------------------------------------------------------
+    def _action(self, action: str) -> str:
+        run = self.run
+        assert run is not None and self.controls is not None
+        if run.ended:
+            return "the run has ended"
+        if action == "stop":
+            run.stop(wait=False)
+            self.controls.labels = {"stop": "stopping…"}
+            return f"SIGINT sent; SIGTERM, then SIGKILL, follow after {run.options.grace_s:g} s each"
+        if action == "kill":
+            run.kill(wait=False)
+            self.controls.labels = {"kill": "killing…"}
+            return "SIGKILL sent to every process of the run"
+        if action == "scalene":
+            return "Scalene snapshots need the run started under Scalene (memscope --scalene, coming next)"
+        if action == "census":
+            return "The tensor census needs the census probe in the agent (coming next)"
+        return f"unknown action {action}"
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop updating and close the widgets (the run itself goes on)."""
+        self._closed.set()
+        try:
+            self.widget.close_all() if hasattr(self.widget, "close_all") else self.widget.close()
+        except Exception:
+            pass
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
+
+
+def show(run: "Run") -> Dashboard:
+    """Display the dashboard of ``run`` in the current cell, replacing one this cell made before."""
+    from IPython.display import display
+
+    cell = _cell_id()
+    old = _by_cell.pop(cell, None) if cell else None
+    if old is not None:
+        old.close()
+    d = Dashboard(run, title=" ".join(run.command)[-120:])
+    if cell:
+        _by_cell[cell] = d
+    display(d.widget)
+    return d
+
+
+def _cell_id() -> str | None:
+    try:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+        parent = ip.kernel.get_parent() if hasattr(ip.kernel, "get_parent") else ip.parent_header
+        md = parent.get("metadata") or {}
+        return md.get("cellId") or md.get("cell_id")
+    except Exception:
+        return None
+
+
+def reopen(ref: str, record_dir: str | None = None) -> Dashboard:
+    """The dashboard of a finished run, from its record: id, unique prefix, 'last', or path."""
+    from IPython.display import display
+
+    from ..analysis.summary import summarize
+    from ..store import RunData, default_record_dir, find_run
+
+    path = find_run(record_dir or default_record_dir(), ref)
+    rd = RunData(path)
+    try:
+        row = rd.run_row()
+        summary = row["summary"] or summarize(rd)
+        procs = {p["pid"]: {"role": p["role"], "cmdline": p["cmdline"], "alive": False,
+                            "exit_code": p["exit_code"], "exit_signal": p["exit_signal"]} for p in rd.processes()}
+        for pid, (rss, pss) in rd.peaks_by_pid().items():
+            procs.setdefault(pid, {"alive": False}).update(rss=rss, pss=pss)
+    finally:
+        rd.close()
+    d = Dashboard(series=RunSeries.from_record(path), summary=summary, procs=procs,
+                  title=" ".join(row["command"])[-120:])
+    display(d.widget)
+    return d

@@ -1,0 +1,167 @@
+"""The notebook memory chart (memscope.ui.chart): widget state, BokehJS from the wheel, the front-end module.
+
+The real-browser check (JupyterLab + chromium) lives outside these tests; here: Python state and, where node is
+installed, the ESM's syntax and its data → columns conversion run by node itself.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("anywidget")
+pytest.importorskip("bokeh")
+
+import bokeh  # noqa: E402
+
+from memscope.model import HostSample, ProcMem, ProcessSeen, TreeSample  # noqa: E402
+from memscope.ui import chart as chart_mod  # noqa: E402
+from memscope.ui.chart import MemoryChart, bokehjs_loader, bokehjs_source, chart_payload, count_points  # noqa: E402
+
+GiB = 2**30
+NODE = shutil.which("node")
+
+
+def _snapshot(n: int = 50) -> dict:
+    t = [i * 0.5 for i in range(n)]
+    return {
+        "tree_pss_by_role": {"main": {"t": t, "y": [GiB + i * 1e6 for i in range(n)]},
+                             "dataloader_worker": {"t": t, "y": [3e8] * n}},
+        "main_rss": {"t": t, "y": [1.5 * GiB] * n},
+        "host_available": {"t": t, "y": [20 * GiB] * n},
+        "limit": {"t": [0.0, t[-1]], "y": [32 * GiB, 32 * GiB]},
+        "tree_rss": {"t": t, "y": [2 * GiB] * n},
+        "phases": [{"name": "train", "start_s": 0.0, "end_s": 10.0}, ("eval", 10.0, None)],
+        "events": [{"t": 1.0, "pid": 1, "kind": "fault", "data": {"text": "x" * 4000}}] * 200,
+        "version": 7,
+    }
+
+
+def test_chart_constructs_and_its_state_holds_the_data():
+    snap = _snapshot()
+    c = MemoryChart(snap, title="train.py", height=400)
+    state = c.get_state()
+    assert state["data"] == chart_payload(snap)
+    assert state["data"]["main_rss"]["y"][0] == 1.5 * GiB
+    assert state["data"]["tree_pss_by_role"]["main"]["t"] == snap["tree_pss_by_role"]["main"]["t"]
+    assert state["data"]["version"] == 7
+    assert state["data"]["phases"] == [{"name": "train", "start_s": 0.0, "end_s": 10.0},
+                                       {"name": "eval", "start_s": 10.0, "end_s": None}]
+    assert "events" not in state["data"]  # hundreds of kB the chart does not draw
+    assert (state["title"], state["height"], state["rendered_points"]) == ("train.py", 400, 0)
+    assert state["_bokeh_version"] == bokeh.__version__
+    assert "export default" in state["_esm"]
+    json.dumps(state["data"])  # JSON-able as sent
+
+    c.update({"main_rss": {"t": [0, 1], "y": [1, 2]}})
+    assert c.data == {"tree_pss_by_role": {}, "main_rss": {"t": [0, 1], "y": [1, 2]}}
+    c.data = {}
+    assert c.data == {"tree_pss_by_role": {}}
+    assert MemoryChart().data == {"tree_pss_by_role": {}}
+
+
+def test_payload_tolerates_missing_and_ragged_series():
+    p = chart_payload({"tree_pss_by_role": {"main": {"t": [0, 1, 2], "y": [5, 6]}, "rank": {}},
+                       "main_rss": None, "limit": {"t": [], "y": []}, "phases": [("p", 1, 2), "junk", {"name": "q"}]})
+    assert p["tree_pss_by_role"] == {"main": {"t": [0, 1], "y": [5, 6]}, "rank": {"t": [], "y": []}}
+    assert p["main_rss"] == {"t": [], "y": []} and p["limit"] == {"t": [], "y": []}
+    assert p["phases"] == [{"name": "p", "start_s": 1.0, "end_s": 2.0}]
+    assert chart_payload(p) == p  # idempotent
+    assert chart_payload(None) == {"tree_pss_by_role": {}}
+    assert count_points(p) == 2
+
+
+def test_chart_of_a_real_run_series():
+    from memscope.ui.series import RunSeries
+
+    series = RunSeries(max_points=200)
+    series.feed(ProcessSeen(t=0.0, pid=10, ppid=1, role="main", name="python", cmdline="python train.py",
+                            create_time=0.0))
+    series.feed(ProcessSeen(t=0.0, pid=11, ppid=10, role="dataloader_worker", name="python", cmdline="python",
+                            create_time=0.0))
+    for i in range(1000):
+        t = i * 0.2
+        series.feed(TreeSample(t=t, kind="pss", procs=(ProcMem(10, rss=900 * 2**20 + i * 2**20, pss=600 * 2**20),
+                                                        ProcMem(11, rss=300 * 2**20, pss=100 * 2**20))))
+        series.feed(HostSample(t=t, total=64 * GiB, available=40 * GiB, swap_total=0, swap_used=0,
+                               limit=16 * GiB, cgroup_usage=None, host_oom_kills=0, cgroup_oom_kills=0))
+    c = MemoryChart(series.snapshot())
+    roles = c.data["tree_pss_by_role"]
+    assert set(roles) == {"main", "dataloader_worker"}
+    assert 0 < len(roles["main"]["t"]) <= 200
+    assert c.data["limit"]["y"][-1] == 16 * GiB
+    assert "events" not in c.data
+    assert count_points(c.data) > 100
+
+
+def test_bokehjs_is_read_from_the_installed_wheel():
+    src = bokehjs_source()
+    js_dir = Path(bokeh.__file__).parent / "server" / "static" / "js"
+    assert src["version"] == bokeh.__version__
+    assert src["core"] == (js_dir / "bokeh.min.js").read_text(encoding="utf-8")
+    assert src["api"] == (js_dir / "bokeh-api.min.js").read_text(encoding="utf-8")
+    assert len(src["core"]) > 500_000 and len(src["api"]) > 50_000
+    assert "root.Bokeh = bokeh" in src["core"] or "Bokeh" in src["core"][:5000]
+    assert f'"{bokeh.__version__}"' in src["api"]  # the plugin registers into this exact version
+    for text in (src["core"], src["api"]):
+        assert "cdn.bokeh.org" not in text[:5000]
+
+
+def test_bokehjs_travels_once_per_kernel_not_per_chart():
+    a, b = MemoryChart(_snapshot()), MemoryChart()
+    ref_a, ref_b = a.get_state()["_bokehjs"], b.get_state()["_bokehjs"]
+    assert ref_a == ref_b == f"IPY_MODEL_{bokehjs_loader().model_id}"
+    for c in (a, b):
+        assert len(json.dumps(c.get_state(), default=str)) < 300_000  # no BokehJS in a chart's own state
+    loader_state = bokehjs_loader().get_state()
+    assert loader_state["core"] == bokehjs_source()["core"] and loader_state["api"] == bokehjs_source()["api"]
+    assert loader_state["_esm"] == a.get_state()["_esm"]  # one module for both
+    old = bokehjs_loader()
+    old.close()
+    c = MemoryChart()
+    assert c._bokehjs is not old and c._bokehjs is bokehjs_loader()
+
+
+def test_esm_is_in_the_package_and_node_parses_it(tmp_path):
+    esm = Path(chart_mod.__file__).with_name("chart.js")
+    assert esm.read_text(encoding="utf-8") == chart_mod._ESM
+    if NODE is None:
+        pytest.skip("node is not installed")
+    mjs = tmp_path / "chart.mjs"
+    mjs.write_text(chart_mod._ESM, encoding="utf-8")
+    r = subprocess.run([NODE, "--check", str(mjs)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+def test_esm_columns_match_the_python_point_count(tmp_path):
+    """The module's own data → columns conversion, run by node: point count, stacking, units, phases."""
+    mjs = tmp_path / "chart.mjs"
+    mjs.write_text(chart_mod._ESM, encoding="utf-8")
+    data = chart_payload(_snapshot(40))
+    (tmp_path / "data.json").write_text(json.dumps(data))
+    script = f"""
+      const m = await import({json.dumps(mjs.as_uri())});
+      const fs = await import("node:fs");
+      const d = JSON.parse(fs.readFileSync({json.dumps(str(tmp_path / 'data.json'))}, "utf8"));
+      const c = m.columns(d);
+      const odd = m.columns({{tree_pss_by_role: {{main: {{t: [0, 2], y: [1048576, 1048576]}}, weird: {{t: [1], y: [2097152]}}}}}});
+      console.log(JSON.stringify({{points: c.points, yu: c.yu.name, xu: c.xu.name, present: [...c.present],
+        main_hi: c.stackData.main_hi[0], dl_hi: c.stackData.dataloader_worker_hi[0],
+        phases: c.phaseData, empty: m.columns({{}}).points, odd_x: odd.stackData.x, odd_other: odd.stackData.other_hi}}));
+    """
+    r = subprocess.run([NODE, "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["points"] == count_points(data)
+    assert out["yu"] == "GiB" and out["xu"] == "s"
+    assert {"main", "dataloader_worker", "main_rss", "limit", "host_available", "tree_rss"} <= set(out["present"])
+    assert out["main_hi"] == pytest.approx(1.0)
+    assert out["dl_hi"] == pytest.approx(1.0 + 3e8 / GiB)  # stacked on main
+    assert out["phases"] == [{"name": "train", "left": 0, "right": 10}, {"name": "eval", "left": 10, "right": 19.5}]
+    assert out["empty"] == 0
+    assert out["odd_x"] == [0, 1, 2]  # roles on different times: the union
+    assert out["odd_other"] == [1, 3, 1]  # MiB: "weird" folded into other, stacked on main, only in its span

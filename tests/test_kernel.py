@@ -1,0 +1,87 @@
+"""Level 1: a real kernel (jupyter_client). %memscope returns at once, widget updates keep coming while the
+kernel is idle, and a Stop click sent the way the browser sends it stops the run."""
+import os
+import queue
+import time
+
+import pytest
+
+from conftest import script
+
+jupyter_client = pytest.importorskip("jupyter_client")
+pytest.importorskip("ipykernel")
+
+
+@pytest.fixture
+def kernel(tmp_path):
+    km = jupyter_client.KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(tmp_path), env=dict(os.environ))
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=60)
+    yield kc
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)
+
+
+def execute(kc, code, timeout=60):
+    """Run code; return (reply, iopub messages until idle)."""
+    msg_id = kc.execute(code)
+    msgs = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = kc.get_iopub_msg(timeout=deadline - time.monotonic())
+        msgs.append(m)
+        if m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "status" \
+                and m["content"]["execution_state"] == "idle":
+            break
+    return kc.get_shell_msg(timeout=10), msgs
+
+
+def drain(kc, seconds):
+    out, end = [], time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            out.append(kc.get_iopub_msg(timeout=max(0.01, end - time.monotonic())))
+        except queue.Empty:
+            break
+    return out
+
+
+def widget_updates(msgs):
+    return [m for m in msgs if m["msg_type"] == "comm_msg" and m["content"]["data"].get("method") == "update"]
+
+
+def test_magic_streams_while_idle_and_stop_click_stops_the_run(kernel, tmp_path):
+    kc = kernel
+    t0 = time.monotonic()
+    reply, msgs = execute(kc, f"%load_ext memscope\nrun = %memscope --record {tmp_path}/runs {script('sleeper.py')} 64")
+    assert reply["content"]["status"] == "ok"
+    assert time.monotonic() - t0 < 15  # the cell returns while the run goes on
+    opens = [m for m in msgs if m["msg_type"] == "comm_open"]
+    controls = [m["content"]["comm_id"] for m in opens
+                if "ack" in m["content"]["data"].get("state", {})]
+    assert len(controls) == 1
+    # The kernel is idle now; the dashboard keeps sending updates.
+    idle_msgs = drain(kc, 3.0)
+    updates = widget_updates(idle_msgs)
+    assert len(updates) >= 4, [m["msg_type"] for m in idle_msgs]
+    assert len(updates) <= 3.0 * 4 * 5 + 5  # at most 4 pushes a second (a push updates a few widgets)
+    # Click Stop as the browser does: a custom message on the Controls comm.
+    kc.session.send(kc.shell_channel.socket, "comm_msg", {
+        "comm_id": controls[0], "data": {"method": "custom", "content": {"action": "stop", "clicks": 1}}})
+    after = drain(kc, 8.0)
+    texts = " ".join(str(m["content"].get("data", {}).get("state", {})) for m in widget_updates(after))
+    assert "stopped_by_user" in texts  # the verdict card
+    reply, msgs = execute(kc, "print(run.summary()['exit']['cause'], run.status)")
+    out = "".join(m["content"].get("text", "") for m in msgs if m["msg_type"] == "stream")
+    assert "stopped_by_user ended" in out
+
+
+def test_bad_magic_input_is_one_line(kernel, tmp_path):
+    reply, msgs = execute(kernel, "%load_ext memscope\nr = %memscope missing_script.py\nprint('r is', r)")
+    assert reply["content"]["status"] == "ok"
+    streams = [m["content"]["text"] for m in msgs if m["msg_type"] == "stream"]
+    assert "memscope: missing_script.py: no such file" in "".join(streams)
+    assert "r is None" in "".join(streams)
+    assert not [m for m in msgs if m["msg_type"] == "error"]
