@@ -67,6 +67,11 @@ def test_magic_streams_while_idle_and_stop_click_stops_the_run(kernel, tmp_path)
     updates = widget_updates(idle_msgs)
     assert len(updates) >= 4, [m["msg_type"] for m in idle_msgs]
     assert len(updates) <= 3.0 * 4 * 5 + 5  # at most 4 pushes a second (a push updates a few widgets)
+    charts = [m["content"]["data"]["state"]["data"] for m in updates if "data" in m["content"]["data"]["state"]]
+    assert charts, "no chart update"
+    last = charts[-1]
+    assert "main" in last["tree_pss_by_role"] and len(last["main_rss"]["t"]) >= 5
+    assert max(last["main_rss"]["y"]) > 64 << 20  # the sleeper holds 64 MiB
     # Click Stop as the browser does: a custom message on the Controls comm.
     kc.session.send(kc.shell_channel.socket, "comm_msg", {
         "comm_id": controls[0], "data": {"method": "custom", "content": {"action": "stop", "clicks": 1}}})

@@ -102,8 +102,13 @@ class Dashboard:
                  title: str = "") -> None:
         self.run = run
         self._record_procs = procs or {}
-        self.series = series or RunSeries()
         self._phase_events: list[dict[str, Any]] = []
+        if series is None and run is not None:
+            # Phases: this view's own subscription, seeded from what the record already holds.
+            self._unsubscribe_phases = run.subscribe(self._on_record)
+            series = RunSeries.follow(run)  # the history so far, roles included, then every new record
+            self._phase_events = _recorded_phases(run.record_path)
+        self.series = series or RunSeries()
         self._closed = threading.Event()
         self._leak: dict[str, Any] = {}
         self._leak_at = 0.0
@@ -126,7 +131,6 @@ class Dashboard:
                 pass
         acc.selected_index = 0
         if run is not None:
-            self._unsubscribe = run.subscribe(self._on_record)
             self._thread = threading.Thread(target=self._loop, name="memscope-dashboard", daemon=True)
             self._thread.start()
         else:
@@ -134,9 +138,10 @@ class Dashboard:
 
     # -- data in ---------------------------------------------------------------------------------------------
     def _on_record(self, rec: Any) -> None:
-        self.series.feed(rec)
         if type(rec).__name__ == "Event" and rec.kind == "phase":
-            self._phase_events.append({"t": rec.t, "pid": rec.pid, "data": rec.data})
+            e = {"t": rec.t, "pid": rec.pid, "data": rec.data}
+            if e not in self._phase_events:
+                self._phase_events.append(e)
 
     # -- data out --------------------------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -154,7 +159,8 @@ class Dashboard:
             if ended:
                 break
             self._closed.wait(PUSH_PERIOD_S)
-        self._unsubscribe()
+        self._unsubscribe_phases()
+        self.series.close()
 
     def _push(self, final_summary: dict[str, Any] | None = None) -> None:
         snap = self.series.snapshot()
@@ -249,6 +255,19 @@ class Dashboard:
         from IPython.display import display
 
         display(self.widget)
+
+
+def _recorded_phases(path: str) -> list[dict[str, Any]]:
+    from ..store import RunData
+
+    try:
+        rd = RunData(path)
+        try:
+            return [{"t": e["t"], "pid": e["pid"], "data": e["data"]} for e in rd.events("phase")]
+        finally:
+            rd.close()
+    except Exception:
+        return []
 
 
 def show(run: "Run") -> Dashboard:
