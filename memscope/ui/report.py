@@ -1,0 +1,269 @@
+"""The HTML report of a finished run: one standalone page, what the notebook dashboard shows, readable offline.
+
+``write_html(record, "report.html")`` (``memscope report RUN --html report.html``) writes a single file: the
+verdict card, the memory chart (BokehJS inline, no CDN, no server), the process table and the last 200 lines of
+the program's output. Everything that comes from the user's program (command line, output, exception messages,
+tracebacks, command lines, phase names) is escaped: the page runs no script but Bokeh's and its own.
+"""
+from __future__ import annotations
+
+import html
+import json
+import re
+from typing import Any, Iterable
+
+from ..analysis.summary import summarize
+from ..store import RunData
+from .dashboard import leak_line, output_tail, process_table, verdict_card
+from .series import RunSeries
+from .terminal import fmt_bytes, fmt_elapsed
+
+__all__ = ["write_html", "render_html", "output_lines", "memory_figure"]
+
+TAIL_LINES = 200
+LINE_MAX = 4000  # a single "line" longer than this (a log dumped without newlines) is cut in the page
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+# The notebook chart's colours (chart.js), so the two views read the same.
+ROLE_COLORS = {"main": "#4c78a8", "dataloader_worker": "#f58518", "compile_worker": "#b279a2", "rank": "#54a24b",
+               "wrapper": "#9d755d", "helper": "#72b7b2", "other": "#bab0ac"}
+LINES = (  # key, legend label, style
+    ("tree_pss", "tree PSS (total)", {"line_color": "#1f2d3d", "line_width": 1.2}),
+    ("main_rss", "main RSS", {"line_color": "#e45756", "line_width": 2}),
+    ("tree_rss", "tree RSS (sum)", {"line_color": "#888888", "line_width": 1, "line_dash": "dotted"}),
+    ("host_available", "host available", {"line_color": "#2e7d32", "line_width": 1.5, "line_dash": "dashed"}),
+    ("limit", "limit", {"line_color": "#c62828", "line_width": 2, "line_dash": "dashed"}),
+)
+PHASE_COLORS = {"train": "#54a24b", "eval": "#f58518"}
+PHASE_OTHER = "#7b61ff"
+
+# Bytes on the y axis, in one unit per axis (GiB once a tick reaches 1 GiB), trailing zeros dropped.
+_TICK_JS = """
+const m = Math.max(...ticks.map(Math.abs));
+const [f, u] = m >= 1073741824 ? [1073741824, "GiB"] : m >= 1048576 ? [1048576, "MiB"] : m >= 1024 ? [1024, "KiB"] : [1, "B"];
+return (tick / f).toFixed(2).replace(/\\.?0+$/, "") + " " + u;
+"""
+_HOVER_JS = """
+const v = value, a = Math.abs(v);
+if (a >= 1073741824) return (v / 1073741824).toFixed(2) + " GiB";
+if (a >= 1048576) return (v / 1048576).toFixed(1) + " MiB";
+if (a >= 1024) return (v / 1024).toFixed(0) + " KiB";
+return v.toFixed(0) + " B";
+"""
+
+
+def _esc(s: Any) -> str:
+    return html.escape(str(s), quote=True)
+
+
+# -- output --------------------------------------------------------------------------------------------------
+def _last_state(line: str) -> str:
+    """What a terminal shows of a line redrawn with carriage returns: the text after the last non-final \\r."""
+    return line.rstrip("\r").rsplit("\r", 1)[-1]
+
+
+def output_lines(chunks: Iterable[tuple[str, str]], keep: int = TAIL_LINES) -> list[str]:
+    """The last ``keep`` lines of the program's output, from its recorded chunks ``(stream, text)`` in order.
+
+    Each stream is assembled on its own (a chunk of stderr never splits a line of stdout), progress bars redrawn
+    with ``\\r`` collapse to their last state, ANSI escapes (colours, cursor moves) are dropped, and the line each
+    stream had not yet ended when the run did comes last.
+    """
+    from collections import deque
+
+    out: deque[str] = deque(maxlen=keep)
+    partial: dict[str, str] = {}
+    for stream, text in chunks:
+        buf = partial.get(stream, "") + _ANSI.sub("", text)
+        *lines, rest = buf.split("\n")
+        for line in lines:
+            out.append(_cut(_last_state(line)))
+        if "\r" in rest:  # a progress bar being redrawn: keep its latest state (and a pending \r)
+            rest = _last_state(rest) + ("\r" if rest.endswith("\r") else "")
+        partial[stream] = rest[-LINE_MAX * 4:]
+    for stream in sorted(partial):
+        if partial[stream].rstrip("\r"):
+            out.append(_cut(_last_state(partial[stream])))
+    return list(out)
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= LINE_MAX else line[:LINE_MAX] + f" … [{len(line) - LINE_MAX} more chars]"
+
+
+def _recorded_output(rd: RunData) -> Iterable[tuple[str, str]]:
+    for (data,) in rd.con.execute("SELECT data FROM events WHERE kind='output' ORDER BY t, rowid"):
+        try:
+            d = json.loads(data)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(d, dict) and isinstance(d.get("text"), str):
+            yield str(d.get("stream", "stdout")), d["text"]
+
+
+# -- the chart -----------------------------------------------------------------------------------------------
+def memory_figure(snap: dict[str, Any], phases: list[dict[str, Any]] | None = None, title: str = "") -> Any:
+    """A Bokeh figure of a ``RunSeries.snapshot()``: tree PSS stacked by role, the lines, phase bands."""
+    from bokeh.models import (BoxAnnotation, ColumnDataSource, CustomJSHover, CustomJSTickFormatter,
+                              DataRange1d, HoverTool, Label, Legend, LegendItem, NumeralTickFormatter)
+    from bokeh.models.tickers import AdaptiveTicker
+    from bokeh.plotting import figure
+
+    fig = figure(height=380, sizing_mode="stretch_width", title=title or None, name="memscope-chart",
+                 x_range=DataRange1d(range_padding=0.02, only_visible=True),
+                 y_range=DataRange1d(start=0, only_visible=True),
+                 x_axis_label="elapsed (s)", y_axis_label="memory",
+                 tools="xpan,xwheel_zoom,box_zoom,reset,save", toolbar_location="above")
+    fig.xgrid.grid_line_alpha = fig.ygrid.grid_line_alpha = 0.4
+    fig.xaxis.formatter = NumeralTickFormatter(format="0,0.[0]")
+    # Ticks at binary-round sizes (64 MiB, 256 MiB, 1 GiB...), shown as MiB or GiB.
+    fig.yaxis.ticker = AdaptiveTicker(base=1024, mantissas=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
+                                      min_interval=1, num_minor_ticks=4)
+    fig.yaxis.formatter = CustomJSTickFormatter(code=_TICK_JS)
+
+    items: list[Any] = []
+    by_role = snap.get("tree_pss_by_role") or {}
+    roles = [r for r in by_role if by_role[r].get("t")]
+    if roles:
+        t = by_role[roles[0]]["t"]
+        data: dict[str, list] = {"t": list(t)}
+        for r in roles:
+            data[r] = list(by_role[r]["y"])
+        src = ColumnDataSource(data)
+        areas = fig.varea_stack(stackers=roles, x="t", source=src, fill_alpha=0.6,
+                                color=[ROLE_COLORS.get(r, ROLE_COLORS["other"]) for r in roles])
+        for r, area in zip(roles, areas):
+            area.name = f"pss:{r}"
+        items += [LegendItem(label=r, renderers=[a]) for r, a in reversed(list(zip(roles, areas)))]
+        total = [sum(data[r][i] for r in roles) for i in range(len(t))]
+        lines = {"tree_pss": {"t": list(t), "y": total}}
+    else:
+        lines = {}
+    for key in ("main_rss", "tree_rss", "host_available", "limit"):
+        s = snap.get(key) or {}
+        if s.get("t"):
+            lines[key] = {"t": list(s["t"]), "y": list(s["y"])}
+    renderers = []
+    for key, label, style in LINES:
+        if key not in lines:
+            continue
+        r = fig.line(x="t", y="y", source=ColumnDataSource(lines[key]), name=label, **style)
+        renderers.append(r)
+        if key != "tree_pss":
+            items.append(LegendItem(label=label, renderers=[r]))
+    if renderers:
+        fig.add_tools(HoverTool(renderers=renderers, line_policy="nearest",
+                                tooltips=[("", "$name"), ("elapsed", "@t{0,0.0} s"), ("memory", "@y{bytes}")],
+                                formatters={"@y": CustomJSHover(code=_HOVER_JS)}))
+    if items:
+        fig.add_layout(Legend(items=items, click_policy="hide", label_text_font_size="11px", spacing=0,
+                              glyph_height=14, glyph_width=18, padding=6, border_line_alpha=0), "right")
+
+    ends = [s["t"][-1] for s in lines.values() if s["t"]]
+    span = max(ends) if ends else 0.0
+    for p in (phases or [])[-400:]:
+        a = p.get("start_s")
+        if a is None:
+            continue
+        b = p.get("end_s") if p.get("end_s") is not None else span
+        name = str(p.get("name", ""))
+        fig.add_layout(BoxAnnotation(left=a, right=b, level="underlay", fill_alpha=0.10, line_alpha=0,
+                                     fill_color=PHASE_COLORS.get(name, PHASE_OTHER)))
+        if span and (b - a) >= 0.04 * span:
+            fig.add_layout(Label(x=a, y=4, y_units="screen", x_offset=3, text=name[:60], text_font_size="10px",
+                                 text_color="#555555", text_alpha=0.9))
+    if not lines:
+        fig.add_layout(Label(x=10, y=10, x_units="screen", y_units="screen", text="no samples recorded",
+                             text_color="#999999"))
+    return fig
+
+
+# -- the page ------------------------------------------------------------------------------------------------
+_CSS = """
+<style>
+  body { font: 14px/1.4 -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; color: #222;
+         padding: 12px 20px 40px; max-width: 1400px; margin: 0 auto; }
+  h1 { font-size: 18px; margin: 4px 0; }
+  h2 { font-size: 15px; margin: 18px 0 6px; border-bottom: 1px solid #eee; padding-bottom: 2px; }
+  .memscope-cmd { font: 12px monospace; color: #444; word-break: break-all; white-space: pre-wrap; }
+  .memscope-meta { font-size: 12px; color: #666; }
+  .memscope-status { margin: 6px 0; }
+  .memscope-procs td, .memscope-procs th { padding: 1px 10px 1px 0; vertical-align: top; }
+  .memscope-output { max-height: 560px !important; }
+  .memscope-chart { min-height: 380px; }
+</style>
+"""
+
+_TEMPLATE = """
+{% from macros import embed %}
+{% block postamble %}{{ page_css }}{% endblock %}
+{% block contents %}
+{{ page_top }}
+<div class="memscope-chart">
+{% for root in roots %}{{ embed(root) }}{% endfor %}
+</div>
+{{ page_bottom }}
+<script>
+  for (const el of document.querySelectorAll(".memscope-output")) el.scrollTop = el.scrollHeight;
+</script>
+{% endblock %}
+"""
+
+
+def _load(record_path: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    rd = RunData(record_path)
+    try:
+        row = rd.run_row()
+        summary = row["summary"] or summarize(rd)
+        lines = output_lines(_recorded_output(rd))
+    finally:
+        rd.close()
+    return row, summary, lines
+
+
+def _procs(summary: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    return {p["pid"]: {"role": p.get("role") or "other", "cmdline": p.get("cmdline"), "alive": False,
+                       "exit_code": p.get("exit_code"), "exit_signal": p.get("exit_signal"),
+                       "rss": p.get("peak_rss_bytes"), "pss": p.get("peak_pss_bytes")}
+            for p in summary.get("processes") or []}
+
+
+def render_html(record_path: str) -> str:
+    """The report of the run recorded at ``record_path``, as one standalone HTML page (BokehJS inline)."""
+    from bokeh.embed import file_html
+    from bokeh.resources import INLINE
+
+    row, summary, lines = _load(record_path)
+    snap = RunSeries.from_record(record_path).snapshot()
+    phases = summary.get("phases") or []
+    ex = summary.get("exit") or {}
+    cause = ex.get("cause", "unknown")
+    command = " ".join(str(a) for a in (row.get("command") or summary.get("command") or []))
+    peak = summary.get("peak") or {}
+    limit = summary.get("limit_bytes")
+    duration = summary.get("duration_s") or 0.0
+    status = (f"<div class='memscope-status' style='font-family:monospace;font-size:13px'>"
+              f"<b>{_esc(cause)}</b> after {fmt_elapsed(duration)} ({duration:.1f} s) · "
+              f"peak {fmt_bytes(peak.get('tree_pss_bytes') or peak.get('tree_rss_bytes'))} at "
+              f"{peak.get('at_s') or 0:.1f} s · limit {fmt_bytes(limit) if limit else 'none known'} · "
+              f"{_esc(leak_line(summary.get('leak') or {}))}</div>")
+    top = (f"<h1>memscope report: {_esc(summary.get('run_id') or row.get('id') or '')}</h1>"
+           f"<div class='memscope-cmd'>$ {_esc(command)}</div>"
+           f"<div class='memscope-meta'>started {_esc(row.get('started_at') or '')} in "
+           f"{_esc(row.get('cwd') or '')}</div>{status}{verdict_card(summary)}<h2>Memory</h2>")
+    bottom = (f"<h2>Processes (peak RSS and PSS of each)</h2>{process_table(_procs(summary))}"
+              f"<h2>Output (last {TAIL_LINES} lines)</h2>"
+              + (output_tail(lines) if lines else "<div class='memscope-meta'>no output recorded (the run's "
+                                                  "output was not captured, or it printed nothing)</div>"))
+    fig = memory_figure(snap, phases)
+    return file_html(fig, resources=INLINE, title=f"memscope {summary.get('run_id', '')}: {cause}",
+                     template=_TEMPLATE,
+                     template_variables={"page_css": _CSS, "page_top": top, "page_bottom": bottom})
+
+
+def write_html(record_path: str, out_path: str) -> str:
+    """Write the report of ``record_path`` to ``out_path`` (one self-contained file); returns ``out_path``."""
+    page = render_html(record_path)
+    with open(out_path, "w", encoding="utf-8") as f:
+        f.write(page)
+    return out_path
