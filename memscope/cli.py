@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("run", help="run id, a unique prefix of it, 'last', or the record's path")
     rep.add_argument("--record", metavar="DIR")
     rep.add_argument("--json", action="store_true", help="print the summary as JSON")
+    rep.add_argument("--html", metavar="PATH", help="write a standalone HTML report (chart, processes, output)")
     d = sub.add_parser("demo", help="run a small bundled training under memscope")
     add_run_options(d)
     d.add_argument("--seconds", type=_positive, default=20, help="how long the demo trains (20)")
@@ -174,6 +175,15 @@ def cmd_report(ns: argparse.Namespace) -> int:
         summary = rd.run_row()["summary"] or summarize(rd)
     finally:
         rd.close()
+    if ns.html:
+        from .ui.report import write_html
+
+        try:
+            print(f"memscope: report written to {write_html(path, ns.html)}")
+        except OSError as exc:
+            sys.stderr.write(f"memscope: cannot write {ns.html}: {exc.strerror}\n")
+            return EXIT_BAD_INPUT
+        return 0
     if ns.json:
         print(json.dumps(summary, indent=2))
     else:

@@ -18,7 +18,7 @@ from .dashboard import leak_line, output_tail, process_table, verdict_card
 from .series import RunSeries
 from .terminal import fmt_bytes, fmt_elapsed
 
-__all__ = ["write_html", "render_html", "output_lines", "memory_figure"]
+__all__ = ["write_html", "render_html", "output_lines", "memory_figure", "hidden_lines"]
 
 TAIL_LINES = 200
 LINE_MAX = 4000  # a single "line" longer than this (a log dumped without newlines) is cut in the page
@@ -36,6 +36,8 @@ LINES = (  # key, legend label, style
 )
 PHASE_COLORS = {"train": "#54a24b", "eval": "#f58518"}
 PHASE_OTHER = "#7b61ff"
+HIDE_ABOVE = 4  # host available / limit start hidden when they exceed the run's own peak this many times
+CMD_MAX = 2000  # characters of the command line shown at the top
 
 # Bytes on the y axis, in one unit per axis (GiB once a tick reaches 1 GiB), trailing zeros dropped.
 _TICK_JS = """
@@ -72,23 +74,31 @@ def output_lines(chunks: Iterable[tuple[str, str]], keep: int = TAIL_LINES) -> l
     from collections import deque
 
     out: deque[str] = deque(maxlen=keep)
-    partial: dict[str, str] = {}
+    total = 0                      # lines ended so far (all streams)
+    partial: dict[str, str] = {}   # per stream, the line not ended yet
+    at: dict[str, int] = {}        # per stream, ``total`` when its unfinished line was last written
     for stream, text in chunks:
         buf = partial.get(stream, "") + _ANSI.sub("", text)
         *lines, rest = buf.split("\n")
         for line in lines:
             out.append(_cut(_last_state(line)))
+        total += len(lines)
         if "\r" in rest:  # a progress bar being redrawn: keep its latest state (and a pending \r)
             rest = _last_state(rest) + ("\r" if rest.endswith("\r") else "")
         partial[stream] = rest[-LINE_MAX * 4:]
-    for stream in sorted(partial):
-        if partial[stream].rstrip("\r"):
-            out.append(_cut(_last_state(partial[stream])))
-    return list(out)
+        at[stream] = total
+    # A line left unfinished when the run ended (a progress bar, a prompt) goes where it was last written.
+    tail = list(out)
+    first = total - len(tail)
+    for stream in sorted(partial, key=lambda s: at[s], reverse=True):
+        text = partial[stream].rstrip("\r")
+        if text and at[stream] >= first and (at[stream] > first or len(tail) < keep):
+            tail.insert(at[stream] - first, _cut(_last_state(text)))
+    return tail[-keep:]
 
 
-def _cut(line: str) -> str:
-    return line if len(line) <= LINE_MAX else line[:LINE_MAX] + f" … [{len(line) - LINE_MAX} more chars]"
+def _cut(line: str, n: int = LINE_MAX) -> str:
+    return line if len(line) <= n else line[:n] + f" … [{len(line) - n} more chars]"
 
 
 def _recorded_output(rd: RunData) -> Iterable[tuple[str, str]]:
@@ -143,11 +153,18 @@ def memory_figure(snap: dict[str, Any], phases: list[dict[str, Any]] | None = No
         s = snap.get(key) or {}
         if s.get("t"):
             lines[key] = {"t": list(s["t"]), "y": list(s["y"])}
-    renderers = []
+    # The host's available memory (and a generous limit) can dwarf the run: they start hidden then, so that the
+    # run's own curves fill the plot; a click on their legend entry shows them (the y axis follows).
+    own = max((v or 0 for k in ("tree_pss", "main_rss", "tree_rss") for v in lines.get(k, {}).get("y", [])),
+              default=0)
+    renderers, hidden = [], []
     for key, label, style in LINES:
         if key not in lines:
             continue
         r = fig.line(x="t", y="y", source=ColumnDataSource(lines[key]), name=label, **style)
+        if key in ("host_available", "limit") and own and max(lines[key]["y"], default=0) > HIDE_ABOVE * own:
+            r.visible = False
+            hidden.append(label)
         renderers.append(r)
         if key != "tree_pss":
             items.append(LegendItem(label=label, renderers=[r]))
@@ -175,7 +192,13 @@ def memory_figure(snap: dict[str, Any], phases: list[dict[str, Any]] | None = No
     if not lines:
         fig.add_layout(Label(x=10, y=10, x_units="screen", y_units="screen", text="no samples recorded",
                              text_color="#999999"))
+    fig.tags = [{"hidden": hidden}]
     return fig
+
+
+def hidden_lines(fig: Any) -> list[str]:
+    """The legend labels of the lines ``memory_figure`` started hidden."""
+    return next((t["hidden"] for t in fig.tags if isinstance(t, dict) and "hidden" in t), [])
 
 
 # -- the page ------------------------------------------------------------------------------------------------
@@ -248,7 +271,7 @@ def render_html(record_path: str) -> str:
               f"{peak.get('at_s') or 0:.1f} s · limit {fmt_bytes(limit) if limit else 'none known'} · "
               f"{_esc(leak_line(summary.get('leak') or {}))}</div>")
     top = (f"<h1>memscope report: {_esc(summary.get('run_id') or row.get('id') or '')}</h1>"
-           f"<div class='memscope-cmd'>$ {_esc(command)}</div>"
+           f"<div class='memscope-cmd'>$ {_esc(_cut(command, CMD_MAX))}</div>"
            f"<div class='memscope-meta'>started {_esc(row.get('started_at') or '')} in "
            f"{_esc(row.get('cwd') or '')}</div>{status}{verdict_card(summary)}<h2>Memory</h2>")
     bottom = (f"<h2>Processes (peak RSS and PSS of each)</h2>{process_table(_procs(summary))}"
@@ -256,6 +279,11 @@ def render_html(record_path: str) -> str:
               + (output_tail(lines) if lines else "<div class='memscope-meta'>no output recorded (the run's "
                                                   "output was not captured, or it printed nothing)</div>"))
     fig = memory_figure(snap, phases)
+    hidden = hidden_lines(fig)
+    if hidden:
+        bottom = (f"<div class='memscope-meta'>{_esc(' and '.join(hidden))}: far above the run's own memory, "
+                  f"hidden at first; click {'their legend entries' if len(hidden) > 1 else 'its legend entry'} "
+                  f"to show {'them' if len(hidden) > 1 else 'it'}.</div>") + bottom
     return file_html(fig, resources=INLINE, title=f"memscope {summary.get('run_id', '')}: {cause}",
                      template=_TEMPLATE,
                      template_variables={"page_css": _CSS, "page_top": top, "page_bottom": bottom})
