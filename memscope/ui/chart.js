@@ -42,14 +42,17 @@ const GiB = 1024 * MiB;
 
 function registry() {
   const g = globalThis;
-  if (!g[REGISTRY_KEY]) g[REGISTRY_KEY] = { sources: {}, waiters: {}, loads: {}, asked: {} };
+  if (!g[REGISTRY_KEY]) g[REGISTRY_KEY] = { sources: {}, waiters: {}, loads: {}, asked: {}, via: {} };
   return g[REGISTRY_KEY];
 }
 
-function publishSources(version, sources) {
+function publishSources(version, sources, via) {
   const reg = registry();
   if (!version || !sources || !sources.core || !sources.api) return null;
-  if (!reg.sources[version]) reg.sources[version] = sources;
+  if (!reg.sources[version]) {
+    reg.sources[version] = sources;
+    reg.via[version] = via;  // how this window got BokehJS's text: "loader", "widget_manager" or "kernel"
+  }
   for (const resolve of reg.waiters[version] || []) resolve(reg.sources[version]);
   delete reg.waiters[version];
   return reg.sources[version];
@@ -94,7 +97,7 @@ async function sourcesFor(model, version) {
   if (id && wm && typeof wm.get_model === "function") {
     try {
       const loader = await withTimeout(Promise.resolve(wm.get_model(id)), 15000);
-      const got = publishSources(version, { core: loader.get("core"), api: loader.get("api") });
+      const got = publishSources(version, { core: loader.get("core"), api: loader.get("api") }, "widget_manager");
       if (got) return got;
     } catch (e) {
       console.debug("memscope: BokehJS loader model not reachable through the widget manager", e);
@@ -110,7 +113,7 @@ async function sourcesFor(model, version) {
 }
 
 function onReply(msg) {
-  if (msg && msg.type === REPLY) publishSources(msg.version, { core: msg.core, api: msg.api });
+  if (msg && msg.type === REPLY) publishSources(msg.version, { core: msg.core, api: msg.api }, "kernel");
 }
 
 function ensureBokeh(model) {
@@ -301,9 +304,11 @@ function buildChart(B, model) {
     lines[key] = fig.line({ x: { field: "x" }, y: { field: "y" }, source: lineSources[key], ...style });
     lines[key].name = label;
   }
+  // Hover: the values of the tree's PSS and of main's RSS at the mouse's time.
   const hover = new B.HoverTool({
-    renderers: LINES.map(([key]) => lines[key]),
+    renderers: [lines.tree_pss, lines.main_rss],
     tooltips: [["", "$name"], ["elapsed", "@x{0.0} s"], ["memory", "@y{0.00} MiB"]],
+    mode: "vline",
     line_policy: "nearest",
   });
   fig.add_tools(hover);
@@ -327,15 +332,22 @@ function buildChart(B, model) {
 
     // Phase bands: a pool of BoxAnnotations, reused in place; extra ones hidden.
     const minWidth = c.span * 0.04;
+    // New boxes are created with their final values and added in one go (a BoxAnnotation has no view until the
+    // plot has built it: it must not be changed in between).
+    const added = [];
     c.phaseData.forEach((p, i) => {
-      if (!boxes[i]) {
-        boxes[i] = new B.BoxAnnotation({ left: p.left, right: p.right, level: "underlay",
-                                          fill_alpha: 0.10, line_alpha: 0 });
-        fig.add_layout(boxes[i]);
+      const props = { left: p.left, right: p.right, fill_color: PHASE_COLORS[p.name] || PHASE_OTHER, visible: true };
+      if (boxes[i]) {
+        const b = boxes[i];
+        if (b.left !== props.left || b.right !== props.right || b.fill_color !== props.fill_color || !b.visible) {
+          b.setv(props);
+        }
+      } else {
+        boxes[i] = new B.BoxAnnotation({ ...props, level: "underlay", fill_alpha: 0.10, line_alpha: 0 });
+        added.push(boxes[i]);
       }
-      const color = PHASE_COLORS[p.name] || PHASE_OTHER;
-      boxes[i].setv({ left: p.left, right: p.right, fill_color: color, visible: true });
     });
+    if (added.length) fig.center = [...fig.center, ...added];
     for (let i = c.phaseData.length; i < boxes.length; i++) if (boxes[i].visible) boxes[i].visible = false;
     const labelled = c.phaseData.filter((p) => p.right - p.left >= minWidth);
     phaseLabels.data = { x: labelled.map((p) => p.left), text: labelled.map((p) => p.name) };
@@ -370,7 +382,8 @@ function setStatus(el, text) {
   if (!status) {
     status = document.createElement("div");
     status.className = "memscope-chart-status";
-    status.style.cssText = "font: 12px sans-serif; color: #666; padding: 4px 0;";
+    status.style.cssText = "position: absolute; top: 45%; left: 0; right: 0; text-align: center; z-index: 1;" +
+                           "font: 12px sans-serif; color: #666; pointer-events: none;";
     el.appendChild(status);
   }
   status.textContent = text;
@@ -380,6 +393,8 @@ function setStatus(el, text) {
 async function render({ model, el }) {
   el.classList.add("memscope-chart");
   el.style.width = "100%";
+  el.style.position = "relative";
+  el.style.minHeight = `${model.get("height") || 320}px`;
   setStatus(el, "loading BokehJS…");
   model.on("msg:custom", onReply);
   let B;
@@ -399,6 +414,7 @@ async function render({ model, el }) {
   const apply = () => {
     pending = false;
     const points = update(model.get("data"));
+    setStatus(el, points ? "" : "waiting for samples…");
     if (model.get("rendered_points") !== points) {
       model.set("rendered_points", points);
       model.save_changes();
@@ -406,7 +422,10 @@ async function render({ model, el }) {
   };
   const schedule = () => { if (!pending) { pending = true; queueMicrotask(apply); } };
   const onTitle = () => { fig.title.text = model.get("title") || ""; };
-  const onHeight = () => { fig.height = model.get("height") || 320; };
+  const onHeight = () => {
+    fig.height = model.get("height") || 320;
+    el.style.minHeight = `${fig.height}px`;
+  };
 
   apply();
   const view = await B.Plotting.show(fig, container);
@@ -425,7 +444,7 @@ async function render({ model, el }) {
 function initialize({ model }) {
   // The loader model (memscope.ui.chart._BokehJS) makes BokehJS's text known to this window; it injects nothing.
   const core = model.get("core");
-  if (core) publishSources(model.get("_bokeh_version"), { core, api: model.get("api") });
+  if (core) publishSources(model.get("_bokeh_version"), { core, api: model.get("api") }, "loader");
 }
 
 export default { initialize, render };

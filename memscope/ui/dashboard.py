@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 PUSH_PERIOD_S = 0.25      # at most 4 updates a second reach the browser
 LEAK_PERIOD_S = 5.0       # the live leak verdict is recomputed this often
 _by_cell: dict[str, "Dashboard"] = {}
+last: "Dashboard | None" = None  # the most recent dashboard shown (for tests and for the curious)
 _CAUSE_COLOR = {"ok": "#2e7d32", "stopped_by_user": "#555", "exit_nonzero": "#b26a00", "running": "#1565c0"}
 
 
@@ -281,6 +282,8 @@ def show(run: "Run") -> Dashboard:
     d = Dashboard(run, title=" ".join(run.command)[-120:])
     if cell:
         _by_cell[cell] = d
+    global last
+    last = d
     display(d.widget)
     return d
 
