@@ -212,6 +212,9 @@ function sumOnUnion(list) {
   return { t, y };
 }
 
+const FAR_LINES = ["host_available", "limit"];
+const FAR_FACTOR = 4;
+
 function pickUnit(max, units) {
   for (const [limit, factor, name] of units) if (max <= limit) return { factor, name };
   const [, factor, name] = units[units.length - 1];
@@ -228,11 +231,16 @@ export function columns(data) {
     const s = series(data[key]);
     lines[key] = { t: s.t.map(num), y: s.y.map(num) };
   }
-  let yMax = 0, tMin = Infinity, tMax = -Infinity;
-  for (const s of Object.values(lines)) {
+  let yMax = 0, ownMax = 0, tMin = Infinity, tMax = -Infinity;
+  for (const [key, s] of Object.entries(lines)) {
     for (const v of s.y) if (isFinite(v) && v > yMax) yMax = v;
+    if (!FAR_LINES.includes(key)) for (const v of s.y) if (isFinite(v) && v > ownMax) ownMax = v;
     if (s.t.length) { tMin = Math.min(tMin, s.t[0]); tMax = Math.max(tMax, s.t[s.t.length - 1]); }
   }
+  // 22 GiB available would flatten a 400 MiB run into the axis: such lines start hidden (legend click shows
+  // them), and the units follow the run's own memory.
+  const far = ownMax > 0 && yMax > FAR_FACTOR * ownMax;
+  if (far) yMax = ownMax;
   const phases = (Array.isArray(data.phases) ? data.phases : [])
     .map((p) => Array.isArray(p) ? { name: p[0], start_s: p[1], end_s: p[2] } : p)
     .filter((p) => p && isFinite(num(p.start_s)))
@@ -259,6 +267,7 @@ export function columns(data) {
   for (const [key, s] of Object.entries(lines)) lineData[key] = { x: s.t.map(sx), y: s.y.map(sy) };
 
   const tEnd = isFinite(tMax) ? tMax : 0;
+  const farKeys = far ? FAR_LINES.filter((k) => lines[k].y.some((v) => v > FAR_FACTOR * ownMax)) : [];
   const phaseData = phases.map((p) => ({
     name: String(p.name ?? ""),
     left: sx(num(p.start_s)),
@@ -269,7 +278,7 @@ export function columns(data) {
   for (const key of ["main_rss", "tree_rss", "host_available", "limit"]) points += lines[key].t.length;
   const present = new Set(stack.present);
   for (const [key, s] of Object.entries(lines)) if (s.t.length) present.add(key);
-  return { stackData, lineData, phaseData, xu, yu, present, points, span: sx(span) };
+  return { farKeys, stackData, lineData, phaseData, xu, yu, present, points, span: sx(span) };
 }
 
 // ---------------------------------------------------------------- the chart
@@ -324,6 +333,7 @@ function buildChart(B, model) {
   }));
   const boxes = [];
   let legendKey = "", unitKey = "";
+  const autoVis = {}, userSet = new Set();
 
   function update(data) {
     const c = columns(data);
@@ -358,6 +368,15 @@ function buildChart(B, model) {
       fig.xaxis.axis_label = `elapsed (${c.xu.name})`;
       fig.yaxis.axis_label = `memory (${c.yu.name})`;
       hover.tooltips = [["", "$name"], ["elapsed", `@x{0.0} ${c.xu.name}`], ["memory", `@y{0.00} ${c.yu.name}`]];
+    }
+    // Re-decided on every update (a run that grows toward its limit brings the limit back into view), until
+    // the user clicks that legend entry: from then on the click decides.
+    for (const k of FAR_LINES) {
+      if (userSet.has(k)) continue;
+      if (k in autoVis && lines[k].visible !== autoVis[k]) { userSet.add(k); continue; }
+      const want = !c.farKeys.includes(k);
+      if (lines[k].visible !== want) lines[k].visible = want;
+      autoVis[k] = want;
     }
     const lk = [...c.present].sort().join(",");
     if (lk !== legendKey) {
