@@ -90,3 +90,35 @@ def test_bad_magic_input_is_one_line(kernel, tmp_path):
     assert "memscope: missing_script.py: no such file" in "".join(streams)
     assert "r is None" in "".join(streams)
     assert not [m for m in msgs if m["msg_type"] == "error"]
+
+
+def test_cell_magic_runs_the_body_in_the_notebook_directory(kernel, tmp_path):
+    code = ("%%memscope --record runs\n"
+            "import os\n"
+            "buf = bytearray(32 << 20)\n"
+            "print('cwd', os.getcwd())\n"
+            "raise RuntimeError('from the cell body')\n")
+    reply, _ = execute(kernel, "%load_ext memscope")
+    reply, msgs = execute(kernel, code)
+    assert reply["content"]["status"] == "ok"
+    reply, msgs = execute(kernel, "import memscope.ui.dashboard as D\ns = D.last.run.wait(60)\n"
+                                  "print(s['exit']['cause'], '|', s['exit']['message'])\n"
+                                  "print(list(D.last.run.output_tail))")
+    out = "".join(m["content"].get("text", "") for m in msgs if m["msg_type"] == "stream")
+    assert "exception | RuntimeError: from the cell body" in out
+    assert f"cwd {tmp_path}" in out
+    assert (tmp_path / "runs").is_dir()
+
+
+def test_terminal_ipython_gets_text_not_widgets(tmp_path):
+    import subprocess
+    import sys
+
+    code = (f"%load_ext memscope\nr = %memscope --record {tmp_path} {script('clean.py')} 0.3\n"
+            "s = r.wait(60)\nimport time; time.sleep(0.5)\nprint('CAUSE', s['exit']['cause'])")
+    (tmp_path / "t.ipy").write_text(code)
+    p = subprocess.run([sys.executable, "-m", "IPython", "--no-banner", "--colors=NoColor", str(tmp_path / "t.ipy")],
+                       capture_output=True, text=True, timeout=120)
+    assert "CAUSE ok" in p.stdout, p.stdout + p.stderr
+    assert "memscope: started" in p.stderr and "memscope: ok" in p.stderr
+    assert "VBox" not in p.stdout + p.stderr
