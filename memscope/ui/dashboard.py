@@ -96,7 +96,7 @@ def leak_line(leak: dict[str, Any]) -> str:
 
 
 class Dashboard:
-    """Widgets for one run. ``Dashboard(run)`` follows a live run; ``Dashboard.from_record(path)`` a finished one."""
+    """Widgets for one run. ``Dashboard(run)`` follows a live run; ``reopen(ref)`` shows a finished one."""
 
     def __init__(self, run: "Run | None" = None, *, series: RunSeries | None = None,
                  summary: dict[str, Any] | None = None, procs: dict[int, dict[str, Any]] | None = None,
@@ -104,11 +104,13 @@ class Dashboard:
         self.run = run
         self._record_procs = procs or {}
         self._phase_events: list[dict[str, Any]] = []
+        self._phase_keys: set[tuple[float, int | None]] = set()  # the record and the subscription overlap
         if series is None and run is not None:
             # Phases: this view's own subscription, seeded from what the record already holds.
             self._unsubscribe_phases = run.subscribe(self._on_record)
             series = RunSeries.follow(run)  # the history so far, roles included, then every new record
-            self._phase_events = _recorded_phases(run.record_path)
+            for e in _recorded_phases(run.record_path):
+                self._add_phase_event(e)
         self.series = series or RunSeries()
         self._closed = threading.Event()
         self._leak: dict[str, Any] = {}
@@ -140,9 +142,13 @@ class Dashboard:
     # -- data in ---------------------------------------------------------------------------------------------
     def _on_record(self, rec: Any) -> None:
         if type(rec).__name__ == "Event" and rec.kind == "phase":
-            e = {"t": rec.t, "pid": rec.pid, "data": rec.data}
-            if e not in self._phase_events:
-                self._phase_events.append(e)
+            self._add_phase_event({"t": rec.t, "pid": rec.pid, "data": rec.data})
+
+    def _add_phase_event(self, e: dict[str, Any]) -> None:
+        key = (round(e["t"], 6), e["pid"])
+        if key not in self._phase_keys:
+            self._phase_keys.add(key)
+            self._phase_events.append(e)
 
     # -- data out --------------------------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -172,7 +178,8 @@ class Dashboard:
         else:
             main = next((pid for pid, d in self._procs().items() if d.get("role") == "main"), None)
             snap["phases"] = [{"name": n, "start_s": a, "end_s": b}
-                              for n, a, b in phases_mod.intervals(self._phase_events, end, main)]
+                              for n, a, b in phases_mod.intervals(sorted(self._phase_events, key=lambda e: e["t"]),
+                                                                  end, main)]
         self.chart.data = snap
         self.table.value = process_table(self._procs())
         if self.run is not None:
