@@ -6,7 +6,10 @@
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from .runner import Run
 
 __version__ = "0.1.0"
 __all__ = ["run", "attach", "phase", "mark", "reopen", "load_ipython_extension", "Run", "Options", "LaunchError", "__version__"]

@@ -5,15 +5,11 @@ the run started (``t``), memory is bytes. Records are immutable so they can be s
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Union
 
 ROLES = ("main", "wrapper", "dataloader_worker", "compile_worker", "rank", "helper", "other")
 
-EXIT_CAUSES = (
-    "ok", "exit_nonzero", "exception", "segfault", "abort", "bus_error", "killed", "oom_kill",
-    "worker_crash", "stopped_by_user", "cuda_oom", "unknown",
-)
 
 
 @dataclass(frozen=True)
@@ -94,9 +90,3 @@ class RunEnded:
 
 
 Record = Union[TreeSample, HostSample, ProcessSeen, ProcessExited, Event, RunEnded]
-
-
-def to_jsonable(rec: Record) -> dict[str, Any]:
-    d = asdict(rec)
-    d["type"] = type(rec).__name__
-    return d

@@ -3,7 +3,6 @@
 A message that cannot be sent at once is dropped; if the collector is gone the channel goes quiet for good.
 """
 import json
-import os
 import socket
 import threading
 

@@ -106,17 +106,6 @@ def environ_has(pid: int, marker: bytes) -> bool:
     return marker in data.split(b"\0")
 
 
-def read_environ_var(pid: int, name: str) -> str | None:
-    data = _read(f"/proc/{pid}/environ", 1 << 20)
-    if not data:
-        return None
-    prefix = name.encode() + b"="
-    for item in data.split(b"\0"):
-        if item.startswith(prefix):
-            return item[len(prefix):].decode("utf-8", "replace")
-    return None
-
-
 def boot_time() -> float:
     # /proc/stat can be long (one line per interrupt): read it line by line, not in one bounded read.
     try:
@@ -127,8 +116,3 @@ def boot_time() -> float:
     except OSError:
         pass
     return 0.0
-
-
-def read_file_text(path: str) -> str | None:
-    data = _read(path, 1 << 16)
-    return data.decode("utf-8", "replace") if data is not None else None

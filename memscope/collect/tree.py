@@ -158,10 +158,6 @@ class TreeSampler:
         with self._lock:
             return [p for p, t in self.procs.items() if t.alive]
 
-    def role_of(self, pid: int) -> str | None:
-        t = self.procs.get(pid)
-        return t.role if t else None
-
     def mark_exited(self, pid: int, code: int | None, signal_name: str | None) -> None:
         with self._lock:
             t = self.procs.get(pid)

@@ -10,7 +10,6 @@ import io
 import os
 import shutil
 import threading
-import time
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -156,11 +155,3 @@ def print_final(summary: dict, file=None) -> None:
               f" at {peak['at_s']:.1f} s; {len(summary['processes'])} processes; record {summary.get('record')}")
     if ex.get("traceback") and ex["cause"] in ("segfault", "abort", "bus_error", "worker_crash"):
         con.print("memscope: stack at the crash:\n" + ex["traceback"].rstrip()[-4000:], markup=False)
-
-
-def wait_with_view(run: "Run", view: TerminalView | None) -> dict:
-    while not run.ended:
-        time.sleep(0.1)
-    if view is not None:
-        view.close()
-    return run.wait() or {}
