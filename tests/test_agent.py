@@ -76,3 +76,43 @@ def test_without_the_agent_the_tree_is_still_sampled(start):
     run = start([script("clean.py"), "0.6"], agent=False)
     s = run.wait(60)
     assert s["exit"]["cause"] == "ok" and s["peak"]["tree_rss_bytes"] > 64 << 20
+
+
+def test_a_full_socket_never_cuts_a_line(tmp_path):
+    # The collector falls behind and a message is larger than the socket buffer: the kernel takes part of it.
+    # The rest must be finished before anything else is sent, so the collector only ever sees whole lines.
+    import json as _json
+    import socket as _socket
+
+    from memscope.agent.channel import Channel
+
+    srv = _socket.socket(_socket.AF_UNIX)
+    path = str(tmp_path / "s.sock")
+    srv.bind(path)
+    srv.listen(1)
+    ch = Channel(path, "tok")
+    ch.connect({"pid": 1})
+    conn, _ = srv.accept()
+    cut = []
+    send_some = ch._send_some
+
+    def spy(data):
+        n = send_some(data)
+        if 0 < n < len(data):
+            cut.append(n)
+        return n
+
+    ch._send_some = spy
+    sent = sum(ch.send({"t": "x", "i": i, "pad": "y" * 300_000}) for i in range(20))
+    assert cut, "no message was cut: the test did not reach its case"
+    assert ch.dropped > 0 and sent < 20  # dropped whole, never blocked
+    conn.setblocking(False)
+    data = b""
+    for _ in range(400):
+        try:
+            data += conn.recv(1 << 20)
+        except BlockingIOError:
+            ch.send({"t": "x", "i": -1})  # gives the pending tail its chance
+    lines = [line for line in data.split(b"\n") if line]
+    assert len(lines) >= 3
+    assert all(isinstance(_json.loads(line), dict) for line in lines)

@@ -1,10 +1,14 @@
 """The agent's line to the collector: JSON lines over a Unix socket that never blocks the training.
 
-A message that cannot be sent at once is dropped; if the collector is gone the channel goes quiet for good.
+A message that cannot be sent at once is dropped whole (never cut: a line that the buffer took only in part is
+finished first); if the collector is gone the channel goes quiet for good.
 """
 import json
 import socket
 import threading
+
+
+_FLAGS = getattr(socket, "MSG_NOSIGNAL", 0) | getattr(socket, "MSG_DONTWAIT", 0)
 
 
 class Channel:
@@ -14,6 +18,7 @@ class Channel:
         self._sock = None
         self._dead = False
         self._lock = threading.Lock()
+        self._pending = b""
         self.dropped = 0
 
     def connect(self, hello):
@@ -35,14 +40,25 @@ class Channel:
         data = (json.dumps(msg, default=repr, separators=(",", ":")) + "\n").encode("utf-8", "replace")
         with self._lock:
             try:
-                self._sock.sendall(data, socket.MSG_NOSIGNAL) if hasattr(socket, "MSG_NOSIGNAL") \
-                    else self._sock.sendall(data)
+                # Finish a line cut short by a full buffer first: lines must reach the collector whole.
+                if self._pending:
+                    self._pending = self._pending[self._send_some(self._pending):]
+                    if self._pending:
+                        self.dropped += 1
+                        return False
+                sent = self._send_some(data)
+                if sent < len(data):
+                    self._pending = data[sent:]
                 return True
-            except (BlockingIOError, InterruptedError):
-                self.dropped += 1
             except OSError:
                 self._close()
         return False
+
+    def _send_some(self, data):
+        try:
+            return self._sock.send(data, _FLAGS)
+        except (BlockingIOError, InterruptedError):
+            return 0
 
     def _close(self):
         self._dead = True
@@ -55,5 +71,6 @@ class Channel:
         # The child shares the parent's socket: drop it without shutdown (that would cut the parent too).
         self._lock = threading.Lock()
         self._sock = None
+        self._pending = b""
         self._dead = False
         self.connect(hello)
