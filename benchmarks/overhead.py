@@ -44,6 +44,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from hostinfo import cpu_model, hypervisor, package_version, ram
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOOP = os.path.join("benchmarks", "train_loop.py")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -239,39 +241,10 @@ def _record_summary(py: str, tmp: str, env: dict[str, str]) -> dict:
 # -- the report --------------------------------------------------------------------------------------------------
 
 def machine() -> list[tuple[str, str]]:
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    ram = "?"
-    try:
-        with open("/proc/meminfo") as f:
-            kb = int(next(line for line in f if line.startswith("MemTotal:")).split()[1])
-        ram = f"{kb / 2**20:.1f} GiB"
-    except (OSError, StopIteration, ValueError):
-        pass
-    virt = ""
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=5).stdout
-        m = re.search(r"Hypervisor vendor:\s*(\S+)", lscpu)
-        virt = f" (VM, {m.group(1)})" if m else ""
-    except (OSError, subprocess.SubprocessError):
-        pass
-
-    def version(dist: str) -> str:
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            return "not installed"
-
-    return [("CPU", model + virt), ("cores", str(os.cpu_count())), ("RAM", ram),
+    return [("CPU", cpu_model() + hypervisor()), ("cores", str(os.cpu_count())), ("RAM", ram()),
             ("kernel", f"{platform.system()} {platform.release()}"),
-            ("Python", platform.python_version()), ("torch", version("torch")), ("memscope", version("memscope")),
+            ("Python", platform.python_version()), ("torch", package_version("torch")),
+            ("memscope", package_version("memscope")),
             ("load average at start", " ".join(f"{x:.2f}" for x in os.getloadavg()))]
 
 

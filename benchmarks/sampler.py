@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from hostinfo import cpu_model, hypervisor, package_version, ram
 from memscope.collect.tree import TreeSampler
 
 MB_PER_PROC = 20
@@ -268,38 +269,14 @@ def sustained(tree: Tree, seconds: float, rss_hz: float = 10.0, pss_every: float
 
 # -- report -----------------------------------------------------------------------------------------------------
 def machine() -> list[str]:
-    cpu = "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    mem = "?"
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal"):
-                    mem = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
-                    break
-    except OSError:
-        pass
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     nprocs = sum(1 for n in os.listdir("/proc") if n.isdigit())
-
-    def ver(pkg: str) -> str:
-        try:
-            return importlib.metadata.version(pkg)
-        except importlib.metadata.PackageNotFoundError:
-            return "not installed"
-
     return [
-        f"- CPU: {cpu}, {os.cpu_count()} logical cores ({usable} usable)",
-        f"- RAM: {mem}",
+        f"- CPU: {cpu_model()}{hypervisor()}, {os.cpu_count()} logical cores ({usable} usable)",
+        f"- RAM: {ram()}",
         f"- Kernel: {platform.system()} {platform.release()}",
-        f"- Python: {platform.python_version()} ({sys.executable}); memscope {ver('memscope')}, torch {ver('torch')}",
+        f"- Python: {platform.python_version()} ({sys.executable}); memscope {package_version('memscope')}, "
+        f"torch {package_version('torch')}",
         f"- Processes on the machine at start: {nprocs} (discover() scans all of /proc)",
     ]
 

@@ -1,0 +1,47 @@
+"""The machine a benchmark ran on: one description for every benchmark's report (run as scripts, so imported
+as a sibling module)."""
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import re
+import subprocess
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def ram() -> str:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return f"{int(line.split()[1]) / 2**20:.1f} GiB"
+    except (OSError, ValueError):
+        pass
+    return "?"
+
+
+def hypervisor() -> str:
+    """' (VM, KVM)' on a virtual machine (timings there are noisier), else ''."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    m = re.search(r"Hypervisor vendor:\s*(\S+)", out)
+    return f" (VM, {m.group(1)})" if m else ""
+
+
+def package_version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
