@@ -261,14 +261,8 @@ class Run:
         """The summary: final once the run ended, else what the record says so far (exit cause "running")."""
         if self._summary is not None:
             return self._summary
-        self._recorder_sync()
-        rd = RunData(self.record_path)
-        try:
-            s = summarize(rd)
-        finally:
-            rd.close()
-        s["exit"] = {"cause": "running", "code": None, "signal": None, "pid": self.pid,
-                     "message": f"The run is still going ({self._clock():.0f} s so far).", "traceback": None}
+        s = self._summarize_record()
+        s["exit"] = self._exit("running", f"The run is still going ({self._clock():.0f} s so far).")
         return s
 
     def subscribe(self, fn: Callable[[Record], None], maxsize: int = 10000) -> Callable[[], None]:
@@ -487,11 +481,10 @@ class Run:
         try:
             self._finish_steps()
         except Exception as exc:
-            self._summary = self._summary or {"schema": "memscope.summary/1", "run_id": self.run_id,
-                                              "exit": {"cause": "unknown", "code": self.returncode,
-                                                       "signal": None, "pid": self.pid,
-                                                       "message": f"memscope failed while finishing: {exc!r}",
-                                                       "traceback": None}}
+            self._summary = self._summary or {
+                "schema": "memscope.summary/1", "run_id": self.run_id,
+                "exit": dict(self._exit("unknown", f"memscope failed while finishing: {exc!r}"),
+                             code=self.returncode)}
             self.exit = self._summary["exit"]
             if self.options.summary_json:
                 try:
@@ -540,16 +533,9 @@ class Run:
         self._publish(Event(t, self.pid, "exit_status", {
             "returncode": self.returncode, "maxrss_bytes": self._maxrss, "stop_requested": self._stop_requested,
             "detached": self._detached}))
-        self._recorder_sync()
-        rd = RunData(self.record_path)
-        try:
-            summary = summarize(rd)
-        finally:
-            rd.close()
+        summary = self._summarize_record()
         if self._detached:
-            summary["exit"] = {"cause": "detached", "code": None, "signal": None, "pid": self.pid,
-                               "message": f"memscope stopped watching; pid {self.pid} is still running.",
-                               "traceback": None}
+            summary["exit"] = self._exit("detached", f"memscope stopped watching; pid {self.pid} is still running.")
         summary["duration_s"] = round(t, 3)
         self._summary, self.exit = summary, summary["exit"]
         self._publish(RunEnded(t, summary))
@@ -557,6 +543,20 @@ class Run:
         if self.options.summary_json:
             _write_json(self.options.summary_json, summary)
         shutil.rmtree(self._dir, ignore_errors=True)
+
+    def _summarize_record(self) -> dict[str, Any]:
+        """The summary as the record says it now (everything published so far is flushed first)."""
+        self._recorder_sync()
+        rd = RunData(self.record_path)
+        try:
+            return summarize(rd)
+        finally:
+            rd.close()
+
+    def _exit(self, cause: str, message: str) -> dict[str, Any]:
+        """An ``exit`` object for the states the record cannot tell: running, detached, memscope failed."""
+        return {"cause": cause, "code": None, "signal": None, "pid": self.pid, "message": message,
+                "traceback": None}
 
     def _collect_crash_files(self) -> None:
         import json
