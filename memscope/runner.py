@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .agent import protocol
 from .analysis.summary import summarize
@@ -27,11 +27,18 @@ from .collect.tree import TreeSampler, signal_name, wait_gone
 from .model import Event, HostSample, ProcessExited, ProcessSeen, Record, RunEnded, TreeSample
 from .store import Recorder, RunData, default_record_dir
 
+if TYPE_CHECKING:
+    from .analysis.census import Census
+
 AGENT_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent", "site")
 
 
 class LaunchError(Exception):
     """Bad input: the message is one line meant for the user."""
+
+
+class CensusError(Exception):
+    """A census could not be taken; the message says why, in one line."""
 
 
 @dataclass
@@ -169,6 +176,9 @@ class Run:
         self._threads: list[threading.Thread] = []
         self._on_end: list[Callable[[Run], None]] = []
         self.t0 = time.monotonic()
+        self._census_waiting: dict[str, tuple[threading.Event, list[Any]]] = {}
+        self._last_census: dict[str, Any] | None = None
+        self._census_lock = threading.Lock()
 
     # -- public API ------------------------------------------------------------------------------------------
     def start(self) -> "Run":
@@ -265,6 +275,41 @@ class Run:
         s["exit"] = self._exit("running", f"The run is still going ({self._clock():.0f} s so far).")
         return s
 
+    def census(self, timeout: float = 30.0) -> "Census":
+        """Take a tensor census in the main process: torch tensors by device, dtype and shape (count, bytes, how
+        many hold a grad_fn), Python types, the largest containers, and the difference from the previous census.
+
+        Raises CensusError (one line) when the run has no agent in its main process or does not answer.
+        """
+        from .analysis.census import Census, advice, diff
+
+        with self._census_lock:  # one at a time: each diff is against the one before
+            if self._ended.is_set():
+                raise CensusError("the run has ended: a census needs the process alive")
+            if self._server is None:
+                raise CensusError("this run has no agent (attached, or started with --no-agent): no census")
+            pid = self._main_pid()
+            req = secrets.token_hex(4)
+            done, box = threading.Event(), []
+            self._census_waiting[req] = (done, box)
+            try:
+                if not self._server.request(pid, {"t": "census", "id": req}):
+                    raise CensusError(f"the main process (pid {pid}) has no memscope agent to ask "
+                                      "(not Python, or started with python -I)")
+                if not done.wait(timeout):
+                    raise CensusError(f"the main process (pid {pid}) did not answer within {timeout:g} s")
+            finally:
+                self._census_waiting.pop(req, None)
+            t, data = box[0]
+            if data.get("error"):
+                raise CensusError(f"the census failed in pid {pid}: {data['error']}")
+            data.update(pid=pid, t_s=round(t, 3))
+            data["diff"] = diff(self._last_census, data)
+            data["advice"] = advice(data["diff"])
+            self._last_census = data
+            self._publish(Event(t, pid, "census", data))
+            return Census.from_dict(data)
+
     def subscribe(self, fn: Callable[[Record], None], maxsize: int = 10000) -> Callable[[], None]:
         """Call ``fn(record)`` for every new record, on a thread of its own; returns an unsubscribe function.
 
@@ -344,6 +389,11 @@ class Run:
                             bool(msg.get("runs_script")) and not msg.get("forked"))
         elif kind == "role":
             self.tree.hint_role(pid, str(msg.get("role")))
+        elif kind == "census":
+            waiting = self._census_waiting.get(str(msg.pop("id", "")))
+            if waiting is not None:  # recorded by census() itself, with its diff
+                waiting[1].append((t, msg))
+                waiting[0].set()
         else:
             self._publish(Event(t, pid, f"agent_{kind}" if kind == "exception" else kind, msg))
 

@@ -36,6 +36,22 @@ def _after_fork():
         pass
 
 
+def _serve():
+    """The agent's reader thread: answers the collector's requests (a tensor census) one at a time."""
+    for req in channel.requests():
+        kind = req.get("t")
+        try:
+            if kind == "census":
+                from . import census
+
+                reply = dict(census.take(), t="census", id=req.get("id"))
+            else:
+                reply = {"t": "reply", "id": req.get("id"), "error": "unknown request %r" % (kind,)}
+        except Exception as exc:  # the census failed: say so, never raise into the process
+            reply = {"t": kind or "reply", "id": req.get("id"), "error": repr(exc)}
+        channel.send_now(reply)
+
+
 def start():
     global channel
     sock, token, run_dir = os.environ.get(ENV_SOCK), os.environ.get(ENV_TOKEN), os.environ.get(ENV_DIR)
@@ -55,6 +71,12 @@ def start():
     except Exception:
         pass
     channel.connect(_hello())
+    try:
+        import threading
+
+        threading.Thread(target=_serve, name="memscope-agent", daemon=True).start()
+    except Exception:
+        pass
     try:
         phases.install(channel)
     except Exception:

@@ -4,8 +4,10 @@ A message that cannot be sent at once is dropped whole (never cut: a line that t
 finished first); if the collector is gone the channel goes quiet for good.
 """
 import json
+import select
 import socket
 import threading
+import time
 
 
 _FLAGS = getattr(socket, "MSG_NOSIGNAL", 0) | getattr(socket, "MSG_DONTWAIT", 0)
@@ -53,6 +55,55 @@ class Channel:
             except OSError:
                 self._close()
         return False
+
+    def send_now(self, msg, timeout=5.0):
+        """Send a reply whole, waiting up to ``timeout`` for room (only the agent's own reader thread calls
+        this, never the training's threads)."""
+        if self._dead or self._sock is None:
+            return False
+        data = (json.dumps(msg, default=repr, separators=(",", ":")) + "\n").encode("utf-8", "replace")
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            data, self._pending = self._pending + data, b""
+            try:
+                while data:
+                    data = data[self._send_some(data):]
+                    if data:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            self._pending = data  # finished by the next send, never cut
+                            return False
+                        select.select([], [self._sock], [], min(left, 0.1))
+                return True
+            except OSError:
+                self._close()
+        return False
+
+    def requests(self):
+        """Yield the collector's requests (JSON lines) until the connection closes. Blocks: reader thread only."""
+        buf = b""
+        while not self._dead and self._sock is not None:
+            sock = self._sock
+            try:
+                ready, _, _ = select.select([sock], [], [], 1.0)
+                if not ready:
+                    continue
+                chunk = sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except (OSError, ValueError):
+                return
+            if not chunk:
+                return
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(msg, dict):
+                    yield msg
 
     def _send_some(self, data):
         try:

@@ -9,6 +9,8 @@ from typing import Any
 
 from ..store import KIND_PSS, KIND_RSS, RunData
 from . import phases as phases_mod
+from .advice import advise
+from .census import summary_rows as census_rows
 from .exit_cause import ExitEvidence, decide
 from .leak import assess_by_role, assess_leak, find_spikes
 
@@ -73,7 +75,7 @@ def summarize(rd: RunData) -> dict[str, Any]:
         st = next(iter(rd.events("exit_status")), None)
         if st is not None:
             duration = max(duration, st["t"])
-    return {
+    summary = {
         "schema": SCHEMA,
         "run_id": run["id"],
         "command": run["command"],
@@ -94,7 +96,12 @@ def summarize(rd: RunData) -> dict[str, Any]:
         } for p in procs],
         "record": rd.path,
         **diagnosis(rd, ev, float(duration)),
+        "census": census_rows(rd.events("census")),
     }
+    # Last: advice reads the whole summary (probe keys included).
+    summary["advice"] = advise(summary)
+    summary["leak"]["advice"] = next((a["text"] for a in summary["advice"] if a["topic"] == "leak"), None)
+    return summary
 
 
 def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The agents' meeting point: a Unix socket in a private directory, one JSON line per message.
 
 A connection must open with a hello carrying the run's token, or it is dropped. The server runs on its own
-thread and never writes back on its own, so a slow or dead agent cannot stall the collectors.
+thread and never writes back on its own (only a request such as a census, through ``request``), so a slow or dead
+agent cannot stall the collectors.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 import selectors
 import socket
 import threading
+import time
 from typing import Any, Callable
 
 from ..agent.protocol import MAX_LINE
@@ -34,6 +36,7 @@ class AgentServer:
         self._thread = threading.Thread(target=self._loop, name="memscope-agent-server", daemon=True)
         self.connections = 0
         self.rejected = 0
+        self._by_pid: dict[int, socket.socket] = {}
 
     def start(self) -> None:
         self._thread.start()
@@ -61,6 +64,25 @@ class AgentServer:
         except OSError:
             pass
 
+    def request(self, pid: int, msg: dict[str, Any], timeout: float = 1.0) -> bool:
+        """Send one request line to the agent of ``pid``; False if it has no live connection or no room."""
+        conn = self._by_pid.get(pid)
+        if conn is None or self._stop.is_set():
+            return False
+        data = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+        deadline = time.monotonic() + timeout
+        try:
+            while data:
+                try:
+                    data = data[conn.send(data):]
+                except (BlockingIOError, InterruptedError):
+                    if time.monotonic() > deadline:
+                        return False
+                    time.sleep(0.01)
+        except OSError:
+            return False
+        return True
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             for key, _ in self._sel.select(timeout=0.2):
@@ -78,6 +100,9 @@ class AgentServer:
         self._sel.register(conn, selectors.EVENT_READ, {"buf": b"", "pid": None})
 
     def _drop(self, conn: socket.socket) -> None:
+        for pid, c in list(self._by_pid.items()):
+            if c is conn:
+                self._by_pid.pop(pid, None)
         try:
             self._sel.unregister(conn)
         except (KeyError, ValueError):
@@ -116,6 +141,7 @@ class AgentServer:
                     self._drop(conn)
                     return
                 state["pid"] = msg["pid"]
+                self._by_pid[msg["pid"]] = conn
                 self.connections += 1
             try:
                 self._on_message(state["pid"], msg)
