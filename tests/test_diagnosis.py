@@ -29,6 +29,9 @@ def test_validation_spikes_are_not_a_leak_but_a_growing_list_is(start):
     assert s_leaky["leak"]["by_role"]["main"]["verdict"] == "leak"
     assert s_leaky["leak"]["time_to_limit_s"] > 0
     assert any(sp["phase"] == "validation" for sp in s_spiky["spikes"])
+    # Each verdict carries one line to act on.
+    assert s_spiky["leak"]["advice"].startswith("No leak: the floor is flat; the peaks are spikes during")
+    assert "in the main process" in s_leaky["leak"]["advice"] and "census" in s_leaky["leak"]["advice"]
 
 
 def test_phase_and_mark_are_no_ops_outside_memscope():

@@ -72,6 +72,13 @@ def test_magic_streams_while_idle_and_stop_click_stops_the_run(kernel, tmp_path)
     last = charts[-1]
     assert "main" in last["tree_pss_by_role"] and len(last["main_rss"]["t"]) >= 5
     assert max(last["main_rss"]["y"]) > 64 << 20  # the sleeper holds 64 MiB
+    # Tensor census, clicked while the kernel is idle: the census panel fills in (the sleeper has no torch, so
+    # it counts Python objects only).
+    kc.session.send(kc.shell_channel.socket, "comm_msg", {
+        "comm_id": controls[0], "data": {"method": "custom", "content": {"action": "census", "clicks": 1}}})
+    after = drain(kc, 6.0)
+    texts = " ".join(str(m["content"].get("data", {}).get("state", {})) for m in widget_updates(after))
+    assert "Tensor census</b> of pid" in texts and "census taken in" in texts
     # Click Stop as the browser does: a custom message on the Controls comm.
     kc.session.send(kc.shell_channel.socket, "comm_msg", {
         "comm_id": controls[0], "data": {"method": "custom", "content": {"action": "stop", "clicks": 1}}})
@@ -122,3 +129,26 @@ def test_terminal_ipython_gets_text_not_widgets(tmp_path):
     assert "CAUSE ok" in p.stdout, p.stdout + p.stderr
     assert "memscope: started" in p.stderr and "memscope: ok" in p.stderr
     assert "VBox" not in p.stdout + p.stderr
+
+
+def test_rerunning_a_cell_retires_its_old_dashboard(kernel, tmp_path):
+    """Re-running the cell (same cellId) closes the dashboard it showed before: no thread keeps writing into old
+    widgets, and the new run gets a dashboard of its own."""
+    kc = kernel
+    execute(kc, "%load_ext memscope\nimport memscope.ui.dashboard as D")
+    cell = f"run = %memscope --record {tmp_path}/runs {script('sleeper.py')} 8"
+    for _ in range(2):
+        msg = kc.session.msg("execute_request", {"code": cell, "silent": False, "store_history": True,
+                                                 "user_expressions": {}, "allow_stdin": False,
+                                                 "stop_on_error": True}, metadata={"cellId": "cell-1"})
+        kc.shell_channel.send(msg)
+        kc.get_shell_msg(timeout=60)
+        if _ == 0:
+            execute(kc, "first, first_run = D.last, run")
+    time.sleep(1.0)
+    reply, msgs = execute(kc, "second = D.last\n"
+                              "print('RESULT', first is not second, first._closed.is_set(),"
+                              " first._thread.is_alive(), second._thread.is_alive(), len(D._by_cell))\n"
+                              "first_run.kill(); run.kill()")
+    out = "".join(m["content"].get("text", "") for m in msgs if m["msg_type"] == "stream")
+    assert "RESULT True True False True 1" in out, out

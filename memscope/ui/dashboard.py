@@ -74,6 +74,10 @@ def verdict_card(summary: dict[str, Any]) -> str:
     tb_html = (f"<details><summary>stack</summary><pre style='font-size:11px'>{_esc(tb[-6000:])}</pre></details>"
                if tb else "")
     leak_html = f"<div>memory: {_esc(leak_line(leak))}</div>" if leak else ""
+    advice = summary.get("advice") or []
+    if advice:
+        items = "".join(f"<li>{_esc(a['text'])}</li>" for a in advice[:6])
+        leak_html += f"<div style='margin-top:4px'>what to do next:<ul style='margin:2px 0'>{items}</ul></div>"
     return (f"<div class='memscope-verdict' style='border-left:6px solid {color};padding:6px 10px;margin:6px 0;"
             f"background:#fafafa'><div style='font-weight:bold;color:{color}'>{_esc(ex['cause'])}</div>"
             f"<div>{_esc(ex['message'])}</div>"
@@ -120,10 +124,11 @@ class Dashboard:
         self.table = w.HTML()
         self.output = w.HTML()
         self.card = w.HTML()
+        self.census = w.HTML()
         self.controls = Controls(self._action) if run is not None else None
         parts: list[w.Widget] = [self.status, self.card]
         if self.controls is not None:
-            parts.append(self.controls)
+            parts += [self.controls, self.census]
         parts += [self.chart, w.Accordion(children=[self.table, self.output])]
         self.widget = w.VBox(parts)
         acc = parts[-1]
@@ -247,8 +252,28 @@ class Dashboard:
         if action == "scalene":
             return "Scalene snapshots need the run started under Scalene (memscope --scalene, coming next)"
         if action == "census":
-            return "The tensor census needs the census probe in the agent (coming next)"
+            self.controls.labels = {"census": "counting…"}
+            threading.Thread(target=self._take_census, name="memscope-census", daemon=True).start()
+            return "counting the main process's tensors…"
         return f"unknown action {action}"
+
+    def _take_census(self) -> None:
+        # Off the kernel's message thread: a census takes up to a second or two in a big process.
+        from ..runner import CensusError
+        from .census import census_html
+
+        assert self.run is not None and self.controls is not None
+        try:
+            c = self.run.census()
+            self.census.value = census_html(c.to_dict())
+            note = f"census taken in {c.duration_s:.2f} s" + ("" if c.diff.get("since") is not None else
+                                                              "; take another later to see what grows")
+        except CensusError as exc:
+            note = f"no census: {exc}"
+        except Exception as exc:  # never let a button break the dashboard
+            note = f"census failed: {exc!r}"
+        self.controls.labels = {"census": "Tensor census"}
+        self.controls.note = note
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def close(self) -> None:

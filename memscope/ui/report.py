@@ -278,6 +278,11 @@ def render_html(record_path: str) -> str:
               f"<h2>Output (last {TAIL_LINES} lines)</h2>"
               + (output_tail(lines) if lines else "<div class='memscope-meta'>no output recorded (the run's "
                                                   "output was not captured, or it printed nothing)</div>"))
+    censuses = summary.get("census") or []
+    if censuses:
+        from .census import census_html
+
+        bottom = f"<h2>Tensor census ({len(censuses)} taken; the last)</h2>{census_html(censuses[-1])}" + bottom
     fig = memory_figure(snap, phases)
     hidden = hidden_lines(fig)
     if hidden:
