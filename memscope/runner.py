@@ -223,6 +223,12 @@ class Run:
         self._spawn(self._rss_loop, "memscope-rss")
         self._spawn(self._pss_loop, "memscope-pss")
         self._spawn(self._wait_loop, "memscope-waiter")
+        from .collect import gpu as gpu_mod
+
+        nvml = gpu_mod.Nvml.open()  # None without a driver: no thread, nothing recorded
+        if nvml is not None:
+            self._spawn(lambda: gpu_mod.sample_loop(nvml, self._publish, self._clock, self.tree.alive_pids,
+                                                    self._sampling_done, o.host_interval_s), "memscope-gpu")
         if self._proc is not None and o.output == "capture":
             self._spawn(lambda: self._read_output(self._proc.stdout, "stdout"), "memscope-stdout")
             self._spawn(lambda: self._read_output(self._proc.stderr, "stderr"), "memscope-stderr")
@@ -626,6 +632,11 @@ class Run:
                     pid = int(name[len(protocol.EXC_PREFIX):].split(".")[0])
                     with open(path) as f:
                         self._publish(Event(self._clock(), pid, "exception", json.load(f)))
+                elif name.startswith("cuda_snapshot_") and name.endswith(".pickle"):
+                    from .collect.gpu import keep_snapshot
+
+                    self._publish(Event(self._clock(), None, "cuda_snapshot",
+                                        {"name": name, "path": keep_snapshot(path, self.record_path)}))
             except (OSError, ValueError):
                 continue
 

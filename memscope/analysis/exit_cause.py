@@ -37,6 +37,8 @@ class ExitEvidence:
     last_tree_bytes: int | None = None
     limit_bytes: int | None = None
     maxrss_bytes: int | None = None
+    scalene: bool = False                  # the root is Scalene's launcher (memscope run --scalene)
+    cuda_ooms: dict[int, dict[str, Any]] = field(default_factory=dict)  # pid -> the allocator's OOM observer
 
 
 def signal_name(n: int) -> str:
@@ -126,6 +128,8 @@ def decide(e: ExitEvidence) -> dict[str, Any]:
     # Through a wrapper (bash script.sh) a child's death by signal N shows as status 128+N.
     wrapped_sig = signal_name(code - 128) if code is not None and 128 < code < 128 + 65 and main != e.root_pid \
         else None
+    if e.scalene and code is not None and 256 - 65 < code < 256 and main != e.root_pid:
+        wrapped_sig = signal_name(256 - code)  # Scalene's launcher exits with sys.exit(-N) for its child's signal N
     main_sig = (root_sig if main == e.root_pid else None) or e.proc_signals.get(main) or fault_signal(fault) \
         or wrapped_sig or root_sig
     failed = (rc is not None and rc != 0) or main_sig is not None
@@ -167,7 +171,10 @@ def decide(e: ExitEvidence) -> dict[str, Any]:
         first = msg[0][:300] if msg else ""
         where = _last_frame(exc.get("traceback"))
         if name.endswith("OutOfMemoryError") and "CUDA out of memory" in (exc.get("message") or ""):
-            return out("cuda_oom", f"CUDA ran out of memory: {first}", tb=exc.get("traceback"))
+            from .gpu import cuda_oom_message
+
+            return out("cuda_oom", cuda_oom_message(exc.get("message") or "", where, e.cuda_ooms.get(main)),
+                       tb=exc.get("traceback"))
         at = f" at {where}" if where else ""
         return out("exception", f"{name}: {first}{at}." if first else f"{name} was raised{at}.",
                    tb=exc.get("traceback"))

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..store import KIND_PSS, KIND_RSS, RunData
 from . import phases as phases_mod
+from . import gpu as gpu_mod
 from .advice import advise
 from .census import summary_rows as census_rows
 from .exit_cause import ExitEvidence, decide
@@ -52,6 +53,7 @@ def evidence(rd: RunData) -> ExitEvidence:
         last_tree_bytes=last[1] if last else None,
         limit_bytes=min(limits) if limits else None,
         maxrss_bytes=st.get("maxrss_bytes"),
+        cuda_ooms=gpu_mod.observed_ooms(rd),
     )
 
 
@@ -96,6 +98,7 @@ def summarize(rd: RunData) -> dict[str, Any]:
         } for p in procs],
         "record": rd.path,
         **diagnosis(rd, ev, float(duration)),
+        **gpu_mod.summary_keys(rd),
         "census": census_rows(rd.events("census")),
     }
     # Last: advice reads the whole summary (probe keys included).

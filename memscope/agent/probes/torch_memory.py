@@ -1,0 +1,200 @@
+"""PyTorch's memory from inside the process: the CUDA caching allocator (per device), MPS on macOS, CUDA OOMs, and
+torch.compile's compilation windows.
+
+- ``torch_alloc`` messages: allocator stats per device, on the probes' thread every SAMPLE_S, and once at exit.
+  CUDA sampling is queued on torch.cuda's own lazy-init list (``torch.cuda._lazy_call``), so it starts only when
+  the user's code initialises CUDA: memscope itself never creates a CUDA context (that costs GPU memory and breaks
+  fork()). On a CPU-only run nothing is ever sampled.
+- ``cuda_oom`` messages: sent from the allocator's OOM observer, before the stack unwinds and frees memory: the
+  allocation that failed, the device's total and free memory, the allocator's stats and summary, and the path of a
+  memory snapshot (``torch.cuda.memory._snapshot()``, pickled in the run directory; the collector keeps it with the
+  record). History recording is on with a bounded ring (HISTORY_ENTRIES, env MEMSCOPE_CUDA_HISTORY; 0 turns it
+  off) so that the snapshot shows the allocations that led to the OOM.
+- ``compile`` messages: the start and end of each outermost Dynamo compilation (torch._dynamo's callback handler),
+  with inductor's compile_threads, so the collector can tell whether the compile-worker pool outlived compilation.
+"""
+import os
+import sys
+import time
+
+from ..hooks import when_imported
+
+SAMPLE_S = 2.0
+HISTORY_ENTRIES = 5000       # each entry holds a Python stack (a few kB): ~5000 entries, some MB of host RAM
+MAX_SNAPSHOTS = 2            # per process: a loop that catches OOMs and retries must not fill the disk
+_STAT_KEYS = {               # memory_stats key -> message field (keys documented in torch.cuda.memory_stats)
+    "allocated_bytes.all.current": "allocated",
+    "allocated_bytes.all.peak": "peak_allocated",
+    "reserved_bytes.all.current": "reserved",
+    "reserved_bytes.all.peak": "peak_reserved",
+    "active_bytes.all.current": "active",
+    "inactive_split_bytes.all.current": "inactive_split",
+    "requested_bytes.all.current": "requested",
+    "num_alloc_retries": "alloc_retries",
+    "num_ooms": "ooms",
+}
+
+_channel = None
+_torch = None
+_snapshots = [0]
+_history = [False]
+
+
+def _send(msg):
+    ch = _channel
+    if ch is not None:
+        msg.setdefault("pid", os.getpid())
+        ch.send(msg)
+
+
+def cuda_stats(stats):
+    """The fields memscope keeps from a ``torch.cuda.memory_stats()`` dict (missing keys are left out)."""
+    return {field: int(stats[key]) for key, field in _STAT_KEYS.items() if key in stats}
+
+
+def _sample_cuda():
+    torch = _torch
+    cuda = getattr(torch, "cuda", None)
+    # is_initialized() is False in a forked child (a DataLoader worker): it never samples its parent's devices.
+    if cuda is None or not cuda.is_initialized():
+        return
+    for device in range(cuda.device_count()):
+        stats = cuda_stats(cuda.memory_stats(device))
+        if stats.get("reserved") or stats.get("peak_reserved"):
+            _send(dict(stats, t="torch_alloc", backend="cuda", device=device))
+
+
+def _sample_mps():
+    mps = getattr(_torch, "mps", None)
+    if mps is None:
+        return
+    current, driver = int(mps.current_allocated_memory()), int(mps.driver_allocated_memory())
+    if current or driver:
+        _send({"t": "torch_alloc", "backend": "mps", "device": 0, "allocated": current, "driver": driver})
+
+
+def _run_dir():
+    from ..protocol import ENV_DIR
+
+    return os.environ.get(ENV_DIR)
+
+
+def _on_oom(device, alloc, device_total, device_free):
+    """torch's OOM observer: (device, bytes asked for, device total or the allowed maximum, device free bytes)."""
+    try:
+        torch = _torch
+        msg = {"t": "cuda_oom", "device": int(device), "alloc_bytes": int(alloc),
+               "device_total": int(device_total), "device_free": int(device_free), "wall": time.time()}
+        try:
+            msg.update(cuda_stats(torch.cuda.memory_stats(device)))
+        except Exception:
+            pass
+        try:
+            msg["allocator_summary"] = torch.cuda.memory_summary(device)[:20000]
+        except Exception:
+            pass
+        run_dir = _run_dir()
+        if _history[0] and run_dir and _snapshots[0] < MAX_SNAPSHOTS:
+            _snapshots[0] += 1
+            import pickle
+
+            path = os.path.join(run_dir, "cuda_snapshot_%d_%d.pickle" % (os.getpid(), _snapshots[0]))
+            with open(path + ".tmp", "wb") as f:
+                pickle.dump(torch.cuda.memory._snapshot(), f)
+            os.replace(path + ".tmp", path)
+            msg["snapshot"] = os.path.basename(path)
+        _send(msg)
+    except Exception:
+        pass  # the user's OutOfMemoryError follows; nothing of ours may replace it
+
+
+def _on_cuda_init():
+    # Runs inside torch.cuda._lazy_init(): whatever fails here must not reach it (it would become the user's error).
+    try:
+        torch = _torch
+        attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+        if attach is not None:
+            attach(_on_oom)
+        entries = _env_int("MEMSCOPE_CUDA_HISTORY", HISTORY_ENTRIES)
+        if entries > 0:
+            try:
+                torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
+                                                         max_entries=entries)
+                _history[0] = True
+            except Exception:
+                pass
+        from . import every
+
+        every(SAMPLE_S, _sample_cuda)
+    except Exception:
+        pass
+
+
+def _env_int(name, default):
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def _on_torch(torch):
+    global _torch
+    _torch = torch
+    cuda = getattr(torch, "cuda", None)
+    lazy_call = getattr(cuda, "_lazy_call", None)
+    if lazy_call is not None:
+        lazy_call(_on_cuda_init)  # runs now if CUDA is already initialised, else at its first use
+    if sys.platform == "darwin":
+        try:
+            if torch.backends.mps.is_available():
+                from . import every
+
+                every(SAMPLE_S, _sample_mps)
+        except Exception:
+            pass
+
+
+def compile_settings():
+    """Inductor's compile-pool settings as this process has them (without importing anything)."""
+    cfg = sys.modules.get("torch._inductor.config")
+    out = {"env": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")}
+    if cfg is not None:
+        out["compile_threads"] = getattr(cfg, "compile_threads", None)
+        out["worker_start_method"] = getattr(cfg, "worker_start_method", None)
+    return out
+
+
+def _on_dynamo_callback(mod):
+    # Patch the handler's class, not register callbacks: torch._dynamo.reset() clears registered callbacks.
+    cls = mod.CompilationCallbackHandler
+    start, end = cls.run_start_callbacks, cls.run_end_callbacks
+
+    def report(state, args):
+        try:
+            trigger = getattr(getattr(args, "callback_trigger", None), "name", None)
+            _send(dict(compile_settings(), t="compile", state=state, id=str(getattr(args, "compile_id", "")),
+                       trigger=trigger, wall=time.time()))
+        except Exception:
+            pass
+
+    def run_start_callbacks(self, args):
+        report("start", args)
+        return start(self, args)
+
+    def run_end_callbacks(self, args):
+        try:
+            return end(self, args)
+        finally:
+            report("end", args)
+
+    run_start_callbacks.__wrapped__ = start
+    run_end_callbacks.__wrapped__ = end
+    cls.run_start_callbacks = run_start_callbacks
+    cls.run_end_callbacks = run_end_callbacks
+
+
+def install(channel):
+    global _channel
+    _channel = channel
+    when_imported("torch", _on_torch)
+    when_imported("torch._dynamo.callback", _on_dynamo_callback)

@@ -1,0 +1,335 @@
+"""GPU and PyTorch-allocator verdicts, as pure functions of recorded data.
+
+- ``allocator``: the caching allocator per process and device (from the agent's ``torch_alloc`` messages) and the
+  CUDA OOMs the allocator's observer saw (``cuda_oom``).
+- ``gpu``: device and per-process GPU memory from NVML (``gpu`` records); where NVML's pids are not the tree's (a
+  container: NVML reports host pids), the agent's own numbers per process instead.
+- ``compile_pool``: torch.compile's compile-worker pool (inductor's SubprocPool: a sidecar and its workers), its
+  PSS, and whether it outlived compilation.
+- ``cuda_oom_message``: the exit message for a CUDA OOM, from PyTorch's error text and the observer's numbers.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Mapping
+
+MiB, GiB = 1 << 20, 1 << 30
+FRAGMENTED_FRACTION = 0.25   # inactive-split share of reserved memory worth a hint
+FRAGMENTED_BYTES = 512 * MiB
+POOL_AFTER_COMPILE_S = 5.0   # a pool seen this long after the last compilation ended outlived it
+COMPILE_SETTING = "TORCHINDUCTOR_COMPILE_THREADS"
+
+
+def fmt_bytes(n: float | None) -> str:
+    """Sizes written the way PyTorch's own OOM message writes them ("226.00 MiB"), so both read alike."""
+    if n is None:
+        return "?"
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} bytes"
+
+
+# -- allocator ----------------------------------------------------------------------------------------------------
+def allocator(samples: Iterable[Mapping[str, Any]], ooms: Iterable[Mapping[str, Any]] = (),
+              snapshots: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """Summary key ``allocator``. ``samples``: ``torch_alloc`` events ({"t", "pid", "data"}); ``ooms``: ``cuda_oom``
+    events; ``snapshots``: snapshot file name -> where the collector kept it."""
+    by_dev: dict[tuple, list[tuple[float, Mapping[str, Any]]]] = {}
+    for ev in samples:
+        d = ev.get("data") or {}
+        key = (ev.get("pid") or d.get("pid"), str(d.get("backend", "cuda")), int(d.get("device") or 0))
+        by_dev.setdefault(key, []).append((float(ev.get("t") or 0.0), d))
+    oom_list = [_oom_row(ev, snapshots or {}) for ev in ooms]
+    if not by_dev and not oom_list:
+        return None
+    devices = []
+    for (pid, backend, device), rows in sorted(by_dev.items(), key=lambda kv: (str(kv[0][0]), kv[0][1], kv[0][2])):
+        devices.append(_device_row(pid, backend, device, rows))
+    return {"devices": devices, "ooms": oom_list}
+
+
+def _device_row(pid: Any, backend: str, device: int, rows: list[tuple[float, Mapping[str, Any]]]) -> dict[str, Any]:
+    def peak(field: str, current: str) -> int:
+        return max(max(int(d.get(field) or 0), int(d.get(current) or 0)) for _, d in rows)
+
+    last = rows[-1][1]
+    row: dict[str, Any] = {
+        "pid": pid, "backend": backend, "device": device, "samples": len(rows),
+        "peak_allocated_bytes": peak("peak_allocated", "allocated"),
+        "last_allocated_bytes": int(last.get("allocated") or 0),
+    }
+    if backend == "mps":
+        row["peak_driver_bytes"] = peak("driver", "driver")
+        row["last_driver_bytes"] = int(last.get("driver") or 0)
+        row["advice"] = None
+        return row
+    reserved = int(last.get("reserved") or 0)
+    # Fragmentation where it was worst: the share of reserved memory held in split blocks nothing uses.
+    worst = max(rows, key=lambda r: _frag(r[1]))[1]
+    row.update({
+        "peak_reserved_bytes": peak("peak_reserved", "reserved"),
+        "last_reserved_bytes": reserved,
+        "reserved_unallocated_bytes": max(0, reserved - int(last.get("allocated") or 0)),
+        "fragmentation": round(_frag(worst), 3),
+        "inactive_split_bytes": int(worst.get("inactive_split") or 0),
+        "alloc_retries": max(int(d.get("alloc_retries") or 0) for _, d in rows),
+        "ooms": max(int(d.get("ooms") or 0) for _, d in rows),
+    })
+    row["advice"] = _allocator_advice(row)
+    return row
+
+
+def _frag(d: Mapping[str, Any]) -> float:
+    reserved = int(d.get("reserved") or 0)
+    return int(d.get("inactive_split") or 0) / reserved if reserved else 0.0
+
+
+def _allocator_advice(r: Mapping[str, Any]) -> str | None:
+    where = f"pid {r['pid']} cuda:{r['device']}"
+    if r["inactive_split_bytes"] >= FRAGMENTED_BYTES and r["fragmentation"] >= FRAGMENTED_FRACTION:
+        return (f"{where}: {fmt_bytes(r['inactive_split_bytes'])} ({r['fragmentation']:.0%}) of the memory PyTorch "
+                "reserved sat in split blocks nothing used (fragmentation); "
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets the allocator grow segments instead.")
+    if r["alloc_retries"]:
+        return (f"{where}: cudaMalloc failed {r['alloc_retries']} times and PyTorch freed its cache and retried: "
+                "the device is at its limit and each retry stalls training; lower the batch size or the "
+                "memory held between steps.")
+    return None
+
+
+def _oom_row(ev: Mapping[str, Any], snapshots: Mapping[str, str]) -> dict[str, Any]:
+    d = ev.get("data") or {}
+    snap = d.get("snapshot")
+    return {
+        "t_s": round(float(ev.get("t") or 0.0), 3), "pid": ev.get("pid") or d.get("pid"),
+        "device": d.get("device"), "alloc_bytes": d.get("alloc_bytes"), "device_total_bytes": d.get("device_total"),
+        "device_free_bytes": d.get("device_free"), "allocated_bytes": d.get("allocated"),
+        "reserved_bytes": d.get("reserved"), "snapshot": snapshots.get(snap, snap) if snap else None,
+        "allocator_summary": d.get("allocator_summary"),
+    }
+
+
+# -- NVML ---------------------------------------------------------------------------------------------------------
+def gpu(rounds: Iterable[Mapping[str, Any]], roles: Mapping[int, str],
+        alloc_samples: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any] | None:
+    """Summary key ``gpu``. ``rounds``: ``gpu`` events (the collector's NVML rounds: ``devices`` and ``procs``
+    of the tree, ``other_procs`` not in it); ``roles``: pid -> role; ``alloc_samples``: ``torch_alloc`` events."""
+    rounds = list(rounds)
+    devices: dict[int, dict[str, Any]] = {}
+    per_pid: dict[int, int] = {}
+    tree_peak, foreign = 0, 0
+    for ev in rounds:
+        d = ev.get("data") or {}
+        for dev in d.get("devices") or []:
+            row = devices.setdefault(int(dev["index"]), {
+                "index": int(dev["index"]), "name": dev.get("name"), "total_bytes": dev.get("total"),
+                "peak_used_bytes": 0, "last_used_bytes": 0})
+            row["peak_used_bytes"] = max(row["peak_used_bytes"], int(dev.get("used") or 0))
+            row["last_used_bytes"] = int(dev.get("used") or 0)
+        total = 0
+        for p in d.get("procs") or []:
+            used = int(p.get("used") or 0)
+            per_pid[int(p["pid"])] = max(per_pid.get(int(p["pid"]), 0), used)
+            total += used
+        tree_peak = max(tree_peak, total)
+        foreign = max(foreign, int(d.get("other_procs") or 0))
+    agent = _agent_gpu(alloc_samples)
+    if not rounds and not agent:
+        return None
+    if per_pid or not agent:
+        source, procs = "nvml", per_pid
+    else:
+        # NVML saw GPU processes but none of the tree's pids (host pids seen from a container), or NVML is absent:
+        # what PyTorch reserved in each process is the nearest number.
+        source, procs = "agent", agent
+        tree_peak = max(tree_peak, sum(agent.values()))
+    return {
+        "source": source,
+        "pid_mismatch": bool(rounds) and not per_pid and foreign > 0,
+        "devices": [devices[i] for i in sorted(devices)],
+        "processes": [{"pid": pid, "role": roles.get(pid, "other"), "peak_used_bytes": b}
+                      for pid, b in sorted(procs.items(), key=lambda kv: -kv[1])],
+        "tree_peak_bytes": tree_peak,
+    }
+
+
+def _agent_gpu(samples: Iterable[Mapping[str, Any]]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for ev in samples:
+        d = ev.get("data") or {}
+        if d.get("backend", "cuda") != "cuda" or ev.get("pid") is None:
+            continue
+        b = max(int(d.get("reserved") or 0), int(d.get("peak_reserved") or 0))
+        out[int(ev["pid"])] = max(out.get(int(ev["pid"]), 0), b)
+    return out
+
+
+# -- torch.compile's worker pool ----------------------------------------------------------------------------------
+def compile_windows(events: Iterable[Mapping[str, Any]]) -> list[tuple[int | None, float, float | None]]:
+    """(pid, start_s, end_s) of each compilation from ``compile`` events; end None while one is still going."""
+    open_: dict[Any, float] = {}
+    out: list[tuple[int | None, float, float | None]] = []
+    for ev in sorted(events, key=lambda e: e.get("t") or 0.0):
+        d = ev.get("data") or {}
+        pid = ev.get("pid")
+        if d.get("state") == "start":
+            open_[pid] = float(ev["t"])
+        elif d.get("state") == "end" and pid in open_:
+            out.append((pid, open_.pop(pid), float(ev["t"])))
+    out.extend((pid, t, None) for pid, t in open_.items())
+    return sorted(out, key=lambda w: w[1])
+
+
+def compile_pool(procs: Iterable[Mapping[str, Any]], pool_t: list[float], pool_pss: list[float],
+                 compile_events: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any] | None:
+    """Summary key ``compile_pool``. ``procs``: the record's processes (pid, ppid, role); ``pool_t``/``pool_pss``:
+    the summed PSS of the compile_worker processes per PSS round; ``compile_events``: the agent's ``compile``."""
+    pool = {int(p["pid"]): p for p in procs if p.get("role") == "compile_worker"}
+    if not pool:
+        return None
+    events = list(compile_events)
+    windows = compile_windows(events)
+    sidecars = [pid for pid, p in pool.items() if p.get("ppid") not in pool]
+    seen = [(t, y) for t, y in zip(pool_t, pool_pss) if y]
+    ends = [end for _, _, end in windows if end is not None]
+    still_compiling = any(end is None for _, _, end in windows)
+    last_end = max(ends) if ends else None
+    alive_after: bool | None = None
+    alive_s: float | None = None
+    if last_end is not None and not still_compiling:
+        after = [t for t, _ in seen if t > last_end]
+        alive_s = round(max(after) - last_end, 3) if after else 0.0
+        alive_after = alive_s >= POOL_AFTER_COMPILE_S
+    settings = next((e.get("data") or {} for e in reversed(events) if (e.get("data") or {}).get("state")), {})
+    peak = max((y for _, y in seen), default=None)
+    out: dict[str, Any] = {
+        "processes": len(pool),
+        "workers": len(pool) - len(sidecars),
+        "pids": sorted(pool),
+        "peak_pss_bytes": int(peak) if peak is not None else None,
+        "last_pss_bytes": int(seen[-1][1]) if seen else None,
+        "compilations": len(windows),
+        "compile_s": round(sum((e if e is not None else s) - s for _, s, e in windows), 3),
+        "last_compile_end_s": round(last_end, 3) if last_end is not None else None,
+        "alive_after_compile": alive_after,
+        "alive_s_after_compile": alive_s,
+        "compile_threads": settings.get("compile_threads"),
+        "setting": COMPILE_SETTING,
+    }
+    out["advice"] = _pool_advice(out)
+    return out
+
+
+def _pool_advice(p: Mapping[str, Any]) -> str:
+    what = f"torch.compile's worker pool ({p['processes']} processes: {p['workers']} workers"
+    what += f" and {p['processes'] - p['workers']} sidecar)" if p["processes"] > p["workers"] else ")"
+    held = f" held {fmt_bytes(p['peak_pss_bytes'])} PSS at its peak" if p["peak_pss_bytes"] else ""
+    if p["alive_after_compile"]:
+        held += f" and stayed alive {p['alive_s_after_compile']:.0f} s after the last compilation ended"
+    return (f"{what}{held}; {COMPILE_SETTING}=1 in the run's environment compiles in the main process with no "
+            "pool (slower compilation, no worker memory); a smaller number keeps fewer workers.")
+
+
+# -- the exit message of a CUDA OOM -------------------------------------------------------------------------------
+_UNITS = {"B": 1, "bytes": 1, "KiB": 1 << 10, "MiB": MiB, "GiB": GiB, "TiB": 1 << 40}
+_SIZE = r"([\d.]+) (B|bytes|KiB|MiB|GiB|TiB)"
+_PATTERNS = {
+    "alloc": r"Tried to allocate " + _SIZE,
+    "device": r"GPU (\d+)",
+    "total": r"total capacity of " + _SIZE + r"|" + _SIZE + r" total capacity",
+    "free": r"of which " + _SIZE + r" is free|" + _SIZE + r" free",
+    "allocated": r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch|" + _SIZE + r" already allocated",
+    "reserved_unallocated": _SIZE + r" is reserved by PyTorch but unallocated",
+    "reserved": _SIZE + r" reserved in total by PyTorch",
+}
+
+
+def _size(m: re.Match) -> int | None:
+    groups = [g for g in m.groups() if g is not None]
+    if len(groups) < 2:
+        return None
+    return int(float(groups[0]) * _UNITS[groups[1]])
+
+
+def parse_cuda_oom(text: str) -> dict[str, Any]:
+    """The numbers in PyTorch's "CUDA out of memory" message (both the current wording, "Tried to allocate X. GPU 0
+    has a total capacity of ...", and the older "(GPU 0; X total capacity; ...)"); missing ones are left out."""
+    out: dict[str, Any] = {}
+    for key, pat in _PATTERNS.items():
+        m = re.search(pat, text or "")
+        if m is None:
+            continue
+        out[key] = int(m.group(1)) if key == "device" else _size(m)
+    if "reserved" not in out and "allocated" in out and "reserved_unallocated" in out:
+        out["reserved"] = out["allocated"] + out["reserved_unallocated"]
+    procs = re.findall(r"Process (\d+) has " + _SIZE + " memory in use", text or "")
+    if procs:
+        out["processes"] = [(int(pid), int(float(v) * _UNITS[u])) for pid, v, u in procs]
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def cuda_oom_message(exc_message: str, where: str | None = None,
+                     observed: Mapping[str, Any] | None = None) -> str:
+    """'CUDA ran out of memory ...': the allocation that failed and what PyTorch had reserved, from the error text,
+    completed by what the allocator's OOM observer recorded (``observed``: a ``cuda_oom`` message)."""
+    n = parse_cuda_oom(exc_message)
+    o = observed or {}
+    alloc = o.get("alloc_bytes") or n.get("alloc")
+    device = o.get("device", n.get("device"))
+    total = o.get("device_total") or n.get("total")
+    free = o.get("device_free", n.get("free"))
+    allocated = o.get("allocated", n.get("allocated"))
+    reserved = o.get("reserved", n.get("reserved"))
+    if alloc is None and allocated is None and reserved is None:
+        first = (exc_message or "").strip().splitlines()
+        return f"CUDA ran out of memory: {first[0][:300] if first else 'torch.OutOfMemoryError'}"
+    gpu = f"GPU {device}" if device is not None else "the GPU"
+    at = f" at {where}" if where else ""
+    parts = [f"CUDA ran out of memory{at}: an allocation of {fmt_bytes(alloc)} failed on {gpu}"]
+    if total is not None or free is not None:
+        parts[0] += f" ({fmt_bytes(free)} free of {fmt_bytes(total)})"
+    if reserved is not None:
+        held = f"PyTorch had reserved {fmt_bytes(reserved)}"
+        if allocated is not None:
+            held += (f": {fmt_bytes(allocated)} allocated to tensors, {fmt_bytes(max(0, reserved - allocated))} "
+                     "cached but unallocated")
+        parts.append(held)
+    elif allocated is not None:
+        parts.append(f"PyTorch had {fmt_bytes(allocated)} allocated to tensors")
+    others = [(pid, b) for pid, b in n.get("processes", [])]
+    if others:
+        parts.append("processes on the GPU: " + ", ".join(f"pid {pid} {fmt_bytes(b)}" for pid, b in others[:4]))
+    if reserved is not None and allocated is not None and alloc and reserved - allocated >= alloc:
+        parts.append("the cache held enough free memory but not in one piece (fragmentation): try "
+                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    if o.get("snapshot"):
+        parts.append(f"a memory snapshot was saved: {o['snapshot']} (open it at pytorch.org/memory_viz)")
+    return "; ".join(parts) + "."
+
+
+def summary_keys(rd: Any) -> dict[str, Any]:
+    """``allocator``, ``gpu`` and ``compile_pool`` from a run's record (a ``store.RunData``)."""
+    from ..store import KIND_PSS
+
+    procs = rd.processes()
+    alloc = rd.events("torch_alloc")
+    snapshots = {e["data"].get("name"): e["data"].get("path") for e in rd.events("cuda_snapshot")}
+    pool_t, pool_pss = rd.role_totals(KIND_PSS).get("compile_worker", ([], []))
+    return {
+        "allocator": allocator(alloc, rd.events("cuda_oom"), snapshots),
+        "gpu": gpu(rd.events("gpu"), {p["pid"]: p["role"] for p in procs}, alloc),
+        "compile_pool": compile_pool(procs, pool_t, pool_pss, rd.events("compile")),
+    }
+
+
+def observed_ooms(rd: Any) -> dict[int, dict[str, Any]]:
+    """pid -> its last ``cuda_oom`` message, with the snapshot's name replaced by where the record keeps it."""
+    snapshots = {e["data"].get("name"): e["data"].get("path") for e in rd.events("cuda_snapshot")}
+    out: dict[int, dict[str, Any]] = {}
+    for e in rd.events("cuda_oom"):
+        d = dict(e["data"])
+        if d.get("snapshot"):
+            d["snapshot"] = snapshots.get(d["snapshot"], d["snapshot"])
+        out[e["pid"]] = d
+    return out
