@@ -239,3 +239,64 @@ def test_oom_observer_message_reaches_the_summary(start):
     assert o["pid"] == s["exit"]["pid"]
     # The observer's numbers win over the parsed text where it gave them.
     assert "(120.00 MiB free of 16.00 GiB)" in s["exit"]["message"]
+
+
+# -- the dashboard's GPU chart (NVML rounds and torch_alloc in the shapes the collector and the agent send) --------
+def _gpu_series():
+    from memscope.ui.gpu_chart import GpuSeries
+
+    s = GpuSeries()
+    s.add_event("gpu", 1.0, None, _round(1, [{"pid": 10, "device": 0, "used": 2 * GiB},
+                                             {"pid": 11, "device": 0, "used": 1 * GiB}], used=4 * GiB)["data"])
+    s.add_event("torch_alloc", 1.5, 10, {"backend": "cuda", "device": 0, "allocated": 1 * GiB, "reserved": 2 * GiB})
+    s.add_event("torch_alloc", 1.6, 11, {"backend": "cuda", "device": 0, "allocated": 0, "reserved": 1 * GiB})
+    s.add_event("phase", 1.7, 10, {"name": "train"})  # not GPU data: ignored
+    return s
+
+
+def test_gpu_series_stacks_roles_and_draws_allocator_lines():
+    s = _gpu_series()
+    assert s.has_data and s.version == 3
+    snap = s.snapshot({10: "main", 11: "dataloader_worker"})
+    assert snap["tree_pss_by_role"]["main"]["y"] == [2 * GiB]
+    assert snap["tree_pss_by_role"]["dataloader_worker"]["y"] == [1 * GiB]
+    assert snap["main_rss"]["y"] == [1 * GiB, 1 * GiB]          # allocated, summed over the tree
+    assert snap["tree_rss"]["y"] == [2 * GiB, 3 * GiB]          # reserved, summed over the tree
+    assert snap["limit"]["y"] == [80 * GiB] and snap["host_available"]["y"] == [76 * GiB]
+    assert snap["labels"]["main_rss"] == "PyTorch allocated" and snap["labels"]["limit"] == "device total"
+
+
+def test_gpu_series_without_nvml_pids_stacks_what_pytorch_reserved():
+    from memscope.ui.gpu_chart import GpuSeries
+
+    s = GpuSeries()
+    s.add_event("torch_alloc", 1.0, 10, {"backend": "cuda", "device": 0, "allocated": 1, "reserved": 5 * GiB})
+    snap = s.snapshot({10: "main"})
+    assert snap["tree_pss_by_role"]["main"]["y"] == [5 * GiB] and "limit" not in snap
+    assert not GpuSeries().has_data
+
+
+def test_chart_payload_keeps_line_labels():
+    pytest.importorskip("anywidget")
+    from memscope.ui.chart import chart_payload
+
+    out = chart_payload({"labels": {"main_rss": "PyTorch allocated"}, "main_rss": {"t": [0], "y": [1]}})
+    assert out["labels"] == {"main_rss": "PyTorch allocated"}
+
+
+def test_dashboard_shows_the_gpu_chart_only_with_gpu_data():
+    pytest.importorskip("anywidget")
+    pytest.importorskip("ipywidgets")
+    from memscope.ui.dashboard import Dashboard
+
+    summary = {"exit": {"cause": "ok", "message": "done", "code": 0}, "duration_s": 2.0, "phases": []}
+    plain = Dashboard(summary=summary, procs={10: {"role": "main", "alive": False}})
+    assert plain.gpu_chart is None and len(plain.widget.children) == len(Dashboard(summary=summary).widget.children)
+    with_gpu = Dashboard(summary=summary, procs={10: {"role": "main", "alive": False}}, gpu=_gpu_series())
+    kids = list(with_gpu.widget.children)
+    assert with_gpu.gpu_chart is not None and kids.index(with_gpu.gpu_chart) == kids.index(with_gpu.chart) + 1
+    assert with_gpu.gpu_chart.data["labels"]["tree_rss"] == "PyTorch reserved"
+    assert with_gpu.gpu_chart.data["tree_pss_by_role"]["main"]["y"] == [2 * GiB]
+    assert with_gpu.gpu_chart.data["tree_pss_by_role"]["other"]["y"] == [1 * GiB]  # pid 11 is unknown here
+    plain.close()
+    with_gpu.close()

@@ -378,7 +378,9 @@ function buildChart(B, model) {
       if (lines[k].visible !== want) lines[k].visible = want;
       autoVis[k] = want;
     }
-    const lk = [...c.present].sort().join(",");
+    // data.labels renames the lines (the GPU chart reuses this chart for GPU memory).
+    const names = (data && typeof data.labels === "object" && data.labels) || {};
+    const lk = [...c.present].sort().join(",") + JSON.stringify(names);
     if (lk !== legendKey) {
       legendKey = lk;
       const items = [];
@@ -386,7 +388,9 @@ function buildChart(B, model) {
         if (c.present.has(r)) items.push(new B.LegendItem({ label: { value: r }, renderers: [areas[r]] }));
       }
       for (const [key, label] of LINES) {
-        if (key !== "tree_pss" && c.present.has(key)) items.push(new B.LegendItem({ label: { value: label }, renderers: [lines[key]] }));
+        const name = String(names[key] || label);
+        if (lines[key].name !== name) lines[key].name = name;
+        if (key !== "tree_pss" && c.present.has(key)) items.push(new B.LegendItem({ label: { value: name }, renderers: [lines[key]] }));
       }
       legend.items = items;
     }

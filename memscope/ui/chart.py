@@ -124,6 +124,8 @@ def chart_payload(snapshot: Mapping[str, Any] | None) -> dict[str, Any]:
     for k in _SCALAR_KEYS:
         if k in snap:
             out[k] = snap[k]
+    if isinstance(snap.get("labels"), Mapping):  # legend names of the lines (the GPU chart renames them)
+        out["labels"] = {str(k): str(v) for k, v in snap["labels"].items()}
     return out
 
 

@@ -18,6 +18,7 @@ from ..analysis import phases as phases_mod
 from ..analysis.leak import assess_leak
 from .chart import MemoryChart
 from .controls import Controls
+from .gpu_chart import GpuSeries
 from .series import RunSeries
 from .terminal import fmt_bytes, fmt_elapsed
 
@@ -104,8 +105,10 @@ class Dashboard:
 
     def __init__(self, run: "Run | None" = None, *, series: RunSeries | None = None,
                  summary: dict[str, Any] | None = None, procs: dict[int, dict[str, Any]] | None = None,
-                 title: str = "") -> None:
+                 title: str = "", gpu: GpuSeries | None = None) -> None:
         self.run = run
+        self.gpu = gpu or GpuSeries()  # before the subscription below feeds it
+        self._gpu_version = -1
         self._record_procs = procs or {}
         self._phase_events: list[dict[str, Any]] = []
         self._phase_keys: set[tuple[float, int | None]] = set()  # the record and the subscription overlap
@@ -115,12 +118,14 @@ class Dashboard:
             series = RunSeries.follow(run)  # the history so far, roles included, then every new record
             for e in _recorded_phases(run.record_path):
                 self._add_phase_event(e)
+            self.gpu.load(run.record_path)
         self.series = series or RunSeries()
         self._closed = threading.Event()
         self._leak: dict[str, Any] = {}
         self._leak_at = 0.0
         self.status = w.HTML()
         self.chart = MemoryChart(title=title, height=300)
+        self.gpu_chart: MemoryChart | None = None  # made with the run's first GPU data, never before
         self.table = w.HTML()
         self.output = w.HTML()
         self.card = w.HTML()
@@ -148,6 +153,7 @@ class Dashboard:
     def _on_record(self, rec: Any) -> None:
         if type(rec).__name__ == "Event" and rec.kind == "phase":
             self._add_phase_event({"t": rec.t, "pid": rec.pid, "data": rec.data})
+        self.gpu.add(rec)
 
     def _add_phase_event(self, e: dict[str, Any]) -> None:
         key = (round(e["t"], 6), e["pid"])
@@ -186,6 +192,16 @@ class Dashboard:
                               for n, a, b in phases_mod.intervals(sorted(self._phase_events, key=lambda e: e["t"]),
                                                                   end, main)]
         self.chart.data = snap
+        if self.gpu.has_data and self.gpu.version != self._gpu_version:
+            self._gpu_version = self.gpu.version
+            data = self.gpu.snapshot({pid: d.get("role", "other") for pid, d in self._procs().items()})
+            if self.gpu_chart is None:
+                self.gpu_chart = MemoryChart(data, title="GPU memory", height=220)
+                kids = list(self.widget.children)
+                kids.insert(kids.index(self.chart) + 1, self.gpu_chart)
+                self.widget.children = tuple(kids)
+            else:
+                self.gpu_chart.data = data
         self.table.value = process_table(self._procs())
         if self.run is not None:
             self.output.value = output_tail(list(self.run.output_tail), self.run.output_partial)
@@ -351,6 +367,6 @@ def reopen(ref: str, record_dir: str | None = None) -> Dashboard:
     finally:
         rd.close()
     d = Dashboard(series=RunSeries.from_record(path), summary=summary, procs=procs,
-                  title=" ".join(row["command"])[-120:])
+                  title=" ".join(row["command"])[-120:], gpu=GpuSeries.from_record(path))
     display(d.widget)
     return d
