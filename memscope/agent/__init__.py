@@ -81,4 +81,9 @@ def start():
         phases.install(channel)
     except Exception:
         pass
+    try:
+        from . import probes
+        probes.install(channel)  # NumPy, FAISS, allocators: each attaches when its module is imported
+    except Exception:
+        pass
     os.register_at_fork(after_in_child=_after_fork)

@@ -14,6 +14,7 @@ from .advice import advise
 from .census import summary_rows as census_rows
 from .exit_cause import ExitEvidence, decide
 from .leak import assess_by_role, assess_leak, find_spikes
+from .loads import probe_summary
 
 SCHEMA = "memscope.summary/1"
 
@@ -99,6 +100,7 @@ def summarize(rd: RunData) -> dict[str, Any]:
         "record": rd.path,
         **diagnosis(rd, ev, float(duration)),
         **gpu_mod.summary_keys(rd),
+        **probe_summary(rd),  # loads, faiss, malloc
         "census": census_rows(rd.events("census")),
     }
     # Last: advice reads the whole summary (probe keys included).

@@ -19,6 +19,7 @@ from ..analysis.leak import assess_leak
 from .chart import MemoryChart
 from .controls import Controls
 from .gpu_chart import GpuSeries
+from .probes_panel import ProbesFeed
 from .series import RunSeries
 from .terminal import fmt_bytes, fmt_elapsed
 
@@ -130,14 +131,16 @@ class Dashboard:
         self.output = w.HTML()
         self.card = w.HTML()
         self.census = w.HTML()
+        self.probes = w.HTML()  # NumPy loads, FAISS indexes, glibc heap
+        self._probe_feed = ProbesFeed(run)
         self.controls = Controls(self._action) if run is not None else None
         parts: list[w.Widget] = [self.status, self.card]
         if self.controls is not None:
             parts += [self.controls, self.census]
-        parts += [self.chart, w.Accordion(children=[self.table, self.output])]
+        parts += [self.chart, w.Accordion(children=[self.table, self.output, self.probes])]
         self.widget = w.VBox(parts)
         acc = parts[-1]
-        for i, name in enumerate(("Processes", "Output (last 200 lines)")):
+        for i, name in enumerate(("Processes", "Output (last 200 lines)", "Loads and indexes")):
             try:
                 acc.set_title(i, name)
             except Exception:
@@ -178,6 +181,7 @@ class Dashboard:
                 break
             self._closed.wait(PUSH_PERIOD_S)
         self._unsubscribe_phases()
+        self._probe_feed.close()
         self.series.close()
 
     def _push(self, final_summary: dict[str, Any] | None = None) -> None:
@@ -203,6 +207,7 @@ class Dashboard:
             else:
                 self.gpu_chart.data = data
         self.table.value = process_table(self._procs())
+        self.probes.value = self._probe_feed.html(final_summary)
         if self.run is not None:
             self.output.value = output_tail(list(self.run.output_tail), self.run.output_partial)
         self.status.value = self._status_html(snap, final_summary)

@@ -283,6 +283,11 @@ def render_html(record_path: str) -> str:
         from .census import census_html
 
         bottom = f"<h2>Tensor census ({len(censuses)} taken; the last)</h2>{census_html(censuses[-1])}" + bottom
+    if summary.get("loads") or (summary.get("faiss") or {}).get("indexes") or \
+            (summary.get("malloc") or {}).get("processes"):
+        from .probes_panel import probes_html
+
+        bottom = f"<h2>Loads and indexes</h2>{probes_html(summary)}" + bottom
     fig = memory_figure(snap, phases)
     hidden = hidden_lines(fig)
     if hidden:

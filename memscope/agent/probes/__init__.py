@@ -1,0 +1,94 @@
+"""In-process probes (NumPy loads, FAISS indexes, allocators, ...): each attaches only once the user's code
+imports the module it watches (``hooks.when_imported``), and none may raise into user code.
+
+``install(channel)`` installs each probe on its own guarded line, so one probe that fails leaves the others on.
+``every(period_s, fn)`` runs light periodic reports on ONE daemon thread per process, started only when a probe
+asks for it; the reports also run once more at exit so that a short script's final state is not lost.
+"""
+import atexit
+import importlib
+import os
+import threading
+import time
+
+_tasks = []             # [period_s, next_due, fn]
+_tasks_lock = threading.Lock()
+_thread = None
+_wake = threading.Event()
+_atexit_done = False
+TICK_S = 0.5            # the thread's resolution; each task keeps its own period
+
+
+def _install(name, channel):
+    try:
+        importlib.import_module(__name__ + "." + name).install(channel)
+    except Exception:
+        pass  # a probe that cannot attach leaves the run and the other probes alone
+
+
+def install(channel):
+    _install("numpy_load", channel)
+    _install("faiss_index", channel)
+    _install("malloc", channel)
+    _install("torch_memory", channel)
+    try:
+        os.register_at_fork(after_in_child=_after_fork)
+    except Exception:
+        pass
+
+
+def every(period_s, fn):
+    """Call ``fn()`` about every ``period_s`` seconds on the probes' daemon thread (started on first use)."""
+    global _thread
+    with _tasks_lock:
+        _tasks.append([float(period_s), time.monotonic() + float(period_s), fn])
+        if _thread is None:
+            _start_thread()
+
+
+def _start_thread():
+    global _thread
+    _thread = threading.Thread(target=_loop, name="memscope-probes", daemon=True)
+    _thread.start()
+    try:
+        atexit.register(_at_exit)
+    except Exception:
+        pass
+
+
+def _run_due(force=False):
+    now = time.monotonic()
+    with _tasks_lock:
+        due = [t for t in _tasks if force or now >= t[1]]
+        for t in due:
+            t[1] = now + t[0]
+    for t in due:
+        try:
+            t[2]()
+        except Exception:
+            pass
+
+
+def _loop():
+    while not _wake.wait(TICK_S):
+        _run_due()
+
+
+def _at_exit():
+    global _atexit_done
+    if not _atexit_done:
+        _atexit_done = True
+        _wake.set()
+        _run_due(force=True)
+
+
+def _after_fork():
+    # The thread does not survive fork(): a DataLoader worker gets its own, reporting its own heap and loads.
+    global _thread, _tasks_lock
+    try:
+        _tasks_lock = threading.Lock()  # another thread may have held it at fork()
+        with _tasks_lock:
+            if _thread is not None and _tasks:
+                _start_thread()
+    except Exception:
+        pass

@@ -1,0 +1,321 @@
+"""NumPy loads: every ``np.load`` and every read of an ``NpzFile`` member, with what it cost in RAM.
+
+Sends ``np_load`` messages (``ev``: "open" for a load, "resident" for how much of a memmap is in RAM now,
+"group" for small loads counted together) and ``np_read`` messages (NpzFile member reads; counts accumulate
+per member and are sent at most once a second per member, and at exit).
+
+Cheap by design: loads of small files (< SMALL_BYTES) are only counted, with no /proc read; larger ones read
+/proc/self/statm before and after (anonymous = resident - shared, file-backed = shared). Memmap residency is
+read from /proc/self/smaps by the probes' thread, only while a memmap from np.load is alive, and backs off so
+that it never takes more than ~0.2% of one core.
+"""
+import os
+import threading
+import time
+import weakref
+
+from . import every
+
+SMALL_BYTES = 1 << 20        # loads and member reads below this are counted, not measured one by one
+READ_SEND_S = 1.0            # a member read often is reported at most this often
+RESIDENT_DUTY = 0.002        # the smaps read may take at most this fraction of the thread's time
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+_channel = None
+_lock = threading.Lock()
+_next_id = [0]
+_groups = {}                 # (dir, suffix) -> [count, nbytes, duration, dtype]   (small loads)
+_groups_sent = {}            # (dir, suffix) -> count last reported
+_reads = {}                  # (load_id, key) -> state dict (member reads not yet reported)
+_memmaps = {}                # load_id -> (weakref to the memmap, base address, length)
+_resident_next = [0.0]
+
+
+def _statm():
+    """(anonymous, file-backed) resident bytes of this process, or None."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            fields = f.read().split()
+        rss, shared = int(fields[1]) * _PAGE, int(fields[2]) * _PAGE
+        return rss - shared, shared
+    except Exception:
+        return None
+
+
+def _delta(before, after):
+    if before is None or after is None:
+        return None, None
+    return after[0] - before[0], after[1] - before[1]
+
+
+def _send(msg):
+    ch = _channel
+    if ch is not None:
+        msg["pid"] = os.getpid()
+        ch.send(msg)
+
+
+def _new_id():
+    with _lock:
+        _next_id[0] += 1
+        return "%d-%d" % (os.getpid(), _next_id[0])
+
+
+def _describe(file):
+    """(path for display, size on disk or None) without touching the file's position."""
+    try:
+        if isinstance(file, (str, bytes)) or hasattr(file, "__fspath__"):
+            path = os.fsdecode(os.fspath(file))
+            try:
+                return path, os.stat(path).st_size
+            except OSError:
+                return path, None
+        name = getattr(file, "name", None)
+        if isinstance(name, str):
+            try:
+                return name, os.fstat(file.fileno()).st_size
+            except Exception:
+                return name, None
+        return "<%s>" % type(file).__name__, None
+    except Exception:
+        return "<unknown>", None
+
+
+def _mmap_arg(args, kwargs):
+    mode = kwargs.get("mmap_mode") if "mmap_mode" in kwargs else (args[1] if len(args) > 1 else None)
+    return None if mode is None else str(mode)
+
+
+def _wrap_load(np, original):
+    NpzFile = _npzfile_class(np)
+    memmap = np.memmap
+    ndarray = np.ndarray
+
+    def load(*args, **kwargs):
+        try:
+            path, size = _describe(args[0] if args else kwargs.get("file"))
+            big = size is None or size >= SMALL_BYTES
+            before = _statm() if big else None
+            t0 = time.perf_counter()
+        except Exception:
+            return original(*args, **kwargs)
+        result = original(*args, **kwargs)  # the user's own errors pass through untouched
+        try:
+            _after_load(result, args, kwargs, path, big, before, time.perf_counter() - t0, NpzFile, memmap,
+                        ndarray)
+        except Exception:
+            pass
+        return result
+
+    load.__wrapped__ = original
+    load.__doc__ = original.__doc__
+    load.__name__ = getattr(original, "__name__", "load")
+    load.__module__ = getattr(original, "__module__", "numpy")
+    return load
+
+
+def _after_load(result, args, kwargs, path, big, before, dur, NpzFile, memmap, ndarray):
+    requested = _mmap_arg(args, kwargs)
+    if isinstance(result, NpzFile):
+        load_id = _new_id()
+        members = []
+        try:
+            for info in result.zip.infolist():
+                members.append([info.filename[:-4] if info.filename.endswith(".npy") else info.filename,
+                                info.file_size, info.compress_type != 0])
+        except Exception:
+            pass
+        try:
+            result.__dict__["_memscope"] = (load_id, path, requested)
+        except Exception:
+            pass
+        d = _delta(before, _statm() if big else None)
+        _send({"t": "np_load", "ev": "open", "id": load_id, "path": path, "key": None, "kind": "npz",
+               "requested_mmap": requested, "mmapped": False, "members": members[:200],
+               "duration_s": dur, "anon_delta_bytes": d[0], "file_delta_bytes": d[1]})
+        return
+    if not isinstance(result, ndarray):
+        return  # a pickled object: not an array load
+    nbytes = int(result.nbytes)
+    mmapped = isinstance(result, memmap)
+    if not big and not mmapped:
+        key = (os.path.dirname(path), os.path.splitext(path)[1])
+        with _lock:
+            g = _groups.get(key)
+            if g is None:
+                g = _groups[key] = [0, 0, 0.0, str(result.dtype)]
+            g[0] += 1
+            g[1] += nbytes
+            g[2] += dur
+        return
+    load_id = _new_id()
+    d = _delta(before, _statm())
+    _send({"t": "np_load", "ev": "open", "id": load_id, "path": path, "key": None, "kind": "npy",
+           "shape": list(result.shape), "dtype": str(result.dtype), "nbytes": nbytes, "compressed": False,
+           "requested_mmap": requested, "mmapped": mmapped, "duration_s": dur,
+           "anon_delta_bytes": d[0], "file_delta_bytes": d[1]})
+    if mmapped:
+        _track_memmap(load_id, result)
+
+
+def _track_memmap(load_id, arr):
+    mm = getattr(arr, "_mmap", None)
+    if mm is None:
+        return
+    # np.memmap maps from the offset rounded down to the allocation granularity; the mapping starts there.
+    import mmap as mmap_mod
+    lead = int(getattr(arr, "offset", 0) or 0) % mmap_mod.ALLOCATIONGRANULARITY
+    base = arr.__array_interface__["data"][0] - lead
+    with _lock:
+        _memmaps[load_id] = (weakref.ref(arr), base, len(mm))
+
+
+def _resident_report():
+    """Resident bytes of each live memmap's mapping (file-backed vs anonymous, for copy-on-write pages)."""
+    now = time.monotonic()
+    with _lock:
+        live = {k: v for k, v in _memmaps.items() if v[0]() is not None}
+        _memmaps.clear()
+        _memmaps.update(live)
+    if not live or now < _resident_next[0]:
+        return
+    t0 = time.perf_counter()
+    try:
+        with open("/proc/self/smaps", "r") as f:
+            text = f.read()
+    except Exception:
+        return
+    for load_id, (_ref, base, length) in live.items():
+        rss = anon = 0
+        found = False
+        start = "%08x-" % base
+        i = text.find("\n" + start) + 1 if not text.startswith(start) else 0
+        if i > 0 or text.startswith(start):
+            found = True
+            end = text.find("VmFlags", i)
+            block = text[i:end if end > 0 else len(text)]
+            for line in block.split("\n"):
+                if line.startswith("Rss:"):
+                    rss = int(line.split()[1]) * 1024
+                elif line.startswith("Anonymous:"):
+                    anon = int(line.split()[1]) * 1024
+        if found:
+            _send({"t": "np_load", "ev": "resident", "id": load_id, "resident_bytes": rss,
+                   "anon_bytes": anon, "file_bytes": rss - anon, "mapped_bytes": length})
+    spent = time.perf_counter() - t0
+    _resident_next[0] = time.monotonic() + spent / RESIDENT_DUTY
+
+
+def _npzfile_class(np):
+    try:
+        return np.lib.npyio.NpzFile
+    except Exception:
+        from numpy.lib import npyio
+        return npyio.NpzFile
+
+
+def _wrap_getitem(NpzFile, ndarray):
+    original = NpzFile.__getitem__
+
+    def __getitem__(self, key):
+        try:
+            info = _member_info(self, key)
+            big = info is None or info[0] >= SMALL_BYTES
+            before = _statm() if big else None
+            t0 = time.perf_counter()
+        except Exception:
+            return original(self, key)
+        result = original(self, key)
+        try:
+            _after_read(self, key, result, info, before, time.perf_counter() - t0, ndarray)
+        except Exception:
+            pass
+        return result
+
+    __getitem__.__wrapped__ = original
+    return __getitem__
+
+
+def _member_info(npz, key):
+    """(uncompressed size, compressed) of a member, from the zip directory NpzFile has already read."""
+    name = npz._files.get(key) if hasattr(npz, "_files") else None
+    if name is None:
+        return None
+    zi = npz.zip.getinfo(name)
+    return zi.file_size, zi.compress_type != 0  # 0: ZIP_STORED
+
+
+def _after_read(npz, key, result, info, before, dur, ndarray):
+    if not isinstance(result, ndarray):
+        return
+    meta = npz.__dict__.get("_memscope")
+    if meta is None:  # an NpzFile opened without np.load
+        fid = getattr(npz, "fid", None) or getattr(getattr(npz, "zip", None), "fp", None)
+        meta = (_new_id(), getattr(fid, "name", "<npz>"), None)
+        npz.__dict__["_memscope"] = meta
+    load_id, path, requested = meta
+    d = _delta(before, _statm() if before is not None else None)
+    now = time.monotonic()
+    k = (load_id, str(key))
+    with _lock:
+        st = _reads.get(k)
+        if st is None:
+            st = _reads[k] = {"t": "np_read", "id": load_id, "path": path, "key": str(key),
+                              "shape": list(result.shape), "dtype": str(result.dtype), "nbytes": int(result.nbytes),
+                              "compressed": bool(info[1]) if info else None, "requested_mmap": requested,
+                              "mmapped": False, "reads": 0, "duration_s": 0.0, "first_duration_s": dur,
+                              "anon_delta_bytes": d[0], "file_delta_bytes": d[1], "sent": 0, "at": 0.0}
+        st["reads"] += 1
+        st["duration_s"] += dur
+        due = st["reads"] == 1 or now - st["at"] >= READ_SEND_S
+        if due:
+            st["at"] = now
+            st["sent"] = st["reads"]
+            msg = {k2: v for k2, v in st.items() if k2 not in ("sent", "at")}
+    if due:
+        _send(msg)
+
+
+def _flush():
+    """Counts not yet reported (member reads since the last message, small loads)."""
+    with _lock:
+        pending = [{k2: v for k2, v in st.items() if k2 not in ("sent", "at")}
+                   for st in _reads.values() if st["reads"] != st["sent"]]
+        for st in _reads.values():
+            st["sent"], st["at"] = st["reads"], time.monotonic()
+        groups = [(k, list(v)) for k, v in _groups.items() if v[0] != _groups_sent.get(k)]
+        for k, v in groups:
+            _groups_sent[k] = v[0]
+    for msg in pending:
+        _send(msg)
+    for (d, suffix), (count, nbytes, dur, dtype) in groups:
+        _send({"t": "np_load", "ev": "group", "id": "group:%s*%s" % (d, suffix),
+               "path": os.path.join(d, "*" + suffix), "key": None, "kind": "small", "count": count,
+               "nbytes": nbytes, "duration_s": dur, "dtype": dtype})
+
+
+def _attach(np):
+    NpzFile = _npzfile_class(np)
+    if getattr(np.load, "__wrapped__", None) is None:
+        np.load = _wrap_load(np, np.load)
+    if getattr(NpzFile.__getitem__, "__wrapped__", None) is None:
+        NpzFile.__getitem__ = _wrap_getitem(NpzFile, np.ndarray)
+    every(2.0, _flush)
+    every(2.0, _resident_report)
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+def _after_fork():
+    # A forked worker counts its own reads and loads from zero (the parent reports its own).
+    global _lock
+    _lock = threading.Lock()
+    _reads.clear()
+    _groups.clear()
+    _groups_sent.clear()
+
+
+def install(channel):
+    global _channel
+    _channel = channel
+    from ..hooks import when_imported
+    when_imported("numpy", _attach)
