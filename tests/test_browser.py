@@ -68,32 +68,36 @@ def points(page):
     return int(m.group(1)), int(m.group(2))
 
 
-@pytest.fixture
-def lab(tmp_path):
-    root = tmp_path / "lab"
+def _serve(tmp_path, app, cells, port):
+    """Start `jupyter lab` or `jupyter notebook` (Notebook 7) on 127.0.0.1 with a token over a one-notebook root."""
+    root = tmp_path / app
     root.mkdir()
     nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
-                     "source": src} for i, src in enumerate(CELLS)],
+                     "source": src} for i, src in enumerate(cells)],
           "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
           "nbformat": 4, "nbformat_minor": 5}
     (root / "run.ipynb").write_text(json.dumps(nb))
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / ".cfg"))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", f"--port={PORT}",
+        [sys.executable, "-m", "jupyter", app, "--no-browser", "--allow-root", f"--port={port}",
          "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={root}",
          "--LabApp.news_url=", f"--LabApp.workspaces_dir={root / '.ws'}",
          "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        stdout=open(tmp_path / "lab.log", "w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        stdout=open(tmp_path / f"{app}.log", "w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
     deadline = time.time() + 120
     while True:
         try:
-            urllib.request.urlopen(f"http://127.0.0.1:{PORT}/api/status?token={TOKEN}", timeout=2)
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={TOKEN}", timeout=2)
             break
         except Exception:
             if proc.poll() is not None or time.time() > deadline:
-                pytest.fail("jupyter lab did not start: " + (tmp_path / "lab.log").read_text()[-2000:])
+                pytest.fail(f"jupyter {app} did not start: " + (tmp_path / f"{app}.log").read_text()[-2000:])
             time.sleep(0.5)
-    yield f"http://127.0.0.1:{PORT}/lab/tree/run.ipynb?token={TOKEN}"
+    path = "lab/tree" if app == "lab" else "notebooks"
+    return proc, f"http://127.0.0.1:{port}/{path}/run.ipynb?token={TOKEN}"
+
+
+def _shutdown(proc):
     os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(15)
@@ -101,12 +105,23 @@ def lab(tmp_path):
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+@pytest.fixture
+def lab(tmp_path):
+    proc, url = _serve(tmp_path, "lab", CELLS, PORT)
+    yield url
+    _shutdown(proc)
+
+
+def _launch(p):
+    return p.chromium.launch(executable_path=CHROMIUM, args=[
+        "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"])
+
+
 def test_dashboard_in_a_real_browser(lab, tmp_path):
     shots = os.environ.get("MEMSCOPE_SCREENSHOTS", str(tmp_path))
     with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run"])
+        browser = _launch(p)
         page = browser.new_page(viewport={"width": 1280, "height": 1100})
         page.goto(lab)
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
@@ -149,3 +164,52 @@ def test_dashboard_in_a_real_browser(lab, tmp_path):
         _cell(page, 0).scroll_into_view_if_needed()
         page.screenshot(path=os.path.join(shots, "dashboard-stopped.png"))
         browser.close()
+
+
+NB7_CELLS = [
+    f"%load_ext memscope\nrun = %memscope --interval 0.1 --pss-interval 0.5 --grace 1 {script('attention_leak.py')} 60",
+    "import time\nwhile not any('step 50' in line for line in run.output_tail): time.sleep(0.2)\nprint('STEPPING')",
+    "print('CAUSE', run.wait(30)['exit']['cause'])",
+]
+
+
+def test_dashboard_in_notebook_7(tmp_path):
+    """Notebook 7 (the classic interface rebuilt on JupyterLab 4): the dashboard renders, the chart draws, the
+    Tensor census button fills the census panel, and Stop ends with the verdict card."""
+    pytest.importorskip("notebook")
+    proc, url = _serve(tmp_path, "notebook", NB7_CELLS, PORT + 1)
+    shots = os.environ.get("MEMSCOPE_SCREENSHOTS", str(tmp_path))
+    try:
+        with playwright.sync_playwright() as p:
+            browser = _launch(p)
+            page = browser.new_page(viewport={"width": 1280, "height": 1100})
+            page.goto(url)
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+            time.sleep(3)  # the kernel connects
+            run_cell(page, 0)
+            page.wait_for_selector(".memscope-chart", timeout=90_000)
+            # BokehJS loaded and drew: the chart's "loading…" line is gone (the plot itself is in a shadow root).
+            page.wait_for_function("() => { const s = document.querySelector('.memscope-chart-status');"
+                                   " return s !== null && s.style.display === 'none'; }", timeout=60_000)
+            run_cell(page, 1)
+            wait_output(page, 1, "STEPPING", timeout=90)  # the script trains: torch imported, maps stored
+            census = page.locator(".memscope-btn-census").first
+            census.click()
+            page.wait_for_function("() => [...document.querySelectorAll('.memscope-census')]"
+                                   ".some(e => e.textContent.includes('Tensor census of pid'))", timeout=60_000)
+            time.sleep(3)  # the script stores more attention maps, with their graphs
+            census.click()
+            page.wait_for_function("() => [...document.querySelectorAll('.memscope-census')]"
+                                   ".some(e => e.textContent.includes('since the census at') &&"
+                                   " e.textContent.includes('(8,4,48,48)') && e.textContent.includes('.detach()'))",
+                                   timeout=60_000)
+            page.locator(".memscope-btn-stop").first.click()
+            page.wait_for_function("() => [...document.querySelectorAll('.memscope-verdict')]"
+                                   ".some(e => e.textContent.includes('stopped_by_user'))", timeout=60_000)
+            run_cell(page, 2)
+            wait_output(page, 2, "CAUSE stopped_by_user")
+            _cell(page, 0).scroll_into_view_if_needed()
+            page.screenshot(path=os.path.join(shots, "notebook7.png"))
+            browser.close()
+    finally:
+        _shutdown(proc)

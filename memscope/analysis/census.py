@@ -66,7 +66,8 @@ def diff(prev: dict[str, Any] | None, cur: dict[str, Any]) -> dict[str, Any]:
             continue
         seen.add(c["type"])
         was = cbefore.get(c["type"], 0)
-        if c["len"] > was:
+        # Only kinds seen before: one that newly entered the top list (imports, caches) is not yet a trend.
+        if was and c["len"] > was:
             containers.append({"type": c["type"], "len": c["len"], "was": was, "delta": c["len"] - was})
     containers.sort(key=lambda c: -c["delta"])
     return {

@@ -27,12 +27,12 @@ def census_html(c: dict[str, Any]) -> str:
         parts.append(f"<div>since the census at {d['since']:.1f} s:</div>")
         parts.append(table(["Δcount", "dtype", "shape", "device", "Δbytes", "Δgrad_fn"],
                            [[f"{r['count']:+,}", r["dtype"], shape_str(r["shape"]), r["device"],
-                             fmt_bytes(r["bytes"]), f"{r['grad_fn']:+,}"] for r in d["tensors"][:10]]))
+                             fmt_bytes(r["bytes"]), f"{r['grad_fn']:+,}"] for r in d["tensors"][:6]]))
     parts.append(table(["count", "dtype", "shape", "device", "bytes", "grad_fn", "requires_grad"],
                        [[f"{r['count']:,}", r["dtype"], shape_str(r["shape"]), r["device"], fmt_bytes(r["bytes"]),
-                         f"{r['grad_fn']:,}", f"{r['requires_grad']:,}"] for r in c.get("tensors", [])[:10]]))
+                         f"{r['grad_fn']:,}", f"{r['requires_grad']:,}"] for r in c.get("tensors", [])[:6]]))
     if c.get("containers"):
         parts.append(table(["largest containers", "len"],
-                           [[r["type"], f"{r['len']:,}"] for r in c["containers"][:5]]))
+                           [[r["type"], f"{r['len']:,}"] for r in c["containers"][:3]]))
     parts.append("</div>")
     return "".join(parts)
