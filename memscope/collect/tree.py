@@ -21,6 +21,7 @@ from . import roles as roles_mod
 from .roles import ProcInfo
 
 LINUX = sys.platform.startswith("linux")
+FOREIGN_RECHECK_S = 2.0   # how often discovery reads again the processes it found not to be ours
 if LINUX:
     from . import procfs
 else:  # pragma: no cover - exercised on macOS
@@ -49,6 +50,8 @@ class TreeSampler:
         self._lock = threading.RLock()
         self.procs: dict[int, Tracked] = {}
         self._foreign: dict[int, int] = {}   # pid -> start time of processes checked and found not ours
+        self._listed: set[int] = set()       # the pids in /proc at the last discovery
+        self._foreign_checked = -1e18         # time.monotonic() of the last full check of foreign pids
         self.agent_main: int | None = None
         self._hints: dict[int, str] = {}
         self._boot = procfs.boot_time()
@@ -66,15 +69,27 @@ class TreeSampler:
                                   create_time=self._boot + stat.starttime / procfs.CLK_TCK)
         return True
 
-    def discover(self) -> None:
-        """Find processes that joined the tree since the last call, and refresh roles."""
+    def discover(self, full: bool = False) -> None:
+        """Find processes that joined the tree since the last call, and refresh roles.
+
+        Reading /proc/<pid>/stat costs ~10 us a process, and most of the machine's processes are not ours: one
+        already found foreign and listed last time too is the same process unless its pid was reused in
+        between, so it is read again only every ``FOREIGN_RECHECK_S`` (or with ``full``). A process of ours
+        that a reused pid hides is found at that recheck at the latest (a Python one at once, by its hello)."""
         with self._lock:
             changed = False
             new: dict[int, procfs.Stat] = {}
             pids = procfs.list_pids()
+            now = time.monotonic()
+            recheck = full or now - self._foreign_checked >= FOREIGN_RECHECK_S
+            if recheck:
+                self._foreign_checked = now
+            listed, foreign = self._listed, self._foreign
             for pid in pids:
                 t = self.procs.get(pid)
                 if t is not None and t.alive:
+                    continue
+                if not recheck and pid in foreign and pid in listed:
                     continue
                 st = procfs.read_stat(pid)
                 if st is None or self._foreign.get(pid) == st.starttime:
@@ -101,7 +116,7 @@ class TreeSampler:
                     break
             for pid, st in new.items():
                 self._foreign[pid] = st.starttime
-            live = set(pids)
+            live = self._listed = set(pids)
             for pid in [p for p in self._foreign if p not in live]:
                 del self._foreign[pid]  # bounded by the processes that exist now
             # Names change after exec (bash -> python) and DataLoader workers rename themselves: refresh comm.
@@ -206,7 +221,7 @@ class TreeSampler:
 
     def all_marked(self) -> list[int]:
         """Every live process of the run, including escapees never seen before: used to stop the whole tree."""
-        self.discover()
+        self.discover(full=True)
         return self.alive_pids()
 
 
