@@ -155,3 +155,5 @@ def print_final(summary: dict, file=None) -> None:
               f" at {peak['at_s']:.1f} s; {len(summary['processes'])} processes; record {summary.get('record')}")
     if ex.get("traceback") and ex["cause"] in ("segfault", "abort", "bus_error", "worker_crash"):
         con.print("memscope: stack at the crash:\n" + ex["traceback"].rstrip()[-4000:], markup=False)
+    for a in (summary.get("advice") or [])[:4]:
+        con.print(Text.assemble(("memscope: next: ", "bold"), a["text"]))
