@@ -150,9 +150,22 @@ def test_gpu_in_a_container_falls_back_to_the_agent():
 
 
 # -- compile pool --------------------------------------------------------------------------------------------------
+SIDECAR = "/venv/bin/python /venv/lib/python3.11/site-packages/torch/_inductor/compile_worker/__main__.py --kind=fork"
+
+
 def _procs(n_workers):
-    out = [{"pid": 1, "ppid": 0, "role": "main"}, {"pid": 2, "ppid": 1, "role": "compile_worker"}]
-    return out + [{"pid": 10 + i, "ppid": 2, "role": "compile_worker"} for i in range(n_workers)]
+    # The default (subprocess) pool: the main, inductor's sidecar, and the workers the sidecar forks.
+    out = [{"pid": 1, "ppid": 0, "role": "main", "cmdline": "python train.py"},
+           {"pid": 2, "ppid": 1, "role": "compile_worker", "cmdline": SIDECAR}]
+    return out + [{"pid": 10 + i, "ppid": 2, "role": "compile_worker", "cmdline": SIDECAR} for i in range(n_workers)]
+
+
+def test_compile_pool_forked_from_the_main_has_no_sidecar():
+    # TORCHINDUCTOR_WORKER_START=fork: the workers are the main's children (the agent tells their role).
+    procs = [{"pid": 1, "ppid": 0, "role": "main", "cmdline": "python train.py"}] + \
+        [{"pid": 10 + i, "ppid": 1, "role": "compile_worker", "cmdline": "python train.py"} for i in range(2)]
+    p = g.compile_pool(procs, [1.0], [GiB], [])
+    assert p["processes"] == 2 and p["workers"] == 2 and "sidecar" not in p["advice"]
 
 
 def _compile(t, state, pid=1):

@@ -98,3 +98,34 @@ def test_one_compile_thread_starts_no_pool(start):
     assert s["exit"]["cause"] == "ok", s["exit"]
     assert s["compile_pool"] is None
     assert not [q for q in s["processes"] if q["role"] == "compile_worker"]
+
+
+def test_forked_compile_workers_tell_their_role(start):
+    # TORCHINDUCTOR_WORKER_START=fork: the workers are the main's children with the main's command line; only the
+    # agent (inductor's worker initializer) can tell what they are.
+    env = dict(os.environ, TORCHINDUCTOR_COMPILE_THREADS="2", TORCHINDUCTOR_WORKER_START="fork")
+    s = start([script("compile_pool.py"), "1"], env=env).wait(300)
+    assert s["exit"]["cause"] == "ok", s["exit"]
+    main = s["exit"]["pid"]
+    workers = [q for q in s["processes"] if q["role"] == "compile_worker"]
+    assert workers and all(q["ppid"] == main for q in workers)
+    assert s["compile_pool"]["workers"] == len(workers) and "sidecar" not in s["compile_pool"]["advice"]
+
+
+def test_patched_worker_initializer_still_pickles_for_spawn():
+    # TORCHINDUCTOR_WORKER_START=spawn pickles partial(_async_compile_initializer, pid) by reference.
+    import functools
+    import pickle
+
+    import torch._inductor.compile_worker.utils as utils
+
+    from memscope.agent.probes import torch_memory as tm
+
+    original = utils._async_compile_initializer
+    try:
+        tm._on_compile_worker_utils(utils)
+        patched = utils._async_compile_initializer
+        assert patched is not original and patched.__wrapped__ is original
+        assert pickle.loads(pickle.dumps(functools.partial(patched, 1))).func is patched
+    finally:
+        utils._async_compile_initializer = original

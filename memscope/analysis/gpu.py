@@ -190,7 +190,10 @@ def compile_pool(procs: Iterable[Mapping[str, Any]], pool_t: list[float], pool_p
         return None
     events = list(compile_events)
     windows = compile_windows(events)
-    sidecars = [pid for pid, p in pool.items() if p.get("ppid") not in pool]
+    # The default pool is a sidecar (python .../compile_worker/__main__.py) and the workers it forks; with
+    # TORCHINDUCTOR_WORKER_START=fork/spawn the workers are the main's own children and there is no sidecar.
+    sidecars = [pid for pid, p in pool.items()
+                if p.get("ppid") not in pool and "compile_worker" in str(p.get("cmdline") or "")]
     seen = [(t, y) for t, y in zip(pool_t, pool_pss) if y]
     ends = [end for _, _, end in windows if end is not None]
     still_compiling = any(end is None for _, _, end in windows)

@@ -193,8 +193,28 @@ def _on_dynamo_callback(mod):
     cls.run_end_callbacks = run_end_callbacks
 
 
+def _on_compile_worker_utils(mod):
+    # Every inductor compile worker runs this initializer, whatever the start method (the default sidecar and its
+    # forked workers; TORCHINDUCTOR_WORKER_START=fork or spawn, whose workers look like the main or like any
+    # multiprocessing child from outside): each tells the collector its role itself.
+    original = mod._async_compile_initializer
+
+    def initializer(*args, **kwargs):
+        try:
+            _send({"t": "role", "role": "compile_worker"})
+        except Exception:
+            pass
+        return original(*args, **kwargs)
+
+    # spawn pickles the initializer by reference: it must be found under the original's name.
+    initializer.__module__, initializer.__qualname__ = original.__module__, original.__qualname__
+    initializer.__name__, initializer.__wrapped__ = original.__name__, original
+    mod._async_compile_initializer = initializer
+
+
 def install(channel):
     global _channel
     _channel = channel
     when_imported("torch", _on_torch)
     when_imported("torch._dynamo.callback", _on_dynamo_callback)
+    when_imported("torch._inductor.compile_worker.utils", _on_compile_worker_utils)
