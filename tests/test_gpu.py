@@ -94,7 +94,7 @@ def test_allocator_peaks_fragmentation_and_retries():
     assert d["fragmentation"] == pytest.approx(3 / 8, abs=1e-3) and d["inactive_split_bytes"] == 3 * GiB
     assert d["alloc_retries"] == 2
     assert "expandable_segments:True" in d["advice"] and "3.00 GiB" in d["advice"]
-    assert a["ooms"] == []
+    assert a["ooms"] == [] and a["advice"] == d["advice"]  # lifted into the summary's advice
 
 
 def test_allocator_retries_without_fragmentation_and_a_quiet_device():
@@ -103,6 +103,7 @@ def test_allocator_retries_without_fragmentation_and_a_quiet_device():
     busy, quiet = a["devices"]
     assert "cudaMalloc failed 3 times" in busy["advice"]
     assert quiet["advice"] is None and quiet["fragmentation"] == 0
+    assert a["advice"] == busy["advice"]
     assert g.allocator([]) is None
 
 

@@ -88,6 +88,7 @@ def test_compile_pool_alive_after_compilation(start):
     assert p["peak_pss_bytes"] > 3 * (20 << 20)
     assert p["alive_after_compile"] is True and p["alive_s_after_compile"] >= 5
     assert "TORCHINDUCTOR_COMPILE_THREADS=1" in p["advice"]
+    assert {"topic": "compile_pool", "text": p["advice"]} in s["advice"]
     roles = {q["pid"]: q["role"] for q in s["processes"]}
     assert all(roles[pid] == "compile_worker" for pid in p["pids"])
 

@@ -46,7 +46,10 @@ def allocator(samples: Iterable[Mapping[str, Any]], ooms: Iterable[Mapping[str, 
     devices = []
     for (pid, backend, device), rows in sorted(by_dev.items(), key=lambda kv: (str(kv[0][0]), kv[0][1], kv[0][2])):
         devices.append(_device_row(pid, backend, device, rows))
-    return {"devices": devices, "ooms": oom_list}
+    # One line for the summary's advice (analysis/advice.py lifts ``advice``): the biggest device that has one.
+    advised = [d for d in devices if d.get("advice")]
+    top = max(advised, key=lambda d: d.get("peak_reserved_bytes") or 0)["advice"] if advised else None
+    return {"devices": devices, "ooms": oom_list, "advice": top}
 
 
 def _device_row(pid: Any, backend: str, device: int, rows: list[tuple[float, Mapping[str, Any]]]) -> dict[str, Any]:
