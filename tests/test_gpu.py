@@ -288,6 +288,9 @@ def test_gpu_series_without_nvml_pids_stacks_what_pytorch_reserved():
     snap = s.snapshot({10: "main"})
     assert snap["tree_pss_by_role"]["main"]["y"] == [5 * GiB] and "limit" not in snap
     assert not GpuSeries().has_data
+    idle = GpuSeries()  # a GPU machine, a run that never touches the GPU: no chart
+    idle.add_event("gpu", 1.0, None, _round(1, [], other=3)["data"])
+    assert not idle.has_data
 
 
 def test_chart_payload_keeps_line_labels():

@@ -23,16 +23,19 @@ class GpuSeries:
         self._lock = threading.Lock()
         self._rounds: list[tuple[float, dict[str, Any]]] = []             # NVML rounds
         self._alloc: list[tuple[float, int, str, int, dict[str, Any]]] = []  # (t, pid, backend, device, stats)
+        self._tree_on_gpu = False
         self.version = 0
 
     @property
     def has_data(self) -> bool:
-        return bool(self._rounds or self._alloc)
+        """True once a process of the tree holds GPU memory: a CPU-only run on a GPU machine gets no GPU chart."""
+        return self._tree_on_gpu or bool(self._alloc)
 
     def add_event(self, kind: str, t: float, pid: int | None, data: Mapping[str, Any]) -> None:
         with self._lock:
             if kind == "gpu":
                 self._rounds.append((t, dict(data)))
+                self._tree_on_gpu = self._tree_on_gpu or bool(data.get("procs"))
             elif kind == "torch_alloc" and pid is not None:
                 self._alloc.append((t, pid, str(data.get("backend", "cuda")), int(data.get("device") or 0),
                                     dict(data)))
