@@ -317,3 +317,44 @@ def test_dashboard_shows_the_gpu_chart_only_with_gpu_data():
     assert with_gpu.gpu_chart.data["tree_pss_by_role"]["other"]["y"] == [1 * GiB]  # pid 11 is unknown here
     plain.close()
     with_gpu.close()
+
+
+# -- the GPU chart in a real browser (JupyterLab + chromium): drawn, and its lines carry the GPU labels -----------
+GPU_CELLS = [
+    "from memscope.ui.dashboard import Dashboard\nfrom memscope.ui.gpu_chart import GpuSeries\nGiB = 1 << 30\n"
+    "g = GpuSeries()\n"
+    "for i in range(20):\n"
+    "    g.add_event('gpu', i, None, {'devices': [{'index': 0, 'name': 'GPU', 'total': 80 * GiB, 'used': 10 * GiB}],\n"
+    "                                'procs': [{'pid': 10, 'device': 0, 'used': (2 + i / 10) * GiB}]})\n"
+    "    g.add_event('torch_alloc', i + 0.5, 10, {'backend': 'cuda', 'device': 0, 'allocated': GiB, "
+    "'reserved': 2 * GiB})\n"
+    "d = Dashboard(summary={'exit': {'cause': 'ok', 'message': 'done', 'code': 0}, 'duration_s': 20.0, "
+    "'phases': []}, procs={10: {'role': 'main', 'alive': False}}, gpu=g)\nd.widget",
+    "import time\nfrom memscope.ui.chart import count_points\ntime.sleep(2)\n"
+    "print('POINTS', d.gpu_chart.rendered_points, count_points(d.gpu_chart.data))",
+]
+
+
+def test_gpu_chart_draws_in_a_real_browser(tmp_path):
+    tb = pytest.importorskip("test_browser")  # its module-level skips apply: JupyterLab, Playwright, chromium
+    proc, url = tb._serve(tmp_path, "lab", GPU_CELLS, tb.PORT + 3)
+    try:
+        with tb.playwright.sync_playwright() as p:
+            browser = tb._launch(p)
+            page = browser.new_page(viewport={"width": 1280, "height": 1100})
+            page.goto(url)
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+            tb.run_cell(page, 0)
+            page.wait_for_function("() => document.querySelectorAll('.memscope-chart').length >= 2",
+                                   timeout=90_000)
+            tb.run_cell(page, 1)
+            m = tb.wait_output(page, 1, r"POINTS (\d+) (\d+)")
+            assert int(m.group(1)) == int(m.group(2)) > 0
+            labels = page.evaluate(
+                "() => JSON.stringify(Bokeh.documents.flatMap((d) => d.roots()).flatMap((r) => r.right || [])"
+                ".flatMap((l) => (l.items || []).map((i) => i.label)))")
+            for text in ("PyTorch allocated", "PyTorch reserved", "device total"):
+                assert text in labels, labels
+            browser.close()
+    finally:
+        tb._shutdown(proc)
