@@ -220,3 +220,16 @@ def test_panel_escapes_what_comes_from_the_program():
     page = probes_html({"loads": loads, "faiss": faiss, "malloc": {}})
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "IGNORED" in page   # mmap asked for and not given
+
+
+def test_row_advice_reaches_the_summary_advice():
+    from memscope.analysis.advice import advise
+    from memscope.analysis.loads import summarize_faiss, summarize_malloc
+
+    faiss = summarize_faiss([_ev(1.0, 5, ev="new", id="5-1", how="index_factory", type="IndexFlatL2", d=768,
+                                 ntotal=771_115, est_bytes=771_115 * 768 * 4)])
+    malloc = summarize_malloc([_ev(1.0, 5, in_use_bytes=1 << 30, free_held_bytes=3 << 30, releasable_bytes=0,
+                                   arena_bytes=4 << 30, mmap_bytes=0)])
+    topics = {a["topic"]: a["text"] for a in advise({"exit": {}, "faiss": faiss, "malloc": malloc})}
+    assert "IndexFlatL2" in topics["faiss"] and "2.2 GiB" in topics["faiss"]   # seed 002's bank: 771k x 768
+    assert "malloc_trim(0)" in topics["malloc"] and "3.0 GiB" in topics["malloc"]

@@ -209,7 +209,14 @@ def summarize_faiss(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
         r["advice"] = faiss_advice(r)
     live = [r for r in rows if r["alive"] and not r["inside_other"]]
     return {"indexes": rows, "live_count": len(live), "live_est_bytes": sum(r["est_bytes"] or 0 for r in live),
-            "peak_index_bytes": max((r["peak_est_bytes"] for r in rows), default=0)}
+            "peak_index_bytes": max((r["peak_est_bytes"] for r in rows), default=0),
+            "advice": _top_advice(rows, "peak_est_bytes")}
+
+
+def _top_advice(rows: list[dict[str, Any]], size_key: str) -> str | None:
+    """The advice of the largest row that has one: the line analysis/advice.py lifts from a dict-valued key."""
+    rows = [r for r in rows if r.get("advice")]
+    return max(rows, key=lambda r: r.get(size_key) or 0)["advice"] if rows else None
 
 
 def faiss_advice(r: dict[str, Any]) -> str | None:
@@ -217,7 +224,7 @@ def faiss_advice(r: dict[str, Any]) -> str | None:
     if t in ("IndexFlat", "IndexFlatL2", "IndexFlatIP") and size >= FLAT_ADVICE_BYTES:
         return (f"{t} (d={r['d']}, {r['ntotal']:,} vectors) holds a full float32 copy of the vectors "
                 f"({fmt(size)}); if they are also in a NumPy array that is twice; IVF+PQ "
-                f"(faiss.index_factory({r['d']}, 'IVF4096,PQ{max(1, (r['d'] or 8) // 8)}')) holds ~{32}x less")
+                f"(faiss.index_factory({r['d']}, 'IVF4096,PQ{max(1, (r['d'] or 8) // 8)}')) holds ~30x less")
     return None
 
 
@@ -237,7 +244,8 @@ def summarize_malloc(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
     rows = list(per.values())
     for r in rows:
         r["advice"] = malloc_advice(r)
-    return {"processes": rows, "free_held_bytes": sum(r.get("free_held_bytes") or 0 for r in rows)}
+    return {"processes": rows, "free_held_bytes": sum(r.get("free_held_bytes") or 0 for r in rows),
+            "advice": _top_advice(rows, "peak_free_held_bytes")}
 
 
 def malloc_advice(r: dict[str, Any]) -> str | None:

@@ -17,7 +17,9 @@ HEARTBEAT_S = 30.0
 
 _channel = None
 _fn = None
+DUTY = 0.002                 # the most of the time the arena locks may be held by these reads
 _last = [None, 0.0]
+_next_at = [0.0]
 _started = [False]
 
 
@@ -51,10 +53,16 @@ def read():
 
 def _report():
     import time
+    now = time.monotonic()
+    if now < _next_at[0]:
+        return
+    t0 = time.perf_counter()
     cur = read()
     if cur is None:
         return
-    now = time.monotonic()
+    # mallinfo2 walks every free chunk under the arena locks (12 ms for 500k free chunks here): it must not
+    # hold the training's malloc() for more than DUTY of the time, so a slow read spaces out the next ones.
+    _next_at[0] = now + (time.perf_counter() - t0) / DUTY
     last = _last[0]
     moved = last is None or any(abs(cur[k] - last[k]) >= MIN_CHANGE
                                 for k in ("in_use_bytes", "free_held_bytes", "mmap_bytes"))
