@@ -148,6 +148,9 @@ def test_gpu_in_a_container_falls_back_to_the_agent():
     assert out["source"] == "agent" and out["pid_mismatch"]
     assert out["processes"] == [{"pid": 10, "role": "main", "peak_used_bytes": 7 * GiB}]
     assert g.gpu([], {}) is None
+    # A CPU-only run on a shared GPU machine: other users' GPU processes are no pid mismatch.
+    idle = g.gpu(rounds, {10: "main"})
+    assert idle["source"] == "nvml" and not idle["pid_mismatch"] and idle["processes"] == []
 
 
 # -- compile pool --------------------------------------------------------------------------------------------------

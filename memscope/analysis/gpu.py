@@ -149,7 +149,8 @@ def gpu(rounds: Iterable[Mapping[str, Any]], roles: Mapping[int, str],
         tree_peak = max(tree_peak, sum(agent.values()))
     return {
         "source": source,
-        "pid_mismatch": bool(rounds) and not per_pid and foreign > 0,
+        # Our processes used the GPU (the agent says so) yet NVML listed none of their pids, only others.
+        "pid_mismatch": bool(rounds) and not per_pid and foreign > 0 and bool(agent),
         "devices": [devices[i] for i in sorted(devices)],
         "processes": [{"pid": pid, "role": roles.get(pid, "other"), "peak_used_bytes": b}
                       for pid, b in sorted(procs.items(), key=lambda kv: -kv[1])],
