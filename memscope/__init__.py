@@ -22,7 +22,8 @@ def run(command: Sequence[str] | str, **options: Any) -> "Run":
 
     ``command`` is an argv list (``["train.py", "--epochs", "3"]`` or ``["bash", "train.sh"]``) or a string that
     is split like a shell would. Options: record_dir, interval_s, pss_interval_s, grace_s, output ("inherit" or
-    "capture"), agent, limit_bytes, summary_json, cwd, env.
+    "capture"), agent, limit_bytes, summary_json, cwd, env, scalene (True or "cpu", or "memory": the script runs
+    under Scalene with profiling off, and ``run.scalene_snapshot(10)`` profiles the next 10 seconds).
     """
     import shlex
 

@@ -45,6 +45,12 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=parse_size, metavar="SIZE",
                    help="a memory budget to compare against, e.g. 12G (default: the container's limit)")
     p.add_argument("--no-agent", action="store_true", help="sample from outside only; load nothing into the run")
+    # Exact option strings: argparse matches "--scalene=memory" whole before splitting at "=", so a bare --scalene
+    # never swallows the script name that follows it.
+    p.add_argument("--scalene", "--scalene=cpu", dest="scalene", action="store_const", const="cpu", default=None,
+                   help="run the script under Scalene, profiling off, for on-demand snapshots (CPU only); "
+                        "--scalene=memory adds memory figures")
+    p.add_argument("--scalene=memory", dest="scalene", action="store_const", const="memory", help=argparse.SUPPRESS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,7 +85,8 @@ def _options(ns: argparse.Namespace):
     from .runner import Options
 
     return Options(record_dir=ns.record, interval_s=ns.interval, pss_interval_s=ns.pss_interval,
-                   grace_s=ns.grace, limit_bytes=ns.limit, agent=not ns.no_agent, summary_json=ns.summary_json)
+                   grace_s=ns.grace, limit_bytes=ns.limit, agent=not ns.no_agent, summary_json=ns.summary_json,
+                   scalene=ns.scalene)
 
 
 def exit_status(returncode: int | None) -> int:

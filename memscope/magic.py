@@ -4,6 +4,7 @@
     run = %memscope --limit 12G train.py --epochs 3
     %memscope -- bash train.sh
     %memscope --attach 141495
+    run = %memscope --scalene train.py          # under Scalene, profiling off: the "Scalene snapshot" button
 
     %%memscope
     ...cell body runs as a script in the background...

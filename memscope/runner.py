@@ -29,6 +29,7 @@ from .store import Recorder, RunData, default_record_dir
 
 if TYPE_CHECKING:
     from .analysis.census import Census
+    from .scalene import ScaleneSession, ScaleneSnapshot
 
 AGENT_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent", "site")
 
@@ -56,6 +57,7 @@ class Options:
     cwd: str | None = None
     env: dict[str, str] | None = None
     script: str | None = None
+    scalene: str | bool | None = None  # None, "cpu" or "memory": the script runs under Scalene, profiling off
 
 
 @dataclass
@@ -147,6 +149,7 @@ class Run:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.run_id = f"{stamp}-{secrets.token_hex(3)}"
         self.record_path = os.path.join(self.record_dir, f"{self.run_id}.sqlite")
+        self.scalene = self._scalene_session()
         try:
             self._recorder = Recorder(self.record_path)
         except Exception as exc:  # sqlite3.Error, OSError
@@ -215,7 +218,8 @@ class Run:
         self._recorder.begin(self.run_id, list(self.command), os.path.abspath(o.cwd or os.getcwd()),
                              self.started_at, time.time(), self.pid,
                              {"attached": self.attached, "script": self.script, "agent": o.agent,
-                              "interval_s": o.interval_s, "pss_interval_s": o.pss_interval_s})
+                              "interval_s": o.interval_s, "pss_interval_s": o.pss_interval_s,
+                              "scalene": self.scalene.mode if self.scalene else None})
         self.tree = TreeSampler(self.pid, self._publish, self._clock,
                                 marker=None if self.attached else f"{protocol.ENV_RUN}={marker_value}".encode(),
                                 script=self.script)
@@ -280,6 +284,49 @@ class Run:
         s = self._summarize_record()
         s["exit"] = self._exit("running", f"The run is still going ({self._clock():.0f} s so far).")
         return s
+
+    def scalene_snapshot(self, seconds: float = 10.0) -> "ScaleneSnapshot":
+        """Profile the running script with Scalene for ``seconds`` and return that window's hot lines (``.top``)
+        and the path of Scalene's full HTML report (``.html_path``); recorded as a "scalene_snapshot" event.
+
+        Raises ScaleneError (one line) when the run is not under Scalene (``scalene=True``), has ended, or has
+        no agent in the profiled process.
+        """
+        from .scalene import HOW_TO, ScaleneError
+
+        if self.scalene is None:
+            raise ScaleneError(f"this run is not under Scalene; {HOW_TO}")
+        if self._ended.is_set():
+            raise ScaleneError("the run has ended")
+        if not self.options.agent:
+            raise ScaleneError("snapshots need memscope's agent in the profiled process (not --no-agent)")
+        t = self._clock()
+        snap = self.scalene.snapshot(seconds, self._ended.is_set)
+        snap.t_s = round(t, 3)
+        self._publish(Event(t, snap.pid, "scalene_snapshot", snap.to_dict()))
+        return snap
+
+    def _scalene_session(self) -> "ScaleneSession | None":
+        from . import scalene as scalene_mod
+
+        try:
+            mode = scalene_mod.mode_of(self.options.scalene)
+        except ValueError as exc:
+            raise LaunchError(str(exc)) from None
+        if mode is None:
+            return None
+        if self.attached:
+            raise LaunchError("--scalene starts the script under Scalene; it cannot attach to a running process")
+        if self.command[0] == sys.executable and not scalene_mod.available():
+            raise LaunchError("--scalene: Scalene is not installed here (pip install 'memscope[scalene]')")
+        session = scalene_mod.ScaleneSession(mode, os.path.join(self.record_dir, f"{self.run_id}-scalene"),
+                                             self.command[0])
+        try:
+            self.command = scalene_mod.wrap_command(self.command, self.script, mode, session.outfile)
+        except ValueError as exc:
+            raise LaunchError(str(exc)) from None
+        os.makedirs(session.dir, exist_ok=True)
+        return session
 
     def census(self, timeout: float = 30.0) -> "Census":
         """Take a tensor census in the main process: torch tensors by device, dtype and shape (count, bytes, how
@@ -395,6 +442,10 @@ class Run:
                             bool(msg.get("runs_script")) and not msg.get("forked"))
         elif kind == "role":
             self.tree.hint_role(pid, str(msg.get("role")))
+        elif kind == "scalene":
+            if self.scalene is not None:
+                self.scalene.on_agent_message(pid, dict(msg))
+            self._publish(Event(t, pid, "scalene", msg))
         elif kind == "census":
             waiting = self._census_waiting.get(str(msg.pop("id", "")))
             if waiting is not None:  # recorded by census() itself, with its diff

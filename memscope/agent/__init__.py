@@ -70,6 +70,11 @@ def start():
         crash.install_excepthook(run_dir, channel)
     except Exception:
         pass
+    try:
+        from . import scalene_probe
+        scalene_probe.install(channel)  # attaches only if Scalene is imported (memscope run --scalene)
+    except Exception:
+        pass
     channel.connect(_hello())
     try:
         import threading

@@ -76,7 +76,9 @@ def _last_frame(text: str | None) -> str | None:
     if "Fatal Python error" in text:
         # faulthandler: the current thread's block comes first, innermost frame first.
         block = text.split("\n\n")
-        cur = next((b for b in block if "most recent call first" in b), text)
+        # "Current thread" is the one that crashed; other threads (the agent's, Scalene's) may be listed first.
+        cur = next((b for b in block if b.lstrip().startswith("Current thread")), None) or \
+            next((b for b in block if "most recent call first" in b), text)
         frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', cur)
     else:
         frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', text)[::-1]

@@ -13,6 +13,7 @@ from . import gpu as gpu_mod
 from .advice import advise
 from .census import summary_rows as census_rows
 from .exit_cause import ExitEvidence, decide
+from .scalene import summary_rows as scalene_rows
 from .leak import assess_by_role, assess_leak, find_spikes
 from .loads import probe_summary
 
@@ -54,6 +55,7 @@ def evidence(rd: RunData) -> ExitEvidence:
         last_tree_bytes=last[1] if last else None,
         limit_bytes=min(limits) if limits else None,
         maxrss_bytes=st.get("maxrss_bytes"),
+        scalene=bool((run.get("meta") or {}).get("scalene")),
         cuda_ooms=gpu_mod.observed_ooms(rd),
     )
 
@@ -102,6 +104,7 @@ def summarize(rd: RunData) -> dict[str, Any]:
         **gpu_mod.summary_keys(rd),
         **probe_summary(rd),  # loads, faiss, malloc
         "census": census_rows(rd.events("census")),
+        "scalene": scalene_rows(rd.events("scalene_snapshot")),
     }
     # Last: advice reads the whole summary (probe keys included).
     summary["advice"] = advise(summary)

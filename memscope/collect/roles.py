@@ -79,6 +79,12 @@ def _is_rank_launcher(p: ProcInfo) -> bool:
     return bool(p.cmdline) and os.path.basename(p.cmdline[0]) in _RANK_LAUNCHERS
 
 
+def _is_scalene(p: ProcInfo) -> bool:
+    t = python_target(p.cmdline)
+    return t is not None and ((t.kind == "module" and t.value == "scalene") or
+                              (t.kind == "script" and os.path.basename(t.value) == "scalene"))
+
+
 def _joined(p: ProcInfo) -> str:
     return " ".join(p.cmdline)
 
@@ -127,7 +133,10 @@ def classify(procs: Mapping[int, ProcInfo], root: int, script: str | None = None
             if pid in roles:
                 continue
             t = python_target(procs[pid].cmdline)
-            if t is None or t.kind == "repl" or _is_launcher(t):
+            parent = procs.get(procs[pid].ppid)
+            # Scalene re-launches itself as a child (to set its environment) and that child runs the script.
+            runs_under_scalene = parent is not None and _is_scalene(procs[pid]) and _is_scalene(parent)
+            if t is None or t.kind == "repl" or (_is_launcher(t) and not runs_under_scalene):
                 continue
             if t.kind == "code" and "multiprocessing" in t.value:
                 continue  # spawn-method children: workers, not the main

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 PUSH_PERIOD_S = 0.25      # at most 4 updates a second reach the browser
 LEAK_PERIOD_S = 5.0       # the live leak verdict is recomputed this often
+SCALENE_SECONDS = 10.0    # what the "Scalene snapshot" button profiles
 _by_cell: dict[str, "Dashboard"] = {}
 last: "Dashboard | None" = None  # the most recent dashboard shown (for tests and for the curious)
 _CAUSE_COLOR = {"ok": "#2e7d32", "stopped_by_user": "#555", "exit_nonzero": "#b26a00", "running": "#1565c0"}
@@ -133,14 +134,17 @@ class Dashboard:
         self.census = w.HTML()
         self.probes = w.HTML()  # NumPy loads, FAISS indexes, glibc heap
         self._probe_feed = ProbesFeed(run)
+        self.scalene = w.HTML()  # Scalene snapshots, newest first
+        self._scalene_snaps: list[dict[str, Any]] = []
         self.controls = Controls(self._action) if run is not None else None
         parts: list[w.Widget] = [self.status, self.card]
         if self.controls is not None:
             parts += [self.controls, self.census]
-        parts += [self.chart, w.Accordion(children=[self.table, self.output, self.probes])]
+        parts += [self.chart, w.Accordion(children=[self.table, self.output, self.scalene, self.probes])]
         self.widget = w.VBox(parts)
         acc = parts[-1]
-        for i, name in enumerate(("Processes", "Output (last 200 lines)", "Loads and indexes")):
+        for i, name in enumerate(("Processes", "Output (last 200 lines)", "Scalene snapshots",
+                                  "Loads and indexes")):
             try:
                 acc.set_title(i, name)
             except Exception:
@@ -213,6 +217,10 @@ class Dashboard:
         self.status.value = self._status_html(snap, final_summary)
         if final_summary is not None:
             self.card.value = verdict_card(final_summary)
+            if final_summary.get("scalene") and not self._scalene_snaps:  # a reopened run
+                from .scalene import snapshots_html
+
+                self.scalene.value = snapshots_html(final_summary["scalene"])
             if self.controls is not None:
                 self.controls.disabled = ["stop", "kill", "scalene", "census"]
                 self.controls.labels = {"stop": "Stop", "kill": "Kill"}
@@ -271,7 +279,13 @@ class Dashboard:
             self.controls.labels = {"kill": "killing…"}
             return "SIGKILL sent to every process of the run"
         if action == "scalene":
-            return "Scalene snapshots need the run started under Scalene (memscope --scalene, coming next)"
+            if run.scalene is None:
+                from ..scalene import HOW_TO
+
+                return f"this run is not under Scalene: {HOW_TO}"
+            self.controls.labels = {"scalene": "profiling…"}
+            threading.Thread(target=self._take_scalene, name="memscope-scalene", daemon=True).start()
+            return f"profiling {SCALENE_SECONDS:g} s with Scalene…"
         if action == "census":
             self.controls.labels = {"census": "counting…"}
             threading.Thread(target=self._take_census, name="memscope-census", daemon=True).start()
@@ -294,6 +308,27 @@ class Dashboard:
         except Exception as exc:  # never let a button break the dashboard
             note = f"census failed: {exc!r}"
         self.controls.labels = {"census": "Tensor census"}
+        self.controls.note = note
+
+    def _take_scalene(self) -> None:
+        # Off the kernel's message thread: a snapshot lasts SCALENE_SECONDS plus Scalene's write.
+        from ..scalene import ScaleneError
+        from .scalene import snapshots_html
+
+        assert self.run is not None and self.controls is not None
+        try:
+            snap = self.run.scalene_snapshot(SCALENE_SECONDS)
+            self._scalene_snaps.append(snap.to_dict())
+            self.scalene.value = snapshots_html(self._scalene_snaps)
+            top = snap.top[0] if snap.top else None
+            note = (f"Scalene snapshot #{snap.index}: hottest line {top['file'].rsplit('/', 1)[-1]}:{top['line']} "
+                    f"({top['cpu_percent']:.0f}% CPU); see “Scalene snapshots” below") if top else \
+                f"Scalene snapshot #{snap.index}: no line of the script was busy"
+        except ScaleneError as exc:
+            note = f"no Scalene snapshot: {exc}"
+        except Exception as exc:  # never let a button break the dashboard
+            note = f"Scalene snapshot failed: {exc!r}"
+        self.controls.labels = {"scalene": "Scalene snapshot"}
         self.controls.note = note
 
     # -- lifecycle -------------------------------------------------------------------------------------------

@@ -1,0 +1,273 @@
+"""Scalene snapshots: run the script under Scalene with profiling off, profile N seconds on demand.
+
+Launch: ``python -m scalene run --off --cpu-only|--memory -o <record>-scalene/profile.json script.py --- args``,
+never Scalene's default CPU+memory+GPU mode (7x to 200x slower on a small torch loop, and it can hang with
+DataLoader workers). Scalene is never imported here (importing it sets ``LC_ALL=POSIX`` in the caller): it runs
+in subprocesses only.
+
+Toggle: Scalene's ``python -m scalene.profile --on|--off --pid P`` does nothing but ``os.kill(P, SIGILL|SIGBUS)``;
+memscope sends those same signals itself, right after checking in ``/proc/P/status`` that P still catches them.
+The CLI takes 2.3 s to import Scalene before it sends, and a signal that lands in that gap on a process not (or no
+longer) catching it kills the run: measured, an "on" sent before Scalene had finished starting killed the script
+with SIGILL, and an "off" that arrived as the script was ending killed it with SIGBUS. The signal numbers and
+the profiled pid come from Scalene itself, through the agent (``agent/scalene_probe.py``), once it is ready.
+
+Reading: each "off" makes Scalene rewrite its JSON with everything since the start (cumulative), as percentages
+of its total CPU sample time. The agent reports that total with each write, so each line's seconds are exact and
+a snapshot is the difference from the previous one.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+MODES = {"cpu": "--cpu-only", "memory": "--memory"}
+HOW_TO = ("start the run under Scalene: %memscope --scalene train.py (memscope run --scalene train.py, "
+          "or memscope.run(cmd, scalene=True)); --scalene=memory adds memory figures")
+TOP_N = 15
+
+
+class ScaleneError(Exception):
+    """A snapshot could not be taken; the message says why, in one line."""
+
+
+def available() -> bool:
+    """Scalene is installed for this interpreter (found without importing it)."""
+    return importlib.util.find_spec("scalene") is not None
+
+
+def mode_of(value: Any) -> str | None:
+    """Options.scalene as given by the user: None/False (off), True or "cpu", "memory"."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return "cpu"
+    if value in MODES:
+        return str(value)
+    raise ValueError(f"scalene must be 'cpu' or 'memory', not {value!r}")
+
+
+def wrap_command(command: list[str], script: str | None, mode: str, outfile: str) -> list[str]:
+    """``python script.py args`` -> the same under Scalene, profiling off. Other commands cannot be wrapped."""
+    if not script or len(command) < 2 or os.path.abspath(command[1]) != script:
+        raise ValueError("--scalene needs a Python script: script.py [args] or python script.py [args]")
+    args = command[2:]
+    return [command[0], "-m", "scalene", "run", "--off", MODES[mode], "-o", outfile, command[1],
+            *(["---", *args] if args else [])]
+
+
+def catches(pid: int, *signals: int) -> bool:
+    """Whether ``pid`` has a handler for every one of ``signals`` now (SigCgt in /proc/PID/status)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    mask = int(line.split()[1], 16)
+                    return all(mask >> (s - 1) & 1 for s in signals)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+# -- reading Scalene's JSON ------------------------------------------------------------------------------------
+
+def line_totals(profile: dict[str, Any], total_cpu_s: float | None) -> tuple[dict[tuple[str, int], dict[str, Any]],
+                                                                              float]:
+    """Per (file, line): cumulative seconds (python, native, system) and memory counters; and the CPU total used.
+
+    Scalene's percentages are of its total CPU sample time; without that total (an agent that could not read
+    it) the profiled wall time stands in for it, which is right for one busy core.
+    """
+    total = float(total_cpu_s) if total_cpu_s else float(profile.get("elapsed_time_sec") or 0.0)
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for fname, fdata in (profile.get("files") or {}).items():
+        for ln in fdata.get("lines") or []:
+            py, c, sys_ = (float(ln.get(k) or 0.0) for k in ("n_cpu_percent_python", "n_cpu_percent_c",
+                                                            "n_sys_percent"))
+            malloc = float(ln.get("n_malloc_mb") or 0.0)
+            if not (py or c or sys_ or malloc):
+                continue
+            out[(fname, int(ln["lineno"]))] = {
+                "python_s": py * total / 100, "native_s": c * total / 100, "system_s": sys_ * total / 100,
+                "malloc_mb": malloc, "mallocs": int(ln.get("n_mallocs") or 0),
+                "peak_mb": float(ln.get("n_peak_mb") or 0.0), "code": _source(ln.get("line"))}
+    return out, total
+
+
+def _source(text: Any) -> str:
+    """Scalene writes "<" in source lines as the six characters \\u003c: give the line back as written."""
+    return re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), str(text or "")).strip()[:200]
+
+
+def diff_profiles(prev: tuple[dict[str, Any], float | None] | None, cur: tuple[dict[str, Any], float | None],
+                  memory: bool, top_n: int = TOP_N) -> tuple[list[dict[str, Any]], float, float]:
+    """The window between two cumulative profiles: (top rows, window wall seconds, window CPU seconds).
+
+    Rows: file, line, code, cpu_percent (python + native, of the window's CPU time, as Scalene counts it),
+    python_percent, native_percent, system_percent, cpu_seconds; with ``memory``: malloc_mb and mallocs in the
+    window, and peak_mb (the line's peak footprint since the start: Scalene keeps no per-window peak).
+    """
+    before, t_before = line_totals(*prev) if prev else ({}, 0.0)
+    after, t_after = line_totals(*cur)
+    window_cpu = max(t_after - t_before, 0.0)
+    window_s = max(float(cur[0].get("elapsed_time_sec") or 0.0) -
+                   (float(prev[0].get("elapsed_time_sec") or 0.0) if prev else 0.0), 0.0)
+    rows = []
+    zero = {"python_s": 0.0, "native_s": 0.0, "system_s": 0.0, "malloc_mb": 0.0, "mallocs": 0}
+    for (fname, lineno), a in after.items():
+        b = before.get((fname, lineno), zero)
+        d = {k: max(a[k] - b[k], 0.0) for k in ("python_s", "native_s", "system_s", "malloc_mb")}
+        pct = (lambda s: round(100.0 * s / window_cpu, 2) if window_cpu > 0 else 0.0)
+        row: dict[str, Any] = {
+            "file": fname, "line": lineno, "code": a["code"],
+            "cpu_percent": pct(d["python_s"] + d["native_s"]), "python_percent": pct(d["python_s"]),
+            "native_percent": pct(d["native_s"]), "system_percent": pct(d["system_s"]),
+            "cpu_seconds": round(d["python_s"] + d["native_s"], 4)}
+        if memory:
+            row.update(malloc_mb=round(d["malloc_mb"], 2), mallocs=max(a["mallocs"] - int(b["mallocs"]), 0),
+                       peak_mb=round(a["peak_mb"], 2))
+        if row["cpu_percent"] >= 0.5 or (memory and row["malloc_mb"] >= 1.0):
+            rows.append(row)
+    rows.sort(key=lambda r: (-r["cpu_percent"], -r.get("malloc_mb", 0.0), r["file"], r["line"]))
+    return rows[:top_n], round(window_s, 3), round(window_cpu, 3)
+
+
+# -- a run's snapshots -----------------------------------------------------------------------------------------
+
+@dataclass
+class ScaleneSnapshot:
+    index: int
+    pid: int
+    mode: str
+    seconds: float                 # asked for
+    window_s: float                # profiled wall time, as Scalene measured it
+    cpu_s: float                   # CPU time Scalene sampled in the window
+    top: list[dict[str, Any]] = field(default_factory=list)
+    json_path: str = ""            # Scalene's cumulative JSON as of this snapshot
+    html_path: str = ""            # Scalene's full report from it (written a few seconds after the snapshot)
+    note: str = ""
+    started_at: float = 0.0        # epoch seconds
+    t_s: float | None = None       # on the run's clock (seconds since it started)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class ScaleneSession:
+    """Scalene's side of one run: where its JSON goes, its profiled pid, and the snapshots taken so far."""
+
+    def __init__(self, mode: str, out_dir: str, python: str = sys.executable) -> None:
+        self.mode = mode
+        self.dir = out_dir
+        self.outfile = os.path.join(out_dir, "profile.json")
+        self.python = python
+        self.pid: int | None = None
+        self._signals: tuple[int, int] | None = None
+        self._ready = threading.Event()
+        self._cond = threading.Condition()
+        self._writes: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._previous: tuple[dict[str, Any], float | None] | None = None
+        self.snapshots: list[ScaleneSnapshot] = []
+
+    def on_agent_message(self, pid: int, msg: dict[str, Any]) -> None:
+        """``{"t": "scalene", "state": "ready"|"written", ...}`` from the profiled process's agent."""
+        state = msg.get("state")
+        if state == "ready" and msg.get("on") and msg.get("off"):
+            self.pid, self._signals = pid, (int(msg["on"]), int(msg["off"]))
+            self._ready.set()
+        elif state == "written" and pid == self.pid:  # not a forked child's write at its exit
+            with self._cond:
+                self._writes.append(dict(msg, pid=pid))
+                self._cond.notify_all()
+
+    def snapshot(self, seconds: float, ended: Callable[[], bool], wait_ready_s: float = 30.0) -> ScaleneSnapshot:
+        """Profile ``seconds`` of the running script; raises ScaleneError (one line) when it cannot."""
+        if seconds <= 0:
+            raise ScaleneError("seconds must be positive")
+        if not self._lock.acquire(blocking=False):
+            raise ScaleneError("a Scalene snapshot is already being taken")
+        try:
+            return self._snapshot(seconds, ended, wait_ready_s)
+        finally:
+            self._lock.release()
+
+    def _snapshot(self, seconds: float, ended: Callable[[], bool], wait_ready_s: float) -> ScaleneSnapshot:
+        deadline = time.monotonic() + wait_ready_s
+        while not self._ready.wait(0.1):
+            if ended() or time.monotonic() > deadline:
+                raise ScaleneError("Scalene has not started the script (no word from memscope's agent in it)"
+                                   if not ended() else "the run has ended")
+        pid, (on, off) = self.pid, self._signals  # type: ignore[misc]
+        assert pid is not None
+        with self._cond:
+            writes_before = len(self._writes)
+        if not catches(pid, on, off):
+            raise ScaleneError(f"the profiled process (pid {pid}) is not taking Scalene's signals: it is ending")
+        started = time.time()
+        os.kill(pid, on)
+        note = ""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(min(0.1, max(end - time.monotonic(), 0.0)))
+            if not catches(pid, on, off):
+                break
+        if catches(pid, on, off):
+            os.kill(pid, off)
+        else:  # the script ended inside the window: Scalene writes its profile on the way out
+            note = "the script ended during the window"
+        with self._cond:
+            if not self._cond.wait_for(lambda: len(self._writes) > writes_before, timeout=60.0):
+                raise ScaleneError(f"Scalene did not write its profile within 60 s (pid {pid})")
+            write = self._writes[-1]
+        profile = _read_json(self.outfile)
+        cur = (profile, write.get("total_cpu_s"))
+        rows, window_s, cpu_s = diff_profiles(self._previous, cur, memory=self.mode == "memory")
+        self._previous = cur
+        index = len(self.snapshots) + 1
+        snap_dir = os.path.join(self.dir, f"snapshot-{index}")
+        os.makedirs(snap_dir, exist_ok=True)
+        json_path = os.path.join(snap_dir, "profile.json")
+        shutil.copyfile(self.outfile, json_path)
+        if write.get("total_cpu_s") is None:
+            note = "; ".join(x for x in (note, "CPU shares approximate (Scalene's total was not reported)") if x)
+        snap = ScaleneSnapshot(index, pid, self.mode, float(seconds), window_s, cpu_s, rows, json_path,
+                               start_html(json_path, self.python), note, started)
+        self.snapshots.append(snap)
+        return snap
+
+
+def _read_json(path: str, timeout: float = 10.0) -> dict[str, Any]:
+    """Scalene writes its JSON in place (not atomically): retry until it parses."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except (OSError, ValueError) as exc:
+            if time.monotonic() > deadline:
+                raise ScaleneError(f"cannot read Scalene's profile {path}: {exc}") from None
+            time.sleep(0.1)
+
+
+def start_html(json_path: str, python: str = sys.executable) -> str:
+    """Start Scalene's own standalone HTML report of ``json_path`` (``scalene view --standalone``, 5-10 s) in a
+    detached process, so that it is written even if the caller exits; returns where it will be."""
+    folder = os.path.dirname(os.path.abspath(json_path))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSCOPE_")}
+    try:
+        subprocess.Popen([python, "-m", "scalene", "view", "--standalone", os.path.abspath(json_path)], cwd=folder,
+                         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+    except OSError:
+        pass
+    return os.path.join(folder, "scalene-profile.html")
