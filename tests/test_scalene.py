@@ -205,3 +205,41 @@ def test_diff_of_cumulative_profiles_and_escaped_html():
     page = snapshots_html([{"index": 1, "t_s": 1.0, "window_s": window_s, "cpu_s": cpu_s, "pid": 5, "top": rows,
                             "mode": "cpu", "html_path": "/r/<b>.html"}])
     assert "<script>" not in page and html.escape("b() # <script>") in page and "&lt;b&gt;.html" in page
+
+
+# -- the dashboard's button ------------------------------------------------------------------------------------
+
+def _wait_for(cond, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return cond()
+
+
+def test_button_on_a_run_without_scalene_says_how_to_get_it(start):
+    from memscope.ui.dashboard import Dashboard
+
+    d = Dashboard(start([script("clean.py"), "5"]))
+    try:
+        assert "%memscope --scalene train.py" in d._action("scalene")
+    finally:
+        d.close()
+
+
+@needs_scalene
+def test_button_takes_a_snapshot_and_lists_it(start, tmp_path, monkeypatch):
+    from memscope.ui import dashboard
+
+    monkeypatch.setattr(dashboard, "SCALENE_SECONDS", 1.5)  # the button's window, shortened for the test
+    busy = script("scalene_busy.py")
+    run = start([busy, str(tmp_path / "switch"), str(tmp_path / "stop")], scalene=True)
+    wait_for_output(run, "ready", 60)
+    d = dashboard.Dashboard(run)
+    try:
+        assert "profiling" in d._action("scalene")
+        assert _wait_for(lambda: "Scalene snapshot #1" in d.scalene.value), d.controls.note
+        assert f"scalene_busy.py:{marked_line(busy, 'HOT-A')}" in d.scalene.value
+        assert "Scalene snapshot #1" in d.controls.note
+    finally:
+        d.close()
+        run.stop()
