@@ -233,3 +233,29 @@ def test_row_advice_reaches_the_summary_advice():
     topics = {a["topic"]: a["text"] for a in advise({"exit": {}, "faiss": faiss, "malloc": malloc})}
     assert "IndexFlatL2" in topics["faiss"] and "2.2 GiB" in topics["faiss"]   # seed 002's bank: 771k x 768
     assert "malloc_trim(0)" in topics["malloc"] and "3.0 GiB" in topics["malloc"]
+
+
+def test_member_reads_in_dataloader_workers_are_all_counted(np_run, start):
+    pytest.importorskip("torch")
+    d, _run, _s = np_run
+    run = start([script("np_dataloader.py"), str(d)])
+    s = run.wait(120)
+    assert s["exit"]["cause"] == "ok", (s["exit"]["message"], s["exit"]["traceback"])
+    assert "items 12" in run.output_tail
+    workers = [p["pid"] for p in s["processes"] if p["role"] == "dataloader_worker"]
+    assert len(workers) == 2
+    x = _row(s["loads"], "pairs.npz", "X_train")
+    # Every read, the last ones included: the workers leave by os._exit, after multiprocessing's finalizers.
+    assert x["reads"] == 12 and x["requested_mmap"] == "r" and "mmap_mode is ignored" in x["advice"]
+
+
+def test_an_npz_read_in_forked_children_is_flagged():
+    from memscope.analysis.loads import summarize_loads
+
+    base = dict(path="/d/pairs.npz", key="X_train", shape=[10, 4], dtype="float32", nbytes=160, compressed=False,
+                requested_mmap=None, anon_delta_bytes=0, file_delta_bytes=0, duration_s=0.1)
+    [own] = summarize_loads([], [_ev(1.0, 10, id="10-1", reads=1, **base)])
+    assert "shared_after_fork" not in own and own["advice"] is None
+    [row] = summarize_loads([], [_ev(1.0, 11, id="10-1", reads=1, **base), _ev(1.0, 12, id="10-1", reads=1, **base)])
+    assert row["shared_after_fork"] == [11, 12] and row["reads"] == 2
+    assert "opened before a fork" in row["advice"] and "was read 2 times" in row["advice"]

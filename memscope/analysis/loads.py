@@ -74,19 +74,24 @@ def summarize_loads(load_events: Iterable[dict[str, Any]], read_events: Iterable
         last_read[(e["pid"], d.get("id"), d.get("key"))] = dict(d, _t=e["t"])
     rows: dict[tuple[str, str | None], dict[str, Any]] = {}
     read_ids = set()
-    for (_pid, load_id, key), d in sorted(last_read.items(), key=lambda kv: kv[1]["_t"]):
+    for (pid, load_id, key), d in sorted(last_read.items(), key=lambda kv: kv[1]["_t"]):
         read_ids.add(load_id)
         k = (d.get("path") or "?", key)
         row = rows.get(k)
+        opener = str(load_id or "").split("-")[0]
+        forked_reader = opener.isdigit() and pid is not None and int(opener) != pid
         if row is None:
             rows[k] = _row(k[0], key, shape=d.get("shape"), dtype=d.get("dtype"), nbytes=d.get("nbytes"),
                            compressed=d.get("compressed"), requested_mmap=d.get("requested_mmap"), mmapped=False,
                            reads=int(d.get("reads") or 0), duration_s=float(d.get("duration_s") or 0.0),
                            anon_delta_bytes=d.get("anon_delta_bytes"), file_delta_bytes=d.get("file_delta_bytes"))
+            row = rows[k]
         else:
             row["reads"] += int(d.get("reads") or 0)
             row["duration_s"] += float(d.get("duration_s") or 0.0)
             row["requested_mmap"] = row["requested_mmap"] or d.get("requested_mmap")
+        if forked_reader:  # an NpzFile opened in one process and read in its forked children
+            row["shared_after_fork"] = sorted(set(row.get("shared_after_fork") or []) | {pid})
 
     for load_id, d in opens.items():
         path = d.get("path") or "?"
@@ -145,6 +150,12 @@ def load_advice(row: dict[str, Any]) -> str | None:
     is_npz = name.endswith(".npz") or key is not None
     if row.get("small_files"):
         return None
+    if is_npz and key is not None and row.get("shared_after_fork"):
+        other = load_advice(dict(row, shared_after_fork=None))
+        return (f"{name} was opened before a fork and read in {len(row['shared_after_fork'])} child processes "
+                f"(DataLoader workers?): they share one file offset, so concurrent reads can fail (BadZipFile, "
+                f"EOFError) or return wrong data; open it in each worker (lazily in __getitem__)"
+                + (f". Also: {other}" if other else ""))
     if is_npz and key is not None:
         redo = "reads and decompresses" if row.get("compressed") else "reads"
         if row["requested_mmap"]:

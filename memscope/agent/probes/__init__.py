@@ -33,6 +33,8 @@ def install(channel):
     _install("torch_memory", channel)
     try:
         os.register_at_fork(after_in_child=_after_fork)
+        from ..hooks import when_imported
+        when_imported("multiprocessing.util", _on_multiprocessing)
     except Exception:
         pass
 
@@ -80,6 +82,27 @@ def _at_exit():
         _atexit_done = True
         _wake.set()
         _run_due(force=True)
+
+
+class _Anchor:
+    """multiprocessing's after-fork registry holds its objects weakly: this one lives as long as the module."""
+
+
+_anchor = _Anchor()
+
+
+def _on_multiprocessing(util):
+    util.register_after_fork(_anchor, _mp_child)
+
+
+def _mp_child(_obj):
+    # A multiprocessing child (a DataLoader worker) leaves by os._exit(): atexit never runs there, but
+    # multiprocessing's own exit finalizers do (its registry was just cleared for this child).
+    try:
+        import multiprocessing.util as util
+        util.Finalize(None, _at_exit, exitpriority=100)
+    except Exception:
+        pass
 
 
 def _after_fork():
