@@ -225,9 +225,14 @@ class ScaleneSession:
             os.kill(pid, off)
         else:  # the script ended inside the window: Scalene writes its profile on the way out
             note = "the script ended during the window"
+        deadline = time.monotonic() + 60.0
         with self._cond:
-            if not self._cond.wait_for(lambda: len(self._writes) > writes_before, timeout=60.0):
-                raise ScaleneError(f"Scalene did not write its profile within 60 s (pid {pid})")
+            while len(self._writes) <= writes_before:
+                if ended():  # a script that crashed in the window leaves no profile
+                    raise ScaleneError(f"the run ended before Scalene wrote its profile (pid {pid})")
+                if time.monotonic() > deadline:
+                    raise ScaleneError(f"Scalene did not write its profile within 60 s (pid {pid})")
+                self._cond.wait(0.2)
             write = self._writes[-1]
         profile = _read_json(self.outfile)
         cur = (profile, write.get("total_cpu_s"))
