@@ -196,7 +196,7 @@ def summarize_faiss(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
             row = idx[lid] = {"id": lid, "pid": e["pid"], "how": None, "type": None, "d": None, "ntotal": 0,
                               "est_bytes": 0, "peak_est_bytes": 0, "serialized_bytes": None,
                               "serialized_ntotal": None, "alive": True, "created_s": round(e["t"], 3),
-                              "freed_s": None, "children": [], "ptr": None, "advice": None}
+                              "freed_s": None, "children": [], "ptr": None, "gpu": False, "advice": None}
         ev = d.get("ev")
         if ev == "freed":
             row["alive"], row["freed_s"] = False, round(e["t"], 3)
@@ -206,7 +206,7 @@ def summarize_faiss(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
                 row["ntotal"] = n
                 row["peak_est_bytes"] = max(row["peak_est_bytes"], row["est_bytes"])
             continue
-        for k in ("how", "type", "d", "ntotal", "est_bytes", "children", "ptr"):
+        for k in ("how", "type", "d", "ntotal", "est_bytes", "children", "ptr", "gpu"):
             if d.get(k) is not None:
                 row[k] = d[k]
         if d.get("serialized_bytes") is not None:

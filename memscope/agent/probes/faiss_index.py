@@ -113,7 +113,8 @@ def _state(idx):
     c = _cast(idx)
     est, kids = estimate(c)
     return {"type": type(c).__name__, "d": int(c.d), "ntotal": int(c.ntotal), "est_bytes": int(est),
-            "children": kids, "binary": isinstance(c, _faiss.IndexBinary)}
+            "children": kids, "binary": isinstance(c, _faiss.IndexBinary),
+            "gpu": type(c).__name__.startswith("Gpu")}  # faiss-gpu: its data is in GPU memory, not host RAM
 
 
 def _track(idx, how, serialized=None):
