@@ -425,7 +425,7 @@ def report(r: Result, load_end: tuple[float, float, float]) -> str:
     lines += [f"| {k} | {v} |" for k, v in machine()]
     lines += [f"| load average at end | {' '.join(f'{x:.2f}' for x in load_end)} |", ""]
     lines += ["| the run | |", "|---|---|",
-              f"| simulated | {r.hours:g} h at {r.hz:g} Hz: {r.rounds:,} RSS rounds, {r.pss_rounds:,} PSS rounds "
+              f"| simulated | {r.hours:.3g} h at {r.hz:g} Hz: {r.rounds:,} RSS rounds, {r.pss_rounds:,} PSS rounds "
               f"(every 2 s), 16 processes at a time, {r.pids} pids in all (DataLoader workers restart every "
               f"30 min) |",
               f"| records through the recorder | {r.records:,} ({r.sample_rows:,} sample rows) |",

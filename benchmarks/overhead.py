@@ -2,7 +2,7 @@
 
     python benchmarks/overhead.py                     # 5 pairs, the full loop (~3 min on 2 cores)
     python benchmarks/overhead.py --pairs 9 --out overhead.md
-    python benchmarks/overhead.py --quick             # 1 pair, a short loop: a CI smoke test (< 60 s)
+    python benchmarks/overhead.py --quick             # 1 pair, a short loop: a CI smoke test (~1 min)
 
 Each pair runs ``python benchmarks/train_loop.py`` plain and under
 ``python -m memscope.cli run --quiet --record <tmpdir> benchmarks/train_loop.py`` (default settings, agent on),
@@ -23,7 +23,18 @@ What it measures, per run:
 - other load: CPU the rest of the machine used during the run (from /proc/stat, minus the run's own tree and this
   script), in cores. Another job on a 2-core machine skews the ratios: look at this column before trusting them.
 
-memray and scalene, when importable by this Python, are run on the same loop for comparison (never installed).
+- steal: CPU time the hypervisor gave to other guests during the run (/proc/stat), in cores: on a VM, a noisy
+  neighbour slows a run without showing up as load on this machine.
+
+For comparison, the same loop under other tools where this Python can import them (never installed by this
+script), ``--tool-runs`` runs each (default 2), interleaved with the first pairs so that they see the same
+machine, each against the median plain run:
+
+- memray: ``python -m memray run --quiet --force -o <tmp>/out.bin`` (its default: every allocation of the main
+  process, Python allocators not traced natively; workers not followed);
+- scalene-cpu: ``python -m scalene run --cpu-only`` (CPU sampling only: no memory or GPU profiling);
+- scalene-off: ``python -m scalene run --cpu-only --off`` (started with profiling off: Scalene's cost when loaded
+  but not profiling). Scalene's default mode (memory profiling through its preloaded allocator) is not run.
 """
 from __future__ import annotations
 
@@ -66,6 +77,7 @@ class Result:
     self_cpu_polled: float | None = None  # the last polled utime+stime: a lower bound, for a cross-check
     steady_cpu_frac: float | None = None
     other_load: float | None = None  # cores used by the rest of the machine during the run
+    steal: float | None = None       # cores the hypervisor gave to other guests during the run
     final: str = ""                  # the FINAL line (losses): the same everywhere when the loop is deterministic
     output: str = ""
     record: dict = field(default_factory=dict)
@@ -176,6 +188,7 @@ def run_once(mode: str, argv: list[str], env: dict[str, str], poll_s: float = 0.
     if busy0 and busy1:
         other = (busy1[0] - busy0[0]) - tree_cpu - (me1 - me0)
         res.other_load = max(0.0, other) / wall
+        res.steal = max(0.0, busy1[1] - busy0[1]) / wall
     return res
 
 
@@ -206,10 +219,14 @@ def command(mode: str, py: str, loop_args: list[str], tmp: str) -> list[str]:
     if mode == "memray":
         return [py, "-m", "memray", "run", "--quiet", "--force", "-o", os.path.join(tmp, "out.bin"),
                 LOOP, *loop_args]
-    if mode == "scalene":
-        return [py, "-m", "scalene", "--cli", "--json", "--outfile", os.path.join(tmp, "out.json"),
+    if mode in ("scalene-cpu", "scalene-off"):
+        off = ["--off"] if mode == "scalene-off" else []
+        return [py, "-m", "scalene", "run", "--cpu-only", *off, "-o", os.path.join(tmp, "out.json"),
                 LOOP, "---", *loop_args]
     raise ValueError(mode)
+
+
+TOOLS = {"memray": "memray", "scalene-cpu": "scalene", "scalene-off": "scalene"}  # mode -> module it needs
 
 
 def run_mode(mode: str, py: str, loop_args: list[str], env: dict[str, str]) -> Result:
@@ -245,7 +262,7 @@ def machine() -> list[tuple[str, str]]:
             ("kernel", f"{platform.system()} {platform.release()}"),
             ("Python", platform.python_version()), ("torch", package_version("torch")),
             ("memscope", package_version("memscope")),
-            ("load average at start", " ".join(f"{x:.2f}" for x in os.getloadavg()))]
+            ("load average at the end", " ".join(f"{x:.2f}" for x in os.getloadavg()))]
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -268,8 +285,8 @@ def report(pairs: list[tuple[Result, Result, str]], others: dict[str, str | list
     lines += ["", "| settings | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in settings.items()]
     lines += ["", "| pair | order | loop plain (s) | loop memscope (s) | **loop ratio** | wall plain (s) "
               "| wall memscope (s) | wall ratio | memscope CPU (s) | memscope CPU, % of a core (steady) "
-              "| other load (cores) |",
-              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| other load (cores) | steal (cores) |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     loop_r, wall_r, cpu_pct, steady_pct = [], [], [], []
     for i, (p, m, order) in enumerate(pairs):
         lr, wr = _ratio(m.loop_s, p.loop_s), _ratio(m.wall_s, p.wall_s)
@@ -281,13 +298,13 @@ def report(pairs: list[tuple[Result, Result, str]], others: dict[str, str | list
             cpu_pct.append(pct)
         if st is not None:
             steady_pct.append(st)
-        other = max(x for x in (p.other_load, m.other_load) if x is not None) if (
-            p.other_load is not None or m.other_load is not None) else None
+        other = _max(p.other_load, m.other_load)
+        steal = _max(p.steal, m.steal)
         lines.append(f"| {i + 1} | {order} | {p.loop_s:.2f} | {m.loop_s:.2f} | **{_f(lr, '{:.3f}')}** "
                      f"| {p.wall_s:.2f} | {m.wall_s:.2f} | {_f(wr, '{:.3f}')} "
                      f"| {_f(m.self_cpu_s)} ({m.self_cpu_method}; polled {_f(m.self_cpu_polled)}) "
                      f"| {_f(pct, '{:.1f}')} % ({_f(st, '{:.1f}')} %) "
-                     f"| {_f(other)} |")
+                     f"| {_f(other)} | {_f(steal)} |")
     plains = [p for p, _, _ in pairs]
     mems = [m for _, m, _ in pairs]
     med = statistics.median
@@ -309,7 +326,9 @@ def report(pairs: list[tuple[Result, Result, str]], others: dict[str, str | list
               f"{med([m.tree_cpu_s - (m.self_cpu_s or 0) for m in mems]):.2f} median |",
               f"| noise: loop time spread, plain / under memscope | {spread(plains)} / {spread(mems)} |",
               f"| other load on the machine (cores) | max {_f(max((r.other_load or 0) for r in plains + mems))}, "
-              f"median {_f(med([(r.other_load or 0) for r in plains + mems]))} |"]
+              f"median {_f(med([(r.other_load or 0) for r in plains + mems]))} |",
+              f"| steal (cores) | max {_f(max((r.steal or 0) for r in plains + mems))}, "
+              f"median {_f(med([(r.steal or 0) for r in plains + mems]))} |"]
     recs = [m.record for m in mems if m.record]
     if recs:
         causes = sorted({r.get("cause") for r in recs})
@@ -317,17 +336,32 @@ def report(pairs: list[tuple[Result, Result, str]], others: dict[str, str | list
         peak = med([r["peak_pss"] for r in recs if r.get("peak_pss")] or [0])
         lines.append(f"| what memscope recorded | exit cause {', '.join(map(str, causes))}; "
                      f"processes {', '.join(map(str, procs))}; peak tree PSS {peak / 2**20:.0f} MiB median |")
-    finals = {r.final for r in plains + mems}
+    finals = {r.final for r in plains + mems + [r for v in others.values() if not isinstance(v, str) for r in v]}
     same = "yes" if len(finals) == 1 else f"NO: {sorted(finals)}"
-    lines.append(f"| deterministic (same losses in every run) | {same} |")
-    for tool, v in others.items():
-        if isinstance(v, str):
-            lines.append(f"| {tool} | {v} |")
-        else:
-            lr = med([_ratio(r.loop_s, med([p.loop_s for p in plains])) for r in v])
-            wr = med([_ratio(r.wall_s, med([p.wall_s for p in plains])) for r in v])
-            lines.append(f"| {tool} (vs the median plain run) | loop ratio {lr:.3f}, wall ratio {wr:.3f} |")
+    lines.append(f"| deterministic (same losses in every run, other tools' included) | {same} |")
+    if others:
+        lines += ["", "Other tools on the same loop, against the median plain run (loop "
+                  f"{med([p.loop_s for p in plains]):.2f} s, wall {med([p.wall_s for p in plains]):.2f} s); "
+                  "memscope's own figures for the same comparison in the first row:", "",
+                  "| tool | runs | loop ratio (median; each) | wall ratio (median) | other load / steal (cores, max) |",
+                  "|---|---:|---|---:|---|"]
+        lp, wp = med([p.loop_s for p in plains]), med([p.wall_s for p in plains])
+        rows: list[tuple[str, str | list[Result]]] = [("memscope (the pairs above)", mems)] + list(others.items())
+        for tool, v in rows:
+            if isinstance(v, str):
+                lines.append(f"| {tool} | 0 | {v} | | |")
+                continue
+            lrs = [r.loop_s / lp for r in v]
+            wrs = [r.wall_s / wp for r in v]
+            each = ", ".join(f"{x:.3f}" for x in lrs) if len(lrs) <= 10 else f"{min(lrs):.3f}–{max(lrs):.3f}"
+            lines.append(f"| {tool} | {len(v)} | **{med(lrs):.3f}** ({each}) | {med(wrs):.3f} | "
+                         f"{_f(max((r.other_load or 0) for r in v))} / {_f(max((r.steal or 0) for r in v))} |")
     return "\n".join(lines) + "\n"
+
+
+def _max(*xs: float | None) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return max(vals) if vals else None
 
 
 def importable(py: str, module: str) -> bool:
@@ -340,7 +374,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pairs", type=int, default=5, help="plain/memscope pairs (5)")
     ap.add_argument("--quick", action="store_true",
-                    help=f"1 pair of a short loop (--steps {QUICK_STEPS}): a CI smoke test, < 60 s")
+                    help=f"1 pair of a short loop (--steps {QUICK_STEPS}): a CI smoke test, ~1 min")
     ap.add_argument("--steps", type=int, help="training steps per run (train_loop.py's default: 350)")
     ap.add_argument("--out", metavar="FILE", help="also write the Markdown report here")
     ap.add_argument("--python", default=sys.executable, help="the Python that runs everything (this one)")
@@ -352,6 +386,9 @@ def main() -> int:
                     help="redo a pair (N times in all at most) when the rest of the machine used more than "
                          "--idle-threshold cores during either of its runs (0: keep every pair)")
     ap.add_argument("--no-warmup", action="store_true", help="skip the short untimed run of each mode first")
+    ap.add_argument("--tool-runs", type=int, default=None, metavar="N",
+                    help="runs of each other tool (memray, scalene-cpu, scalene-off) where installed, after the "
+                         "first N pairs (default: 2, 1 with --quick; 0: none)")
     ns = ap.parse_args()
     if ns.pairs < 1:
         ap.error("--pairs must be at least 1")
@@ -361,6 +398,7 @@ def main() -> int:
     if ns.quick and not ns.steps:
         loop_args += ["--steps-per-epoch", "30"]
     py, env = ns.python, clean_env()
+    load_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
 
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -369,10 +407,34 @@ def main() -> int:
         say("warm-up (untimed)")
         for mode in ("plain", "memscope"):
             run_mode(mode, py, ["--steps", "3", "--steps-per-epoch", "3", "--val-batches", "1"], env)
+    tool_runs = ns.tool_runs if ns.tool_runs is not None else (1 if ns.quick else 2)
+    others: dict[str, str | list[Result]] = {}
+    for tool, module in TOOLS.items():
+        if tool_runs <= 0:
+            continue
+        others[tool] = [] if importable(py, module) else "not installed"
+
+    def tool_round() -> None:
+        for tool, got in others.items():
+            if isinstance(got, str):
+                continue
+            try:
+                r = run_mode(tool, py, loop_args, env)
+            except SystemExit as exc:
+                others[tool] = f"failed: {str(exc).splitlines()[0]}"
+                continue
+            got.append(r)
+            say(f"{tool:11}: loop {r.loop_s:.2f} s, wall {r.wall_s:.2f} s, other load {_f(r.other_load)} cores")
+
     pairs: list[tuple[Result, Result, str]] = []
     redone = 0
     i = 0
-    while i < pairs_n:
+    tools_done = 0
+    while i < pairs_n or tools_done < tool_runs:
+        if i >= pairs_n:
+            tool_round()
+            tools_done += 1
+            continue
         order = ("plain", "memscope") if i % 2 == 0 else ("memscope", "plain")
         if ns.wait_idle > 0:
             wait_idle(ns.wait_idle, ns.idle_threshold, say)
@@ -388,20 +450,14 @@ def main() -> int:
             continue
         pairs.append((got["plain"], got["memscope"], " then ".join(order)))
         i += 1
-    others: dict[str, str | list[Result]] = {}
-    for tool in ("memray", "scalene"):
-        if not importable(py, tool):
-            others[tool] = "not installed"
-            continue
-        try:
-            others[tool] = [run_mode(tool, py, loop_args, env)]
-            say(f"{tool}: loop {others[tool][0].loop_s:.2f} s, wall {others[tool][0].wall_s:.2f} s")
-        except SystemExit as exc:
-            others[tool] = f"failed: {str(exc).splitlines()[0]}"
+        if tools_done < tool_runs:
+            tool_round()
+            tools_done += 1
     settings = {"pairs": f"{pairs_n} (order alternates plain-first / memscope-first)",
                 "training loop": f"python {LOOP} {' '.join(loop_args)}".rstrip(),
                 "under memscope": f"python -m memscope.cli run --quiet --record <tmpdir> {LOOP}",
-                "memscope settings": "defaults: RSS every 0.2 s, PSS every 2 s, agent on"}
+                "memscope settings": "defaults: RSS every 0.2 s, PSS every 2 s, agent on",
+                "load average at start": load_start}
     if ns.redo_busy:
         settings["pairs redone (machine busy)"] = f"{redone} (at most {ns.redo_busy}; busy = other load > " \
                                                   f"{ns.idle_threshold} cores)"
