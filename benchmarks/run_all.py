@@ -36,8 +36,9 @@ class Bench:
     script: str
     title: str
     full: list[str]
-    quick: list[str]
+    quick: list[str] | None   # None: not run with --quick
     what: str
+    stdout: str = ""   # "md" / "text": the report is what it prints (no --out option); "": it writes --out FILE
 
 
 BENCHES = [
@@ -48,15 +49,20 @@ BENCHES = [
     Bench("collector_cpu", "collector_cpu.py", "Where memscope's own CPU goes", [], ["--", "--steps", "60",
                                                                                     "--steps-per-epoch", "30"],
           "The same training loop under `memscope.Run` in one process; CPU time of each of memscope's threads "
-          "(schedstat)."),
+          "(schedstat).", stdout="md"),
     Bench("sampler", "sampler.py", "Sampler cost", [], ["--quick"],
           "The tree sampler alone on real process trees of 1 to 64 processes (plain Python and torch-loaded)."),
     Bench("dayrun", "dayrun.py", "A day-long run", [], ["--quick"],
           "24 h at 10 Hz of a 16-process training, replayed through the recorder (real SQLite), the analysis "
           "and the dashboard's data model (no browser)."),
+    Bench("dayrun_traced", "dayrun.py", "A day-long run: Python's own allocations", ["--hours", "1", "--tracemalloc"],
+          None, "The same replay for 1 h with tracemalloc on (it slows the replay about 10x, hence 1 h): the "
+          "peak of Python's traced allocations, against the RSS figures above."),
     Bench("startup", "startup.py", "Start-up in a notebook", [], ["--quick"],
           "`%memscope` in a real IPython kernel (jupyter_client, no browser) to the first chart point it sends, "
           "and import times."),
+    Bench("torch_probe", "torch_probe_cost.py", "The torch probe's cost", [], [],
+          "What the agent's torch probe costs a CPU run, piece by piece (in this interpreter).", stdout="text"),
     Bench("detection", "detection.py", "Leak-versus-spikes detection", [], ["--seeds", "1"],
           "`analysis.leak.assess_leak` on seeded synthetic traces (leaks, spikes, steps, phases)."),
 ]
@@ -134,6 +140,11 @@ def _memory(r: dict[str, str]) -> tuple[str, bool | None]:
     return f"peak RSS {peak:.0f} MiB (growth {growth:.0f} MiB) over {hours}", peak * 2**20 <= 100e6
 
 
+def _traced(r: dict[str, str]) -> tuple[str, bool | None]:
+    v = _num(_find(r"Python allocations \(tracemalloc\) \| peak ([0-9.]+) MiB", r.get("dayrun_traced", "")))
+    return (f"peak {v:.1f} MiB over 1 h" if v is not None else "—"), (v * 2**20 <= 100e6 if v is not None else None)
+
+
 def _points(r: dict[str, str]) -> tuple[str, bool | None]:
     v = _num(_find(r"points sent to the browser\*\* per push \| \*\*max ([0-9,]+)\*\*", r.get("dayrun", "")))
     return (f"max {v:,.0f} a push" if v is not None else "—"), None
@@ -164,6 +175,7 @@ TARGETS: list[Target] = [
     ("Overhead: median loop-time ratio, memscope / plain", "≤ 1.02", "overhead", _overhead),
     ("Sampler: 10 Hz RSS + PSS every 2 s, 16-process tree", "< 3 % of one core", "sampler", _sampler),
     ("Day-long run: memscope's own memory", "≤ 100 MB", "dayrun", _memory),
+    ("Day-long run: Python's own allocations (tracemalloc)", "≤ 100 MB", "dayrun_traced", _traced),
     ("Day-long run: points sent to the browser", "bounded", "dayrun", _points),
     ("Day-long run: record on disk", "(reported)", "dayrun", _disk),
     ("Start-up: `%memscope` to the first chart point (kernel side)", "≤ 1 s", "startup", _startup),
@@ -206,13 +218,8 @@ NOTES = """\
 
 def run_bench(b: Bench, quick: bool, workdir: str, say: Callable[[str], None]) -> tuple[str, float, int]:
     out = os.path.join(workdir, f"{b.name}.md")
-    args = list(b.quick if quick else b.full)
-    # collector_cpu prints its table (no --out); the others write theirs with --out.
-    cmd = [sys.executable, os.path.join(HERE, b.script)]
-    if b.name == "collector_cpu":
-        cmd += args
-    else:
-        cmd += args + ["--out", out]
+    args = list((b.quick or []) if quick else b.full)
+    cmd = [sys.executable, os.path.join(HERE, b.script)] + args + ([] if b.stdout else ["--out", out])
     say(f"== {b.name}: {' '.join(os.path.relpath(c, REPO) if c.startswith(REPO) else c for c in cmd[1:])}")
     t0 = time.perf_counter()
     try:
@@ -222,8 +229,10 @@ def run_bench(b: Bench, quick: bool, workdir: str, say: Callable[[str], None]) -
         out_text = exc.stdout.decode("utf-8", "replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         p = subprocess.CompletedProcess(cmd, 124, out_text)
     dt = time.perf_counter() - t0
-    if b.name == "collector_cpu":
+    if b.stdout == "md":
         text = p.stdout
+    elif b.stdout == "text":
+        text = f"```\n{p.stdout.strip()}\n```\n"
     else:
         try:
             with open(out) as f:
@@ -248,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                                                 "--quick, nowhere unless given)")
     ns = ap.parse_args(argv)
     out = ns.out or (None if ns.quick else DEFAULT_OUT)
-    benches = [b for b in BENCHES if not ns.only or b.name in ns.only]
+    benches = [b for b in BENCHES if (not ns.only or b.name in ns.only) and not (ns.quick and b.quick is None)]
 
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -264,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             if rc != 0:
                 failed.append(b.name)
             reports[b.name] = text
-            cmd = f"python benchmarks/{b.script} {' '.join(b.quick if ns.quick else b.full)}".rstrip()
+            cmd = f"python benchmarks/{b.script} {' '.join((b.quick or []) if ns.quick else b.full)}".rstrip()
             sections.append(f"## {b.title}\n\n{b.what}\n\n`{cmd}` ({dt:.0f} s, load average after: {load()})\n\n"
                             f"{_demote(text).strip()}\n")
     load_after, busy_after = load(), busy_cores()

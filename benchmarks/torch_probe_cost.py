@@ -5,7 +5,7 @@ On a run without CUDA the probe does nothing per step: it hooks no per-step path
 - once, when torch._dynamo is imported: patching the compile callback handler's class;
 - per compilation (not per step): two messages around each Dynamo compile.
 This script times each of them in this interpreter and prints them with the loop time of
-benchmarks/train_loop.py for scale (OVERHEAD.md: about 9 s on the development VM).
+benchmarks/train_loop.py for scale (BENCHMARKS.md: about 9 s on the development VM).
 
     python benchmarks/torch_probe_cost.py
 
