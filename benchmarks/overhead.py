@@ -364,6 +364,16 @@ def _max(*xs: float | None) -> float | None:
     return max(vals) if vals else None
 
 
+def probes_present() -> str:
+    """The agent's in-process probes in this tree (each attaches when the run imports what it watches)."""
+    d = os.path.join(REPO, "memscope", "agent", "probes")
+    try:
+        names = sorted(n[:-3] for n in os.listdir(d) if n.endswith(".py") and not n.startswith("_"))
+    except OSError:
+        return "none"
+    return ", ".join(names) or "none"
+
+
 def importable(py: str, module: str) -> bool:
     if py == sys.executable:
         return importlib.util.find_spec(module) is not None
@@ -457,6 +467,7 @@ def main() -> int:
                 "training loop": f"python {LOOP} {' '.join(loop_args)}".rstrip(),
                 "under memscope": f"python -m memscope.cli run --quiet --record <tmpdir> {LOOP}",
                 "memscope settings": "defaults: RSS every 0.2 s, PSS every 2 s, agent on",
+                "agent probes present": probes_present(),
                 "load average at start": load_start}
     if ns.redo_busy:
         settings["pairs redone (machine busy)"] = f"{redone} (at most {ns.redo_busy}; busy = other load > " \

@@ -42,7 +42,7 @@ class Bench:
 
 
 BENCHES = [
-    Bench("overhead", "overhead.py", "Overhead on a training loop", ["--pairs", "5"], ["--quick"],
+    Bench("overhead", "overhead.py", "Overhead on a training loop", ["--pairs", "5", "--wait-idle", "20", "--redo-busy", "2"], ["--quick"],
           "A CPU torch training loop (conv net, 2-worker DataLoader with per-sample augmentation, a validation "
           "pass per epoch), plain and under `memscope run` (default settings, agent and its probes on) in "
           "alternating pairs; then memray and Scalene (CPU-only, and loaded with profiling off) on the same loop."),
@@ -211,8 +211,17 @@ NOTES = """\
 - **The day-long run is a replay**, faster than real time: the recorder's queue never holds more than a minute
   of records (a live run's holds about 0.5 s), so its memory figure is an upper bound. The record grows with the
   RSS rate: at memscope's default 5 Hz it is about half of the 10 Hz figure.
+- **Points sent to the browser** are bounded by the series (2,000 a line at most, min and max per time
+  bucket, whatever the run's length), but every push sends the whole window of every line: on a long run a push
+  is a few hundred KiB (the day-long section gives the size), up to 4 a second while the chart changes.
+- **The summary at the end** reads the whole record (the tree's totals, the per-role series for the leak
+  verdict, spikes, phases): on a day-long record it takes seconds (the day-long section gives how many).
 - **Start-up**: the first `%memscope` in a kernel pays memscope's imports (the runner, the dashboard,
   ipywidgets, anywidget, bokeh); a second run in the same kernel does not.
+- **Other tools**: memray in its default mode traces every allocation of the main process only; Scalene runs
+  CPU-only (`--cpu-only`), and CPU-only started with profiling off (`--cpu-only --off`, what memscope's own
+  Scalene snapshots use); Scalene's default mode (memory profiling through its allocator) is not run. Their
+  start-up and finish are in the wall ratio, not in the loop ratio.
 """
 
 
