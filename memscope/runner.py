@@ -413,7 +413,8 @@ class Run:
             s.t = rec.t
             for p in rec.procs:
                 d = s.procs.setdefault(p.pid, {"role": "other", "name": "", "alive": True})
-                d["rss"] = p.rss
+                if p.rss or "rss" not in d:  # a zombie reads 0: keep its last real figure in the table
+                    d["rss"] = p.rss
                 if p.pss is not None:
                     d.update(pss=p.pss, swap=p.swap, anon=p.anon, file=p.file)
             if rec.kind == "rss":

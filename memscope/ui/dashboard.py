@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import ipywidgets as w
 
@@ -139,7 +139,8 @@ class Dashboard:
         self.controls = Controls(self._action) if run is not None else None
         parts: list[w.Widget] = [self.status, self.card]
         if self.controls is not None:
-            parts += [self.controls, self.census]
+            parts.append(self.controls)
+        parts.append(self.census)
         parts += [self.chart, w.Accordion(children=[self.table, self.output, self.scalene, self.probes])]
         self.widget = w.VBox(parts)
         acc = parts[-1]
@@ -217,6 +218,10 @@ class Dashboard:
         self.status.value = self._status_html(snap, final_summary)
         if final_summary is not None:
             self.card.value = verdict_card(final_summary)
+            if final_summary.get("census") and not self.census.value:  # a reopened run: its last census
+                from .census import census_html
+
+                self.census.value = census_html(final_summary["census"][-1])
             if final_summary.get("scalene") and not self._scalene_snaps:  # a reopened run
                 from .scalene import snapshots_html
 
@@ -284,52 +289,54 @@ class Dashboard:
 
                 return f"this run is not under Scalene: {HOW_TO}"
             self.controls.labels = {"scalene": "profiling…"}
-            threading.Thread(target=self._take_scalene, name="memscope-scalene", daemon=True).start()
+            self._in_background("scalene", "Scalene snapshot", self._take_scalene)
             return f"profiling {SCALENE_SECONDS:g} s with Scalene…"
         if action == "census":
             self.controls.labels = {"census": "counting…"}
-            threading.Thread(target=self._take_census, name="memscope-census", daemon=True).start()
+            self._in_background("census", "Tensor census", self._take_census)
             return "counting the main process's tensors…"
         return f"unknown action {action}"
 
-    def _take_census(self) -> None:
-        # Off the kernel's message thread: a census takes up to a second or two in a big process.
+    def _in_background(self, action: str, label: str, work: Callable[[], str]) -> None:
+        """Run a button's slow work (a census, a Scalene window) off the kernel's message thread; its outcome
+        becomes the controls' note, and the button gets its label back."""
         from ..runner import CensusError
+        from ..scalene import ScaleneError
+
+        assert self.controls is not None
+
+        def go() -> None:
+            try:
+                note = work()
+            except (CensusError, ScaleneError) as exc:
+                note = f"no {label.lower()}: {exc}"
+            except Exception as exc:  # never let a button break the dashboard
+                note = f"{label} failed: {exc!r}"
+            self.controls.labels = {action: label}
+            self.controls.note = note
+
+        threading.Thread(target=go, name=f"memscope-{action}", daemon=True).start()
+
+    def _take_census(self) -> str:
         from .census import census_html
 
-        assert self.run is not None and self.controls is not None
-        try:
-            c = self.run.census()
-            self.census.value = census_html(c.to_dict())
-            note = f"census taken in {c.duration_s:.2f} s" + ("" if c.diff.get("since") is not None else
-                                                              "; take another later to see what grows")
-        except CensusError as exc:
-            note = f"no census: {exc}"
-        except Exception as exc:  # never let a button break the dashboard
-            note = f"census failed: {exc!r}"
-        self.controls.labels = {"census": "Tensor census"}
-        self.controls.note = note
+        assert self.run is not None
+        c = self.run.census()
+        self.census.value = census_html(c.to_dict())
+        return f"census taken in {c.duration_s:.2f} s" + ("" if c.diff.get("since") is not None else
+                                                           "; take another later to see what grows")
 
-    def _take_scalene(self) -> None:
-        # Off the kernel's message thread: a snapshot lasts SCALENE_SECONDS plus Scalene's write.
-        from ..scalene import ScaleneError
+    def _take_scalene(self) -> str:
         from .scalene import snapshots_html
 
-        assert self.run is not None and self.controls is not None
-        try:
-            snap = self.run.scalene_snapshot(SCALENE_SECONDS)
-            self._scalene_snaps.append(snap.to_dict())
-            self.scalene.value = snapshots_html(self._scalene_snaps)
-            top = snap.top[0] if snap.top else None
-            note = (f"Scalene snapshot #{snap.index}: hottest line {top['file'].rsplit('/', 1)[-1]}:{top['line']} "
-                    f"({top['cpu_percent']:.0f}% CPU); see “Scalene snapshots” below") if top else \
-                f"Scalene snapshot #{snap.index}: no line of the script was busy"
-        except ScaleneError as exc:
-            note = f"no Scalene snapshot: {exc}"
-        except Exception as exc:  # never let a button break the dashboard
-            note = f"Scalene snapshot failed: {exc!r}"
-        self.controls.labels = {"scalene": "Scalene snapshot"}
-        self.controls.note = note
+        assert self.run is not None
+        snap = self.run.scalene_snapshot(SCALENE_SECONDS)
+        self._scalene_snaps.append(snap.to_dict())
+        self.scalene.value = snapshots_html(self._scalene_snaps)
+        top = snap.top[0] if snap.top else None
+        return (f"Scalene snapshot #{snap.index}: hottest line {top['file'].rsplit('/', 1)[-1]}:{top['line']} "
+                f"({top['cpu_percent']:.0f}% CPU); see “Scalene snapshots” below") if top else \
+            f"Scalene snapshot #{snap.index}: no line of the script was busy"
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def close(self) -> None:
