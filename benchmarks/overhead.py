@@ -20,6 +20,8 @@ What it measures, per run:
   utime+stime (polled every 50 ms) when that is not available. Given as % of one core over the memscope run's
   wall time, and as the steady-state rate (the slope between 30% and 80% of the run), which leaves out memscope's
   start-up (imports) and finish (summary).
+- CPU ratio: all the CPU time of the memscope run (the training tree and memscope, from wait4's rusage) over the
+  plain run's: what memscope adds to the work, less sensitive than time to other jobs on the machine.
 - other load: CPU the rest of the machine used during the run (from /proc/stat, minus the run's own tree and this
   script), in cores. Another job on a 2-core machine skews the ratios: look at this column before trusting them.
 
@@ -285,15 +287,17 @@ def report(pairs: list[tuple[Result, Result, str]], others: dict[str, str | list
     lines += ["", "| settings | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in settings.items()]
     lines += ["", "| pair | order | loop plain (s) | loop memscope (s) | **loop ratio** | wall plain (s) "
               "| wall memscope (s) | wall ratio | memscope CPU (s) | memscope CPU, % of a core (steady) "
-              "| other load (cores) | steal (cores) |",
-              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    loop_r, wall_r, cpu_pct, steady_pct = [], [], [], []
+              "| other load (cores) | steal (cores) | CPU ratio |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    loop_r, wall_r, cpu_pct, steady_pct, cpu_r = [], [], [], [], []
     for i, (p, m, order) in enumerate(pairs):
         lr, wr = _ratio(m.loop_s, p.loop_s), _ratio(m.wall_s, p.wall_s)
         pct = 100 * m.self_cpu_s / m.wall_s if m.self_cpu_s is not None else None
         st = 100 * m.steady_cpu_frac if m.steady_cpu_frac is not None else None
+        cr = _ratio(m.tree_cpu_s, p.tree_cpu_s)
         loop_r.append(lr)
         wall_r.append(wr)
+        cpu_r.append(cr)
         if pct is not None:
             cpu_pct.append(pct)
         if st is not None:
@@ -304,7 +308,7 @@ def report(pairs: list[tuple[Result, Result, str]], others: dict[str, str | list
                      f"| {p.wall_s:.2f} | {m.wall_s:.2f} | {_f(wr, '{:.3f}')} "
                      f"| {_f(m.self_cpu_s)} ({m.self_cpu_method}; polled {_f(m.self_cpu_polled)}) "
                      f"| {_f(pct, '{:.1f}')} % ({_f(st, '{:.1f}')} %) "
-                     f"| {_f(other)} | {_f(steal)} |")
+                     f"| {_f(other)} | {_f(steal)} | {_f(cr, '{:.3f}')} |")
     plains = [p for p, _, _ in pairs]
     mems = [m for _, m, _ in pairs]
     med = statistics.median
@@ -313,6 +317,9 @@ def report(pairs: list[tuple[Result, Result, str]], others: dict[str, str | list
               f"(min {min(r for r in loop_r if r):.3f}, max {max(r for r in loop_r if r):.3f}) |",
               f"| median wall ratio (with memscope's start-up and finish) | {med([r for r in wall_r if r]):.3f} "
               f"(min {min(r for r in wall_r if r):.3f}, max {max(r for r in wall_r if r):.3f}) |",
+              f"| median CPU-time ratio: all CPU of the run under memscope (training tree + memscope) / plain | "
+              f"{med([r for r in cpu_r if r]):.3f} (min {min(r for r in cpu_r if r):.3f}, "
+              f"max {max(r for r in cpu_r if r):.3f}): less sensitive to the machine's other load than time |",
               f"| time outside the loop (start-up + finish), plain / under memscope (s) | "
               f"{med([p.wall_s - p.loop_s for p in plains]):.2f} / {med([m.wall_s - m.loop_s for m in mems]):.2f}"
               f" median |",

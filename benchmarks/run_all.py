@@ -121,6 +121,11 @@ def _overhead(r: dict[str, str]) -> tuple[str, bool | None]:
     return (f"{v:.3f}" if v is not None else "—"), (v <= 1.02 if v is not None else None)
 
 
+def _overhead_cpu(r: dict[str, str]) -> tuple[str, bool | None]:
+    v = _num(_find(r"median CPU-time ratio: .*? \| ([0-9.]+) \(", r.get("overhead", "")))
+    return (f"{v:.3f}" if v is not None else "—"), None
+
+
 def _sampler(r: dict[str, str]) -> tuple[str, bool | None]:
     text = r.get("sampler", "")
     v = _num(_find(r"\*\*Sustained\*\* \((\d+)-process", text))
@@ -173,6 +178,7 @@ def _imports(r: dict[str, str]) -> tuple[str, bool | None]:
 
 TARGETS: list[Target] = [
     ("Overhead: median loop-time ratio, memscope / plain", "≤ 1.02", "overhead", _overhead),
+    ("Overhead: median CPU-time ratio, (training + memscope) / plain", "(reported)", "overhead", _overhead_cpu),
     ("Sampler: 10 Hz RSS + PSS every 2 s, 16-process tree", "< 3 % of one core", "sampler", _sampler),
     ("Day-long run: memscope's own memory", "≤ 100 MB", "dayrun", _memory),
     ("Day-long run: Python's own allocations (tracemalloc)", "≤ 100 MB", "dayrun_traced", _traced),
