@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .scalene import ScaleneSession, ScaleneSnapshot
 
 AGENT_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent", "site")
+PSS_CPU_BUDGET = 0.015  # the PSS thread's share of one core at most (benchmarks/collector_cpu.py measures it)
 
 
 class LaunchError(Exception):
@@ -484,11 +485,17 @@ class Run:
                                  limit, cm.usage if cm else None, h.oom_kills, cm.oom_kills if cm else None))
 
     def _pss_loop(self) -> None:
-        while not self._sampling_done.wait(self.options.pss_interval_s if self._clock() > 1 else 0.5):
+        wait = 0.5
+        while not self._sampling_done.wait(wait):
+            c0 = time.thread_time()
             try:
                 self.tree.pss_round()
             except Exception as exc:
                 self._publish(Event(self._clock(), None, "collector_error", {"where": "pss", "error": repr(exc)}))
+            # smaps_rollup costs ~4 ms per torch-loaded process: on a big tree the rounds space out rather than
+            # let memscope take more than PSS_CPU_BUDGET of a core from the training.
+            cost = time.thread_time() - c0
+            wait = max(self.options.pss_interval_s if self._clock() > 1 else 0.5, cost / PSS_CPU_BUDGET)
 
     def _main_pid(self) -> int:
         for pid, d in list(self.snapshot.procs.items()):
