@@ -183,18 +183,20 @@ class RunData:
             out[pid] = (rss or 0, pss)
         return out
 
-    def tree_totals(self, kind: int) -> Iterator[tuple[float, int]]:
-        """(t, sum over the tree) per round; for PSS rounds the sum of PSS, for RSS rounds the sum of RSS."""
-        col = "pss" if kind == KIND_PSS else "rss"
+    def tree_totals(self, kind: int, private: bool = False) -> Iterator[tuple[float, int]]:
+        """(t, sum over the tree) per round; for PSS rounds the sum of PSS, for RSS rounds the sum of RSS.
+        ``private`` (PSS rounds): anonymous PSS plus swap, without the file-backed pages that move with what
+        other processes map."""
+        col = _column(kind, private)
         yield from self.con.execute(f"SELECT t, SUM({col}) FROM samples WHERE kind=? GROUP BY t ORDER BY t",
                                     (kind,))
 
-    def role_totals(self, kind: int) -> dict[str, tuple[list[float], list[float]]]:
+    def role_totals(self, kind: int, private: bool = False) -> dict[str, tuple[list[float], list[float]]]:
         """Per role, (t, sum over that role's processes) per round."""
-        col = "pss" if kind == KIND_PSS else "rss"
+        col = _column(kind, private)
         out: dict[str, tuple[list[float], list[float]]] = {}
         for t, role, v in self.con.execute(
-                f"SELECT s.t, COALESCE(p.role, 'other'), SUM(s.{col}) FROM samples s LEFT JOIN processes p "
+                f"SELECT s.t, COALESCE(p.role, 'other'), SUM({col}) FROM samples s LEFT JOIN processes p "
                 "ON p.pid = s.pid WHERE s.kind=? GROUP BY s.t, 2 ORDER BY s.t", (kind,)):
             ts, ys = out.setdefault(role, ([], []))
             ts.append(t)
@@ -222,6 +224,12 @@ class RunData:
             sql, args = sql + " WHERE kind=?", (kind,)
         return [{"t": t, "pid": pid, "kind": k, "data": json.loads(d)}
                 for t, pid, k, d in self.con.execute(sql + " ORDER BY t", args)]
+
+
+def _column(kind: int, private: bool) -> str:
+    if kind != KIND_PSS:
+        return "rss"
+    return "COALESCE(anon, pss) + COALESCE(swap, 0)" if private else "pss"
 
 
 def default_record_dir() -> str:

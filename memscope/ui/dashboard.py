@@ -20,7 +20,7 @@ from .chart import MemoryChart
 from .controls import Controls
 from .gpu_chart import GpuSeries
 from .probes_panel import ProbesFeed
-from .series import RunSeries
+from .series import MinMaxSeries, RunSeries
 from .terminal import fmt_bytes, fmt_elapsed
 
 if TYPE_CHECKING:
@@ -114,12 +114,17 @@ class Dashboard:
         self._record_procs = procs or {}
         self._phase_events: list[dict[str, Any]] = []
         self._phase_keys: set[tuple[float, int | None]] = set()  # the record and the subscription overlap
+        # The live leak verdict fits private memory (anonymous PSS + swap), as the summary's does.
+        self._private = MinMaxSeries()
+        self._private_lock = threading.Lock()
         if series is None and run is not None:
             # Phases: this view's own subscription, seeded from what the record already holds.
             self._unsubscribe_phases = run.subscribe(self._on_record)
             series = RunSeries.follow(run)  # the history so far, roles included, then every new record
             for e in _recorded_phases(run.record_path):
                 self._add_phase_event(e)
+            for t, v in _recorded_private(run.record_path):
+                self._private.append(t, v)
             self.gpu.load(run.record_path)
         self.series = series or RunSeries()
         self._closed = threading.Event()
@@ -159,8 +164,13 @@ class Dashboard:
 
     # -- data in ---------------------------------------------------------------------------------------------
     def _on_record(self, rec: Any) -> None:
-        if type(rec).__name__ == "Event" and rec.kind == "phase":
+        name = type(rec).__name__
+        if name == "Event" and rec.kind == "phase":
             self._add_phase_event({"t": rec.t, "pid": rec.pid, "data": rec.data})
+        elif name == "TreeSample" and rec.kind == "pss" and rec.procs:
+            v = sum((p.anon if p.anon is not None else p.pss or 0) + (p.swap or 0) for p in rec.procs)
+            with self._private_lock:
+                self._private.append(rec.t, v)
         self.gpu.add(rec)
 
     def _add_phase_event(self, e: dict[str, Any]) -> None:
@@ -263,8 +273,13 @@ class Dashboard:
         now = time.monotonic()
         if now - self._leak_at >= LEAK_PERIOD_S:
             self._leak_at = now
-            total = snap.get("tree_pss") or snap.get("tree_rss") or {}
-            t, y = total.get("t") or [], total.get("y") or []
+            with self._private_lock:
+                t, y = self._private.points()
+            if len(t) < 3:  # no PSS rounds (yet): the tree's RSS
+                total = snap.get("tree_rss") or {}
+                t, y = total.get("t") or [], total.get("y") or []
+            elif limit and self.run is not None and self.run.snapshot.tree_pss:
+                limit = max(1, limit - max(0, self.run.snapshot.tree_pss - y[-1]))  # file-backed pages count too
             if t:
                 self._leak = assess_leak(t, y, limit_bytes=limit).to_dict()
         return self._leak
@@ -351,6 +366,19 @@ class Dashboard:
         from IPython.display import display
 
         display(self.widget)
+
+
+def _recorded_private(path: str) -> list[tuple[float, int]]:
+    from ..store import KIND_PSS, RunData
+
+    try:
+        rd = RunData(path)
+        try:
+            return [(t, v or 0) for t, v in rd.tree_totals(KIND_PSS, private=True)]
+        finally:
+            rd.close()
+    except Exception:
+        return []
 
 
 def _recorded_phases(path: str) -> list[dict[str, Any]]:
