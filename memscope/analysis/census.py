@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MIN_GROWTH_BYTES = 1 << 20   # below this, growth between two censuses is noise, not a finding
+MIN_GROWTH_COUNT = 3         # fewer new tensors of a kind can be the step in flight
 
 
 def _key(row: dict[str, Any]) -> tuple[str, str, tuple[int, ...]]:
@@ -88,10 +89,11 @@ def advice(d: dict[str, Any]) -> str | None:
     """One line a person can act on, from a census diff (None for a first census)."""
     if d.get("since") is None:
         return None
-    grown = [r for r in d["tensors"] if r["bytes"] >= MIN_GROWTH_BYTES and r["count"] > 0]
-    with_graph = [r for r in grown if r["grad_fn"] > 0]
-    if with_graph:
-        r = with_graph[0]
+    # A few more tensors than last time can be the step in flight; accumulation shows as many more of one kind.
+    grown = [r for r in d["tensors"] if r["bytes"] >= MIN_GROWTH_BYTES and r["count"] >= MIN_GROWTH_COUNT]
+    grown.sort(key=lambda r: -r["bytes"])
+    if grown and 2 * grown[0]["grad_fn"] >= grown[0]["count"]:
+        r = grown[0]
         return (f"+{r['count']:,} {r['dtype']} {shape_str(r['shape'])} tensors on {r['device']} "
                 f"(+{fmt_bytes(r['bytes'])}) since the last census, {r['grad_fn']:,} of them holding grad_fn: "
                 "something stores activations without .detach(), which keeps each step's autograd graph alive; "
