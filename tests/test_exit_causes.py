@@ -76,6 +76,7 @@ def test_dataloader_worker_segfault_is_a_worker_crash(start):
     assert "num_workers=0" in ex["message"]
     assert "__getitem__" in ex["traceback"]  # the worker's own faulthandler stack
     assert s["advice"][0]["topic"] == "exit" and "num_workers=0" in s["advice"][0]["text"]
+    assert {p["pid"]: p["exit_signal"] for p in s["processes"]}[ex["pid"]] == "SIGSEGV"
 
 
 def test_sigkill_from_outside_is_killed_without_oom_evidence(start):

@@ -12,7 +12,7 @@ from . import phases as phases_mod
 from . import gpu as gpu_mod
 from .advice import advise
 from .census import summary_rows as census_rows
-from .exit_cause import ExitEvidence, decide
+from .exit_cause import ExitEvidence, decide, fault_signal
 from .scalene import summary_rows as scalene_rows
 from .leak import assess_by_role, assess_leak, find_spikes
 from .loads import probe_summary
@@ -97,7 +97,9 @@ def summarize(rd: RunData) -> dict[str, Any]:
             "pid": p["pid"], "ppid": p["ppid"], "role": p["role"], "cmdline": p["cmdline"],
             "peak_rss_bytes": peaks.get(p["pid"], (0, None))[0],
             "peak_pss_bytes": peaks.get(p["pid"], (0, None))[1],
-            "exit_code": p["exit_code"], "exit_signal": p["exit_signal"],
+            # A process that is not memscope's child (a worker) is not reaped by it: its faulthandler dump names
+            # the signal when the exit status could not be seen.
+            "exit_code": p["exit_code"], "exit_signal": p["exit_signal"] or fault_signal(ev.faults.get(p["pid"])),
         } for p in procs],
         "record": rd.path,
         **diagnosis(rd, ev, float(duration)),
