@@ -63,6 +63,10 @@ BENCHES = [
           "and import times."),
     Bench("torch_probe", "torch_probe_cost.py", "The torch probe's cost", [], [],
           "What the agent's torch probe costs a CPU run, piece by piece (in this interpreter).", stdout="text"),
+    Bench("census", "census.py", "Tensor census: how long it stalls the training", [], ["--quick"],
+          "A CPU torch loop in a process holding a million live Python objects; memscope takes 5 censuses of it "
+          "while it trains. The census's own time in the agent, and the training's longest step during one.",
+          stdout="text"),
     Bench("detection", "detection.py", "Leak-versus-spikes detection", [], ["--seeds", "1"],
           "`analysis.leak.assess_leak` on seeded synthetic traces (leaks, spikes, steps, phases)."),
 ]
