@@ -125,6 +125,13 @@ def _overhead(r: dict[str, str]) -> tuple[str, bool | None]:
     return (f"{v:.3f}" if v is not None else "—"), (v <= 1.02 if v is not None else None)
 
 
+def _overhead_wall(r: dict[str, str]) -> tuple[str, bool | None]:
+    # The whole command, memscope's start-up and finish included: a fixed ~0.4 s that weighs on a 14 s benchmark
+    # run and not on a real training (see "Reading these figures").
+    v = _num(_find(r"median wall ratio \(with memscope's start-up and finish\) \| ([0-9.]+) \(", r.get("overhead", "")))
+    return (f"{v:.3f}" if v is not None else "—"), (v <= 1.02 if v is not None else None)
+
+
 def _overhead_cpu(r: dict[str, str]) -> tuple[str, bool | None]:
     v = _num(_find(r"median CPU-time ratio: .*? \| ([0-9.]+) \(", r.get("overhead", "")))
     return (f"{v:.3f}" if v is not None else "—"), None
@@ -182,6 +189,8 @@ def _imports(r: dict[str, str]) -> tuple[str, bool | None]:
 
 TARGETS: list[Target] = [
     ("Overhead: median loop-time ratio, memscope / plain", "≤ 1.02", "overhead", _overhead),
+    ("Overhead: median wall-time ratio of the whole command, memscope / plain", "≤ 1.02", "overhead",
+     _overhead_wall),
     ("Overhead: median CPU-time ratio, (training + memscope) / plain", "(reported)", "overhead", _overhead_cpu),
     ("Sampler: 10 Hz RSS + PSS every 2 s, 16-process tree", "< 3 % of one core", "sampler", _sampler),
     ("Day-long run: memscope's own memory", "≤ 100 MB", "dayrun", _memory),
@@ -228,6 +237,11 @@ NOTES = """\
   is a few hundred KiB (the day-long section gives the size), up to 4 a second while the chart changes.
 - **The summary at the end** reads the whole record (the tree's totals, the per-role series for the leak
   verdict, spikes, phases): on a day-long record it takes seconds (the day-long section gives how many).
+- **Loop ratio and wall ratio.** The loop ratio times the training loop itself, what a long run feels. The wall
+  ratio times the whole command, so it also carries memscope's fixed cost at both ends: its imports and start
+  (~0.1 s) and its finish (a last PSS round, waiting for the tree's last processes, the summary from the
+  record), about 0.4 s in all here. On this 14 s benchmark that is 2.6 %, which is why the wall ratio misses
+  1.02 while the loop ratio meets it; on a 10-minute training the same 0.4 s is 0.07 %.
 - **Start-up**: the first `%memscope` in a kernel pays memscope's imports (the runner, the dashboard,
   ipywidgets, anywidget, bokeh); a second run in the same kernel does not.
 - **Other tools**: memray in its default mode traces every allocation of the main process only; Scalene runs
