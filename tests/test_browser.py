@@ -62,6 +62,12 @@ def wait_output(page, i, pattern, timeout=90):
     raise AssertionError(f"cell {i}: {pattern!r} never appeared")
 
 
+def wait_text(page, selector, *texts, timeout=30_000):
+    """Wait until an element matching ``selector`` contains every one of ``texts``."""
+    cond = " && ".join(f"e.textContent.includes({t!r})" for t in texts)
+    page.wait_for_function(f"() => [...document.querySelectorAll({selector!r})].some(e => {cond})", timeout=timeout)
+
+
 def points(page):
     run_cell(page, 1)
     m = wait_output(page, 1, r"POINTS (\d+) (\d+)")
@@ -154,11 +160,9 @@ def test_dashboard_in_a_real_browser(lab, tmp_path):
         stop = page.locator(".memscope-btn-stop").first
         stop.click()
         assert stop.inner_text() == "stopping…"  # at once, in the browser
-        page.wait_for_function("() => [...document.querySelectorAll('.memscope-controls-note')]"
-                               ".some(e => e.textContent.includes('queued'))", timeout=5_000)
+        wait_text(page, ".memscope-controls-note", "queued", timeout=5_000)
         wait_output(page, 2, "BUSY DONE", timeout=30)
-        page.wait_for_function("() => [...document.querySelectorAll('.memscope-verdict')]"
-                               ".some(e => e.textContent.includes('stopped_by_user'))", timeout=30_000)
+        wait_text(page, ".memscope-verdict", "stopped_by_user")
         run_cell(page, 3)
         wait_output(page, 3, "CAUSE stopped_by_user")
         _cell(page, 0).scroll_into_view_if_needed()
@@ -195,17 +199,12 @@ def test_dashboard_in_notebook_7(tmp_path):
             wait_output(page, 1, "STEPPING", timeout=90)  # the script trains: torch imported, maps stored
             census = page.locator(".memscope-btn-census").first
             census.click()
-            page.wait_for_function("() => [...document.querySelectorAll('.memscope-census')]"
-                                   ".some(e => e.textContent.includes('Tensor census of pid'))", timeout=60_000)
+            wait_text(page, ".memscope-census", "Tensor census of pid", timeout=60_000)
             time.sleep(3)  # the script stores more attention maps, with their graphs
             census.click()
-            page.wait_for_function("() => [...document.querySelectorAll('.memscope-census')]"
-                                   ".some(e => e.textContent.includes('since the census at') &&"
-                                   " e.textContent.includes('(8,4,48,48)') && e.textContent.includes('.detach()'))",
-                                   timeout=60_000)
+            wait_text(page, ".memscope-census", "since the census at", "(8,4,48,48)", ".detach()", timeout=60_000)
             page.locator(".memscope-btn-stop").first.click()
-            page.wait_for_function("() => [...document.querySelectorAll('.memscope-verdict')]"
-                                   ".some(e => e.textContent.includes('stopped_by_user'))", timeout=60_000)
+            wait_text(page, ".memscope-verdict", "stopped_by_user", timeout=60_000)
             run_cell(page, 2)
             wait_output(page, 2, "CAUSE stopped_by_user")
             _cell(page, 0).scroll_into_view_if_needed()
