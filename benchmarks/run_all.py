@@ -234,7 +234,9 @@ NOTES = """\
   RSS rate: at memscope's default 5 Hz it is about half of the 10 Hz figure.
 - **Points sent to the browser** are bounded by the series (2,000 a line at most, min and max per time
   bucket, whatever the run's length), but every push sends the whole window of every line: on a long run a push
-  is a few hundred KiB (the day-long section gives the size), up to 4 a second while the chart changes.
+  is a few hundred KiB (the day-long section gives the size). The dashboard pushes up to 4 times a second
+  while the window is small and less often as it grows (one second more per 8,000 points, every 2 s at most),
+  so a day-long run sends ~150 KiB a second, not 1.2 MiB.
 - **The summary at the end** reads the whole record (the tree's totals, the per-role series for the leak
   verdict, spikes, phases): on a day-long record it takes seconds (the day-long section gives how many).
 - **Loop ratio and wall ratio.** The loop ratio times the training loop itself, what a long run feels. The wall

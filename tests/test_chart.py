@@ -165,3 +165,13 @@ def test_esm_columns_match_the_python_point_count(tmp_path):
     assert out["empty"] == 0
     assert out["odd_x"] == [0, 1, 2]  # roles on different times: the union
     assert out["odd_other"] == [1, 3, 1]  # MiB: "weird" folded into other, stacked on main, only in its span
+
+
+def test_a_bigger_window_is_pushed_less_often():
+    """A day-long window (~15,000 points) is not resent 4 times a second: the browser redraws all of it."""
+    from memscope.ui.dashboard import MAX_PUSH_PERIOD_S, PUSH_PERIOD_S, push_period
+
+    assert push_period(300) == PUSH_PERIOD_S == 0.25
+    assert push_period(8000) == 1.0
+    assert 1.9 < push_period(15689) < MAX_PUSH_PERIOD_S
+    assert push_period(200_000) == MAX_PUSH_PERIOD_S

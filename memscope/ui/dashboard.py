@@ -16,7 +16,7 @@ import ipywidgets as w
 
 from ..analysis import phases as phases_mod
 from ..analysis.leak import assess_leak
-from .chart import MemoryChart
+from .chart import MemoryChart, count_points
 from .controls import Controls
 from .gpu_chart import GpuSeries
 from .probes_panel import ProbesFeed
@@ -27,11 +27,20 @@ if TYPE_CHECKING:
     from ..runner import Run
 
 PUSH_PERIOD_S = 0.25      # at most 4 updates a second reach the browser
+# Each push sends the whole (decimated) window: on a long run that is ~15,000 points and ~300 KiB. The browser
+# redraws it all each time, so a big window is pushed less often: one second more per 8,000 points, 2 s at most.
+POINTS_PER_S = 8000
+MAX_PUSH_PERIOD_S = 2.0
 LEAK_PERIOD_S = 5.0       # the live leak verdict is recomputed this often
 SCALENE_SECONDS = 10.0    # what the "Scalene snapshot" button profiles
 _by_cell: dict[str, "Dashboard"] = {}
 last: "Dashboard | None" = None  # the most recent dashboard shown (for tests and for the curious)
 _CAUSE_COLOR = {"ok": "#2e7d32", "stopped_by_user": "#555", "exit_nonzero": "#b26a00", "running": "#1565c0"}
+
+
+def push_period(points: int) -> float:
+    """Seconds until the next push, after one that carried ``points`` chart points."""
+    return min(MAX_PUSH_PERIOD_S, max(PUSH_PERIOD_S, points / POINTS_PER_S))
 
 
 def _esc(s: Any) -> str:
@@ -184,22 +193,25 @@ class Dashboard:
         run = self.run
         assert run is not None
         version = -1
+        period = PUSH_PERIOD_S
         while not self._closed.is_set():
             ended = run.ended
             if self.series.changed_since(version) or ended:
                 version = self.series.version
                 try:
-                    self._push(final_summary=run.wait(5) if ended else None)
+                    points = self._push(final_summary=run.wait(5) if ended else None)
+                    period = push_period(points)
                 except Exception:
                     pass
             if ended:
                 break
-            self._closed.wait(PUSH_PERIOD_S)
+            self._closed.wait(period)
         self._unsubscribe_phases()
         self._probe_feed.close()
         self.series.close()
 
-    def _push(self, final_summary: dict[str, Any] | None = None) -> None:
+    def _push(self, final_summary: dict[str, Any] | None = None) -> int:
+        """Send the current window to the widgets; returns how many chart points it held."""
         snap = self.series.snapshot()
         end = (final_summary or {}).get("duration_s") or (self.run._clock() if self.run else 0.0)
         if final_summary and final_summary.get("phases") is not None:
@@ -239,6 +251,7 @@ class Dashboard:
             if self.controls is not None:
                 self.controls.disabled = ["stop", "kill", "scalene", "census"]
                 self.controls.labels = {"stop": "Stop", "kill": "Kill"}
+        return count_points(snap)
 
     def _procs(self) -> dict[int, dict[str, Any]]:
         if self.run is not None:
