@@ -139,7 +139,8 @@ class Census:
 
     def __str__(self) -> str:
         lines = [f"census of pid {self.pid} at {self.t_s:.1f} s: {self.objects:,} objects, "
-                 f"{self.tensor_count:,} tensors, {fmt_bytes(self.tensor_bytes)} (took {self.duration_s:.2f} s)"]
+                 f"{self.tensor_count:,} tensors on {fmt_bytes(self.storage_bytes)} of storage "
+                 f"({fmt_bytes(self.tensor_bytes)} counting each view; took {self.duration_s:.2f} s)"]
         for r in self.tensors[:8]:
             lines.append(f"  {r['count']:>7,} {r['dtype']:<9} {shape_str(r['shape']):<22} {r['device']:<6} "
                          f"{fmt_bytes(r['bytes']):>10}  grad_fn {r['grad_fn']:,}")

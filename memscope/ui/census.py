@@ -18,8 +18,8 @@ def census_html(c: dict[str, Any]) -> str:
         return f"<table style='font-size:12px;font-family:monospace'><tr>{th}</tr>{body}</table>"
 
     parts = [f"<div class='memscope-census'><b>Tensor census</b> of pid {c['pid']} at {c['t_s']:.1f} s: "
-             f"{c['objects']:,} objects, {c['tensor_count']:,} tensors, {e(fmt_bytes(c['tensor_bytes']))} "
-             f"(took {c['duration_s']:.2f} s)"]
+             f"{c['objects']:,} objects, {c['tensor_count']:,} tensors on {e(fmt_bytes(c.get('storage_bytes') or 0))} "
+             f"of storage ({e(fmt_bytes(c['tensor_bytes']))} counting each view; took {c['duration_s']:.2f} s)"]
     if c.get("advice"):
         parts.append(f"<div style='color:#b26a00;margin:4px 0'>{e(c['advice'])}</div>")
     d = c.get("diff") or {}

@@ -43,6 +43,10 @@ def push_period(points: int) -> float:
     return min(MAX_PUSH_PERIOD_S, max(PUSH_PERIOD_S, points / POINTS_PER_S))
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}es" if word.endswith("s") else f"{n} {word}s"
+
+
 def _esc(s: Any) -> str:
     return html.escape(str(s), quote=True)
 
@@ -94,7 +98,7 @@ def verdict_card(summary: dict[str, Any]) -> str:
             f"background:#fafafa'><div style='font-weight:bold;color:{color}'>{_esc(ex['cause'])}</div>"
             f"<div>{_esc(ex['message'])}</div>"
             f"<div>peak tree PSS {fmt_bytes(peak.get('tree_pss_bytes'))}, RSS {fmt_bytes(peak.get('tree_rss_bytes'))}"
-            f" at {peak.get('at_s', 0):.1f} s; {len(summary.get('processes', []))} processes</div>{leak_html}"
+            f" at {peak.get('at_s', 0):.1f} s; {_plural(len(summary.get('processes', [])), 'process')}</div>{leak_html}"
             f"<div style='font-size:11px;color:#666'>record: {_esc(summary.get('record', ''))} "
             f"(memscope.reopen('{_esc(summary.get('run_id', ''))}'))</div>{tb_html}</div>")
 
