@@ -205,8 +205,15 @@ def compile_pool(procs: Iterable[Mapping[str, Any]], pool_t: list[float], pool_p
     alive_after: bool | None = None
     alive_s: float | None = None
     if last_end is not None and not still_compiling:
+        # How long the pool lived on: its processes' exit times (the sampler sees an exit within a discovery
+        # round), not the PSS rounds, which space out on a big tree. The last PSS round with the pool in it
+        # stands in for a process whose exit was never recorded.
         after = [t for t, _ in seen if t > last_end]
-        alive_s = round(max(after) - last_end, 3) if after else 0.0
+        last_seen = max(after) if after else last_end
+        exits = [p.get("exit_t") for p in pool.values()]
+        if exits and all(e is not None for e in exits):
+            last_seen = max(last_seen, max(exits))  # type: ignore[type-var]
+        alive_s = round(max(0.0, last_seen - last_end), 3)
         alive_after = alive_s >= POOL_AFTER_COMPILE_S
     settings = next((e.get("data") or {} for e in reversed(events) if (e.get("data") or {}).get("state")), {})
     peak = max((y for _, y in seen), default=None)
