@@ -53,7 +53,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from hostinfo import cpu_model, hypervisor, package_version, ram  # noqa: E402
+from hostinfo import cpu_model, emit, hypervisor, package_version, ram  # noqa: E402
 from memscope.analysis.leak import assess_leak  # noqa: E402
 from memscope.analysis.summary import summarize  # noqa: E402
 from memscope.model import Event, HostSample, ProcessExited, ProcessSeen, ProcMem, RunEnded, TreeSample  # noqa: E402
@@ -509,10 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     text = report(res, os.getloadavg())
-    print(text)
-    if ns.out:
-        with open(ns.out, "w") as f:
-            f.write(text)
+    emit(text, ns.out)
     return 0
 
 

@@ -45,3 +45,11 @@ def package_version(dist: str) -> str:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return "not installed"
+
+
+def emit(text: str, out: str | None) -> None:
+    """A benchmark's Markdown report: printed, and also written to ``out`` when one is given (run_all.py reads it)."""
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text)

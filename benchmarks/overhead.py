@@ -57,7 +57,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from hostinfo import cpu_model, hypervisor, package_version, ram
+from hostinfo import cpu_model, emit, hypervisor, package_version, ram
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOOP = os.path.join("benchmarks", "train_loop.py")
@@ -480,10 +480,7 @@ def main() -> int:
         settings["pairs redone (machine busy)"] = f"{redone} (at most {ns.redo_busy}; busy = other load > " \
                                                   f"{ns.idle_threshold} cores)"
     text = report(pairs, others, settings)
-    print(text)
-    if ns.out:
-        with open(ns.out, "w") as f:
-            f.write(text)
+    emit(text, ns.out)
     return 0
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from hostinfo import cpu_model, hypervisor, package_version, ram  # noqa: E402
+from hostinfo import cpu_model, emit, hypervisor, package_version, ram  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLEEPER = """import sys, time
@@ -244,10 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             shutil.rmtree(work, ignore_errors=True)
     text = report(trials, imp, os.getloadavg())
-    print(text)
-    if ns.out:
-        with open(ns.out, "w") as f:
-            f.write(text)
+    emit(text, ns.out)
     return 0
 
 
