@@ -39,7 +39,7 @@ class Channel:
     def send(self, msg):
         if self._dead or self._sock is None:
             return False
-        data = (json.dumps(msg, default=repr, separators=(",", ":")) + "\n").encode("utf-8", "replace")
+        data = _encode(msg)
         with self._lock:
             try:
                 # Finish a line cut short by a full buffer first: lines must reach the collector whole.
@@ -61,7 +61,7 @@ class Channel:
         this, never the training's threads)."""
         if self._dead or self._sock is None:
             return False
-        data = (json.dumps(msg, default=repr, separators=(",", ":")) + "\n").encode("utf-8", "replace")
+        data = _encode(msg)
         deadline = time.monotonic() + timeout
         with self._lock:
             data, self._pending = self._pending + data, b""
@@ -125,3 +125,7 @@ class Channel:
         self._pending = b""
         self._dead = False
         self.connect(hello)
+
+
+def _encode(msg):
+    return (json.dumps(msg, default=repr, separators=(",", ":")) + "\n").encode("utf-8", "replace")

@@ -134,9 +134,10 @@ class Dashboard:
             # Phases: this view's own subscription, seeded from what the record already holds.
             self._unsubscribe_phases = run.subscribe(self._on_record)
             series = RunSeries.follow(run)  # the history so far, roles included, then every new record
-            for e in _recorded_phases(run.record_path):
+            phases, private = _recorded_history(run.record_path)
+            for e in phases:
                 self._add_phase_event(e)
-            for t, v in _recorded_private(run.record_path):
+            for t, v in private:
                 self._private.append(t, v)
             self.gpu.load(run.record_path)
         self.series = series or RunSeries()
@@ -385,30 +386,20 @@ class Dashboard:
         display(self.widget)
 
 
-def _recorded_private(path: str) -> list[tuple[float, int]]:
+def _recorded_history(path: str) -> tuple[list[dict[str, Any]], list[tuple[float, int]]]:
+    """What the record already holds when a dashboard starts following a run: its phase events and the tree's
+    private memory per PSS round (empty if the record cannot be read yet)."""
     from ..store import KIND_PSS, RunData
 
     try:
         rd = RunData(path)
         try:
-            return [(t, v or 0) for t, v in rd.tree_totals(KIND_PSS, private=True)]
+            return ([{"t": e["t"], "pid": e["pid"], "data": e["data"]} for e in rd.events("phase")],
+                    [(t, v or 0) for t, v in rd.tree_totals(KIND_PSS, private=True)])
         finally:
             rd.close()
     except Exception:
-        return []
-
-
-def _recorded_phases(path: str) -> list[dict[str, Any]]:
-    from ..store import RunData
-
-    try:
-        rd = RunData(path)
-        try:
-            return [{"t": e["t"], "pid": e["pid"], "data": e["data"]} for e in rd.events("phase")]
-        finally:
-            rd.close()
-    except Exception:
-        return []
+        return [], []
 
 
 def show(run: "Run") -> Dashboard:
