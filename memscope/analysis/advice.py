@@ -41,7 +41,7 @@ def _exit_line(ex: dict[str, Any]) -> str | None:
     return None
 
 
-def _leak_line(leak: dict[str, Any], spikes: list[dict[str, Any]], phases: list[dict[str, Any]]) -> str | None:
+def _leak_line(leak: dict[str, Any], spikes: list[dict[str, Any]]) -> str | None:
     v = leak.get("verdict")
     by_role = leak.get("by_role") or {}
     if v == "leak":
@@ -89,7 +89,7 @@ def advise(summary: dict[str, Any]) -> list[dict[str, str]]:
             out.append({"topic": topic, "text": text})
 
     add("exit", _exit_line(summary.get("exit") or {}))
-    add("leak", _leak_line(summary.get("leak") or {}, summary.get("spikes") or [], summary.get("phases") or []))
+    add("leak", _leak_line(summary.get("leak") or {}, summary.get("spikes") or []))
     censuses = summary.get("census") or []
     if censuses:
         add("census", censuses[-1].get("advice"))
