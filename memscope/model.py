@@ -14,13 +14,19 @@ ROLES = ("main", "wrapper", "dataloader_worker", "compile_worker", "rank", "help
 
 @dataclass(frozen=True)
 class ProcMem:
-    """One process in one sampling round. PSS-family fields are None in RSS-only rounds."""
+    """One process in one sampling round. PSS-family fields (pss, anon, file, swap) are measured in PSS rounds
+    only; ``private`` (statm's resident - shared: the process's anonymous resident memory) is read every round,
+    and ``est_pss`` / ``est_private`` carry the last PSS reading forward by the change of ``private`` since then
+    (``collect/estimate.py``), so that every round has a tree total that adds up over a forked tree."""
     pid: int
     rss: int
     pss: int | None = None
     anon: int | None = None
     file: int | None = None
     swap: int | None = None
+    private: int | None = None
+    est_pss: int | None = None       # PSS now: measured in a PSS round, carried forward in RSS rounds
+    est_private: int | None = None   # anonymous PSS + swap now, likewise: what a leak grows
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,19 @@ class TreeSample:
         if not self.procs or any(p.pss is None for p in self.procs):
             return None
         return sum(p.pss for p in self.procs)  # type: ignore[misc]
+
+    @property
+    def est_total(self) -> int | None:
+        """The tree's PSS at this round's moment (measured or carried forward); None for old-style rounds."""
+        if not self.procs or any(p.est_pss is None for p in self.procs):
+            return None
+        return sum(p.est_pss for p in self.procs)  # type: ignore[misc]
+
+    @property
+    def est_private_total(self) -> int | None:
+        if not self.procs or any(p.est_private is None for p in self.procs):
+            return None
+        return sum(p.est_private for p in self.procs)  # type: ignore[misc]
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ CREATE TABLE IF NOT EXISTS run (id TEXT PRIMARY KEY, command TEXT, cwd TEXT, sta
 CREATE TABLE IF NOT EXISTS processes (pid INTEGER PRIMARY KEY, ppid INTEGER, role TEXT, name TEXT, cmdline TEXT,
   create_time REAL, first_t REAL, exit_t REAL, exit_code INTEGER, exit_signal TEXT);
 CREATE TABLE IF NOT EXISTS samples (t REAL, kind INTEGER, pid INTEGER, rss INTEGER, pss INTEGER, anon INTEGER,
-  file INTEGER, swap INTEGER);
+  file INTEGER, swap INTEGER, private INTEGER, est_pss INTEGER, est_private INTEGER);
 CREATE INDEX IF NOT EXISTS samples_t ON samples (kind, t);
 CREATE TABLE IF NOT EXISTS host (t REAL, total INTEGER, available INTEGER, swap_total INTEGER, swap_used INTEGER,
   lim INTEGER, cgroup_usage INTEGER, host_oom INTEGER, cgroup_oom INTEGER);
@@ -109,8 +109,9 @@ class Recorder:
         c = self._con
         if isinstance(rec, TreeSample):
             kind = KIND_RSS if rec.kind == "rss" else KIND_PSS
-            c.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?,?,?)",
-                          [(rec.t, kind, p.pid, p.rss, p.pss, p.anon, p.file, p.swap) for p in rec.procs])
+            c.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                          [(rec.t, kind, p.pid, p.rss, p.pss, p.anon, p.file, p.swap, p.private, p.est_pss,
+                            p.est_private) for p in rec.procs])
         elif isinstance(rec, HostSample):
             c.execute("INSERT INTO host VALUES (?,?,?,?,?,?,?,?,?)",
                       (rec.t, rec.total, rec.available, rec.swap_total, rec.swap_used, rec.limit,
@@ -155,6 +156,9 @@ class RunData:
     def __init__(self, path: str) -> None:
         self.path = path
         self.con = connect(path, readonly=True)
+        cols = {r[1] for r in self.con.execute("PRAGMA table_info(samples)")}
+        # Records written before the fast series existed have no per-round PSS estimate.
+        self.has_fast = "est_pss" in cols
 
     def close(self) -> None:
         self.con.close()
@@ -178,9 +182,26 @@ class RunData:
         return [dict(zip(keys, r)) for r in cur]
 
     def peaks_by_pid(self) -> dict[int, tuple[int, int | None]]:
+        """pid -> (peak RSS, peak PSS); PSS at every round where the record has the fast series."""
+        col = "COALESCE(est_pss, pss)" if self.has_fast else "pss"
         out: dict[int, tuple[int, int | None]] = {}
-        for pid, rss, pss in self.con.execute("SELECT pid, MAX(rss), MAX(pss) FROM samples GROUP BY pid"):
+        for pid, rss, pss in self.con.execute(f"SELECT pid, MAX(rss), MAX({col}) FROM samples GROUP BY pid"):
             out[pid] = (rss or 0, pss)
+        return out
+
+    def last_by_pid(self) -> dict[int, dict[str, Any]]:
+        """Each process's last round with memory in it (RSS, private, PSS and swap of that one moment)."""
+        if not self.has_fast:
+            return {}
+        out: dict[int, dict[str, Any]] = {}
+        # SQLite takes the bare columns from the row that holds MAX(t).
+        for pid, t, rss, private, pss in self.con.execute(
+                "SELECT pid, MAX(t), rss, private, est_pss FROM samples WHERE kind=0 AND rss>0 GROUP BY pid"):
+            out[pid] = {"t": t, "rss": rss, "private": private, "pss": pss}
+        for pid, t, swap in self.con.execute(
+                "SELECT pid, MAX(t), swap FROM samples WHERE kind=1 AND pss IS NOT NULL GROUP BY pid"):
+            if pid in out:
+                out[pid].update(pss_t=t, swap=swap)
         return out
 
     def tree_totals(self, kind: int, private: bool = False) -> Iterator[tuple[float, int]]:
@@ -202,6 +223,38 @@ class RunData:
             ts.append(t)
             ys.append(v or 0)
         return out
+
+    def fast_totals(self, private: bool = False) -> list[tuple[float, int]]:
+        """The tree's PSS (or, with ``private``, its anonymous PSS + swap) at every RSS round: the fast series
+        (measured in PSS rounds, carried forward between them). Empty for records without it."""
+        if not self.has_fast:
+            return []
+        col = "est_private" if private else "est_pss"
+        return self.con.execute(f"SELECT t, SUM({col}) FROM samples WHERE kind=0 GROUP BY t ORDER BY t").fetchall()
+
+    def role_fast_totals(self, private: bool = False,
+                         column: str | None = None) -> dict[str, tuple[list[float], list[float]]]:
+        """Per role, (t, sum of the fast series over that role's processes) at every RSS round. ``column``
+        "private" gives the raw statm private memory instead (not proportional: copy-on-write pages count in
+        every process that maps them, so a parent's own growth stays its own)."""
+        col = column or ("est_private" if private else "est_pss")
+        out: dict[str, tuple[list[float], list[float]]] = {}
+        if not self.has_fast:
+            return out
+        for t, role, v in self.con.execute(
+                f"SELECT s.t, COALESCE(p.role, 'other'), SUM(s.{col}) FROM samples s LEFT JOIN processes p "
+                "ON p.pid = s.pid WHERE s.kind=0 GROUP BY s.t, 2 ORDER BY s.t"):
+            ts, ys = out.setdefault(role, ([], []))
+            ts.append(t)
+            ys.append(v or 0)
+        return out
+
+    def fast_peak(self) -> tuple[float, int] | None:
+        if not self.has_fast:
+            return None
+        row = self.con.execute("SELECT t, SUM(est_pss) AS s FROM samples WHERE kind=0 GROUP BY t "
+                               "ORDER BY s DESC LIMIT 1").fetchone()
+        return (row[0], row[1]) if row and row[1] is not None else None
 
     def tree_peak(self, kind: int) -> tuple[float, int] | None:
         col = "pss" if kind == KIND_PSS else "rss"

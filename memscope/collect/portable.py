@@ -21,6 +21,13 @@ def boot_time() -> float:
     return 0.0
 
 
+def uptime() -> float:
+    """The clock ``read_stat``'s start times count on: here they are epoch seconds."""
+    import time
+
+    return time.time()
+
+
 def read_stat(pid: int) -> Stat | None:
     try:
         p = psutil.Process(pid)

@@ -106,6 +106,13 @@ def environ_has(pid: int, marker: bytes) -> bool:
     return marker in data.split(b"\0")
 
 
+def uptime() -> float:
+    """Seconds since boot on the clock /proc/<pid>/stat's start times count on (CLOCK_BOOTTIME)."""
+    import time
+
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
 def boot_time() -> float:
     # /proc/stat can be long (one line per interrupt): read it line by line, not in one bounded read.
     try:

@@ -4,8 +4,10 @@ Membership: descendants of the root by parentage, plus every process that carrie
 environment (so a process that double-forked out of the session is still found), and once a process is known
 it stays known until it exits even if it is re-parented to init. (pid, start time) pairs guard against pid reuse.
 
-Two kinds of rounds: ``rss_round`` reads statm (~0.05 ms a process) and runs often; ``pss_round`` reads
-smaps_rollup (0.5-14 ms a process) and runs every second or two on its own thread.
+Two kinds of rounds: ``rss_round`` reads statm (~0.01 ms a process) and runs often; ``pss_round`` reads
+smaps_rollup (0.5-14 ms a process) and runs every second or two on its own thread. Every round carries each
+process's PSS at that moment (``estimate.py``): measured in PSS rounds, carried forward by the change of the
+process's private memory in RSS rounds. That fast series is what the chart, "now" and the leak verdict read.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from typing import Callable
 
 from ..model import ProcMem, ProcessExited, ProcessSeen, Record, TreeSample
 from . import roles as roles_mod
+from .estimate import PssCarry
 from .roles import ProcInfo
 
 LINUX = sys.platform.startswith("linux")
@@ -37,6 +40,7 @@ class Tracked:
     create_time: float = 0.0
     alive: bool = True
     exit_known: bool = False
+    forked: bool = False     # a fork of a tracked parent that did not exec: it shares the parent's pages
 
 
 class TreeSampler:
@@ -55,6 +59,8 @@ class TreeSampler:
         self.agent_main: int | None = None
         self._hints: dict[int, str] = {}
         self._boot = procfs.boot_time()
+        self._carry = PssCarry()
+        self._carry_lock = threading.Lock()
         with self._lock:
             self._add(root)
             self._reclassify()
@@ -65,8 +71,10 @@ class TreeSampler:
         if stat is None:
             return False
         cmd = procfs.read_cmdline(pid) or []
+        parent = self.procs.get(stat.ppid)
+        forked = parent is not None and parent.alive and bool(cmd) and tuple(cmd) == parent.info.cmdline
         self.procs[pid] = Tracked(pid, stat.starttime, ProcInfo(pid, stat.ppid, stat.comm, tuple(cmd)),
-                                  create_time=self._boot + stat.starttime / procfs.CLK_TCK)
+                                  create_time=self._boot + stat.starttime / procfs.CLK_TCK, forked=forked)
         return True
 
     def discover(self, full: bool = False) -> None:
@@ -128,6 +136,12 @@ class TreeSampler:
                         self.mark_exited(t.pid, None, None)
                     elif st.comm != t.info.name:
                         cmd = procfs.read_cmdline(t.pid) or list(t.info.cmdline)
+                        if tuple(cmd) != t.info.cmdline and t.forked:
+                            # It exec'd after we saw it forked: its memory is its own now, not its parent's.
+                            t.forked = False
+                            with self._carry_lock:
+                                if self._carry.age(t.pid, 0.0) is None:
+                                    self._carry.forget(t.pid)
                         t.info = ProcInfo(t.pid, st.ppid, st.comm, tuple(cmd))
                         changed = True
             if changed:
@@ -183,11 +197,14 @@ class TreeSampler:
                 return
             t.alive = False
             t.exit_known = code is not None or signal_name is not None
+        with self._carry_lock:
+            self._carry.forget(pid)
         self._emit(ProcessExited(self._clock(), pid, code, signal_name))
 
     # -- measuring -------------------------------------------------------------------------------------------
     def rss_round(self) -> TreeSample:
         out = []
+        t_now = self._clock()
         for pid in self.alive_pids():
             m = procfs.read_statm(pid)
             if m is None or m[0] == 0:
@@ -199,14 +216,25 @@ class TreeSampler:
                     continue
                 if m is None:
                     continue
-            out.append(ProcMem(pid, m[0]))
-        s = TreeSample(self._clock(), "rss", tuple(out))
+            rss, private = m[0], max(0, m[0] - m[1])
+            with self._carry_lock:
+                tr = self.procs.get(pid)
+                if tr is not None and tr.forked:
+                    born = t_now - (procfs.uptime() - tr.start / procfs.CLK_TCK)
+                    self._carry.first_seen(pid, t_now, private, tr.info.ppid, born)
+                else:
+                    self._carry.first_seen(pid, t_now, private)
+                self._carry.observe(pid, t_now, private)
+                est, est_private = self._carry.estimate(pid, rss, private)
+            out.append(ProcMem(pid, rss, private=private, est_pss=est, est_private=est_private))
+        s = TreeSample(t_now, "rss", tuple(out))
         self._emit(s)
         return s
 
     def pss_round(self) -> TreeSample:
         out = []
         for pid in self.alive_pids():
+            m = procfs.read_statm(pid)  # read with smaps_rollup: the base the RSS rounds carry PSS from
             d = procfs.read_smaps_rollup(pid)
             if d is None:
                 continue
@@ -214,10 +242,21 @@ class TreeSampler:
             pss = d.get("Pss", 0)
             anon = d.get("Pss_Anon", d.get("Anonymous", 0))
             file_ = d["Pss_File"] + d.get("Pss_Shmem", 0) if "Pss_File" in d else max(0, pss - anon)
-            out.append(ProcMem(pid, d.get("Rss", 0), pss, anon, file_, d.get("Swap", 0)))
+            swap = d.get("SwapPss", d.get("Swap", 0))
+            private = max(0, m[0] - m[1]) if m else None
+            if private is not None:
+                with self._carry_lock:
+                    self._carry.measured(pid, self._clock(), pss, anon, swap, private)
+            out.append(ProcMem(pid, d.get("Rss", 0), pss, anon, file_, d.get("Swap", 0), private=private,
+                               est_pss=pss, est_private=anon + swap))
         s = TreeSample(self._clock(), "pss", tuple(out))
         self._emit(s)
         return s
+
+    def pss_age(self, pid: int) -> float | None:
+        """Seconds since ``pid``'s last PSS reading (what its carried PSS stands on); None if never read."""
+        with self._carry_lock:
+            return self._carry.age(pid, self._clock())
 
     def all_marked(self) -> list[int]:
         """Every live process of the run, including escapees never seen before: used to stop the whole tree."""

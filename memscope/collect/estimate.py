@@ -1,0 +1,101 @@
+"""PSS at the RSS rate: each process's last PSS reading carried forward by the change of its private memory.
+
+PSS (smaps_rollup) is the truth for a forked tree, but it costs 0.5-14 ms a process, so on a training tree its
+rounds come every 2 s at best and every 10-28 s under the CPU budget. statm costs ~0.01 ms and gives, every
+round, ``resident - shared``: the process's anonymous resident memory ("private" here). Between two PSS rounds:
+
+    est_pss(t)     = pss(t0)                + private(t) - private(t0)
+    est_private(t) = anon_pss(t0) + swap(t0) + private(t) - private(t0)
+
+where t0 is the process's last PSS round, whose statm is read together with its smaps_rollup. Why this is sound:
+what a training allocates or frees between two PSS rounds is anonymous memory of one process, counted whole in
+both its private and its PSS; what private does not see (file pages mapped or dropped, copy-on-write pages newly
+shared or unshared) is what the next PSS round corrects. ``est_pss`` is clamped to [0, rss]: PSS never exceeds RSS.
+
+A process without a PSS reading yet starts from a base too. A fork that did not exec (DataLoader workers, the
+forkserver's children) shares its parent's pages: at fork the tree's PSS does not change, so it contributes only
+what it adds after the fork. Its private memory at birth is its parent's at that moment (fork copies the page
+tables, and the counters with them), so the base is the parent's private memory at the child's start time, from a
+few seconds of history kept per process: what the child allocated before discovery found it is counted. Any other
+new process (an exec) contributes its whole private memory; its file-backed pages appear at its first PSS round.
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import deque
+from dataclasses import dataclass
+
+HISTORY = 32  # private-memory readings kept per process (~6 s at the default 0.2 s): a fork's base at birth
+
+
+@dataclass
+class _Base:
+    pss: int
+    private_pss: int      # anonymous PSS + swap at the reading
+    private_at: int       # statm private at the reading
+    measured: bool        # False: not yet read by a PSS round (a starting guess)
+    t: float
+
+
+class PssCarry:
+    """Per-process bases for the carried estimate. Not thread-safe: the tree sampler holds its lock around it."""
+
+    def __init__(self) -> None:
+        self._base: dict[int, _Base] = {}
+        self._hist: dict[int, deque[tuple[float, int]]] = {}
+
+    def observe(self, pid: int, t: float, private: int) -> None:
+        """Every RSS round's private reading (kept briefly, for the base of a fork of this process)."""
+        h = self._hist.get(pid)
+        if h is None:
+            h = self._hist[pid] = deque(maxlen=HISTORY)
+        h.append((t, private))
+
+    def private_at(self, pid: int, t: float) -> int | None:
+        """``pid``'s private memory at time ``t`` (its last reading at or before ``t``; its first if ``t`` is
+        older than the history), None if it has none."""
+        h = self._hist.get(pid)
+        if not h:
+            return None
+        i = bisect_right([x[0] for x in h], t) - 1
+        return h[max(i, 0)][1]
+
+    def measured(self, pid: int, t: float, pss: int, anon_pss: int, swap: int, private: int) -> None:
+        """A PSS round read ``pid``: this is the new base."""
+        self._base[pid] = _Base(pss, anon_pss + swap, private, True, t)
+
+    def first_seen(self, pid: int, t: float, private: int, parent: int | None = None,
+                   born: float | None = None) -> None:
+        """A process seen for the first time (before any PSS reading of it). ``parent``: the tracked process it
+        forked from without exec; ``born``: its start time on the same clock as ``t``."""
+        if pid in self._base:
+            return
+        at = 0
+        if parent is not None:
+            at = private
+            if born is not None:
+                p = self.private_at(parent, born)
+                if p is not None:
+                    at = min(p, private)
+        self._base[pid] = _Base(0, 0, at, False, t)
+
+    def estimate(self, pid: int, rss: int, private: int) -> tuple[int, int]:
+        """(est_pss, est_private) for a process whose statm reads (rss, private) now."""
+        b = self._base.get(pid)
+        if b is None:  # never introduced (should not happen): count it whole, like an exec
+            return min(private, rss), private
+        d = private - b.private_at
+        est = b.pss + d
+        return (0 if est < 0 else rss if est > rss else est), max(0, b.private_pss + d)
+
+    def age(self, pid: int, now: float) -> float | None:
+        """Seconds since the PSS reading the estimate is carried from; None if there has been none."""
+        b = self._base.get(pid)
+        return None if b is None or not b.measured else max(0.0, now - b.t)
+
+    def forget(self, pid: int) -> None:
+        self._base.pop(pid, None)
+        self._hist.pop(pid, None)
+
+    def __len__(self) -> int:
+        return len(self._base)
