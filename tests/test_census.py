@@ -102,13 +102,32 @@ def test_advice_lines_follow_the_evidence():
     assert advise(base) == []
     crash = dict(base, exit={"cause": "worker_crash"})
     assert "num_workers=0" in advise(crash)[0]["text"]
-    leak = dict(base, leak={"verdict": "leak", "slope_bytes_per_s": 1 << 20, "time_to_limit_s": 1200,
+    leak = dict(base, leak={"verdict": "leak", "slope_bytes_per_s": 1 << 19, "time_to_limit_s": 1200, "pace": "slow",
                             "by_role": {"dataloader_worker": {"verdict": "leak"}, "main": {"verdict": "no_leak"}}})
     text = advise(leak)[0]["text"]
-    assert "60 MiB/min in the DataLoader workers" in text and "20 min" in text and "copy-on-write" in text
-    workers = dict(base, processes=base["processes"] + [
-        {"role": "dataloader_worker", "peak_pss_bytes": 50 << 20, "peak_rss_bytes": 400 << 20}] * 16)
+    assert "30 MiB/min (a slow leak) in the DataLoader workers" in text and "20 min" in text
+    assert "copy-on-write" in text
+    # 12 MiB/s is no slow leak.
+    fast = dict(base, leak=dict(leak["leak"], slope_bytes_per_s=12 << 20, pace="fast"))
+    assert "grows steadily, 12 MiB/s" in advise(fast)[0]["text"] and "slow" not in advise(fast)[0]["text"]
+    # The main's own private memory grows while PSS shows the growth in the workers it forked: the main's leak.
+    cow = dict(base, leak=dict(leak["leak"], main_private={"verdict": "leak"}))
+    assert "in the main process (its own private memory grows" in advise(cow)[0]["text"]
+    # Workers: judged from what was alive together, not from the sum of every worker's own peak.
+    workers = dict(base, peak={"tree_pss_bytes": 1000 << 20},
+                   workers={"ever": 242, "max_alive": 2, "at_peak_alive": 2, "peak_pss_bytes": 700 << 20,
+                            "rss_at_peak_bytes": 1500 << 20, "peak_at_s": 30.0, "persistent": False})
     line = next(a["text"] for a in advise(workers) if a["topic"] == "workers")
-    assert line.startswith("16 DataLoader workers hold 800 MiB of PSS")
+    assert line.startswith("2 DataLoader workers alive together held 700 MiB of PSS at 30 s (350 MiB each)")
+    assert "persistent_workers" not in line  # the run does not use persistent workers: never recommend it
+    persistent = dict(workers, workers=dict(workers["workers"], persistent=True))
+    assert "persistent_workers=False" in next(a["text"] for a in advise(persistent) if a["topic"] == "workers")
+    small = dict(workers, workers=dict(workers["workers"], peak_pss_bytes=100 << 20))
+    assert not any(a["topic"] == "workers" for a in advise(small))
+    # Spikes outside any phase are not "validation"; in an eval phase they are.
+    spikes = dict(base, spikes=[{"start_s": 1, "end_s": 2, "height_bytes": 250 << 20, "phase": None}])
+    assert "validation" not in advise(spikes)[0]["text"] and "memscope.phase" in advise(spikes)[0]["text"]
+    val = dict(base, spikes=[dict(spikes["spikes"][0], phase="eval")])
+    assert "during 'eval'" in advise(val)[0]["text"] and "validation batch" in advise(val)[0]["text"]
     probe = dict(base, loads=[{"advice": "x.npz: mmap_mode is ignored"}, {"advice": None}])
     assert [a["text"] for a in advise(probe)] == ["x.npz: mmap_mode is ignored"]

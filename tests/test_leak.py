@@ -129,10 +129,16 @@ def test_leak_under_gc_sawtooth_is_found():
     assert 0.4 * MB <= v.slope_bytes_per_s <= 0.6 * MB
 
 
-def test_short_run_is_insufficient_data():
-    t, y = trace(9, 20, slope=5 * MB)
+def test_short_run_is_insufficient_data_and_says_why():
+    t, y = trace(9, 15, slope=5 * MB)
     v = assess_leak(t, y)
-    assert v == LeakVerdict("insufficient_data", None, None, None, None, None)
+    assert v.verdict == "insufficient_data" and v.slope_bytes_per_s is None
+    # The reason states the real condition: how much is needed and how much there is.
+    assert v.reason == "a verdict needs 20 s of samples; 15 s so far"
+    # 20 s of samples are enough (the bar: a verdict as soon as 20 s exist).
+    t20, y20 = trace(9, 20, slope=5 * MB)
+    v20 = assess_leak(t20, y20)
+    assert v20.verdict == "leak" and v20.reason is None and v20.pace == "fast"
     # min_duration_s is honoured both ways
     assert assess_leak(t, y, min_duration_s=60).verdict == "insufficient_data"
     t2, y2 = trace(9, 120, slope=5 * MB)
@@ -236,8 +242,10 @@ def test_to_dict_roundtrip():
     d = assess_leak(t, y, limit_bytes=10**10).to_dict()
     assert set(d) == {
         "verdict", "slope_bytes_per_s", "baseline_start_bytes", "baseline_end_bytes",
-        "confidence", "time_to_limit_s",
+        "confidence", "time_to_limit_s", "reason", "pace",
     }
+    assert d["pace"] == "slow"  # 1 MB/s is under SLOW_BYTES_PER_S
+    d.pop("pace")  # derived from the slope, not a field
     assert LeakVerdict(**d) == assess_leak(t, y, limit_bytes=10**10)
     assert 0.0 <= d["confidence"] <= 1.0
 

@@ -41,43 +41,64 @@ def _exit_line(ex: dict[str, Any]) -> str | None:
     return None
 
 
+_VALIDATION_WORDS = ("eval", "valid", "val", "test")
+
+
 def _leak_line(leak: dict[str, Any], spikes: list[dict[str, Any]]) -> str | None:
     v = leak.get("verdict")
     by_role = leak.get("by_role") or {}
     if v == "leak":
-        rate = (leak.get("slope_bytes_per_s") or 0) * 60
+        slope = leak.get("slope_bytes_per_s") or 0
         roles = [r for r, d in by_role.items() if d.get("verdict") == "leak"]
-        where = (" in the DataLoader workers" if roles == ["dataloader_worker"] else
+        # Copy-on-write: the main's own private memory grows while PSS (which splits shared pages) shows the
+        # growth in the forked workers that map them. The leak is still the main's.
+        main_own = (leak.get("main_private") or {}).get("verdict") == "leak"
+        cow = main_own and "main" not in roles and "dataloader_worker" in roles
+        where = (" in the main process (its own private memory grows; forked DataLoader workers share those "
+                 "pages copy-on-write, so PSS shows part of it in them)" if cow else
+                 " in the DataLoader workers" if roles == ["dataloader_worker"] else
                  " in the main process" if roles == ["main"] else
                  f" in {', '.join(roles)}" if roles else "")
         ttl = leak.get("time_to_limit_s")
         eta = f", reaching the limit in about {ttl / 60:.0f} min" if ttl else ""
         what = ("take two tensor censuses a minute apart (the Tensor census button or run.census()) to see what "
-                "accumulates" if "dataloader_worker" not in roles else
+                "accumulates" if "dataloader_worker" not in roles or cow else
                 "workers usually grow by touching Python objects of the Dataset (copy-on-write): keep per-sample "
                 "data in numpy arrays, not lists of Python objects")
-        return f"The memory floor rises {_mib(rate)}/min{where}{eta}: {what}."
+        pace = (f"The memory floor rises {_mib(slope * 60)}/min (a slow leak)" if leak.get("pace") == "slow" else
+                f"Memory grows steadily, {_mib(slope)}/s")
+        return f"{pace}{where}{eta}: {what}."
     if v == "no_leak" and spikes:
         top = max(spikes, key=lambda s: s.get("height_bytes") or 0)
-        ph = f" during '{top['phase']}'" if top.get("phase") else ""
-        return (f"No leak: the floor is flat; the peaks are spikes{ph} (up to {_mib(top.get('height_bytes'))} above "
-                "the floor). Budget for the spike, not a leak: a smaller validation batch lowers it.")
+        phase = top.get("phase")
+        ph = f" during '{phase}'" if phase else ""
+        fix = ("a smaller validation batch, or torch.no_grad() around validation, lowers it"
+               if phase and any(w in phase.lower() for w in _VALIDATION_WORDS) else
+               "label the step that makes it (with memscope.phase(\"name\"): ...) to see which one it is"
+               if not phase else f"it comes with '{phase}'")
+        n = len(spikes)
+        return (f"No leak: the floor is flat; {n} spike{'s' if n != 1 else ''}, the highest{ph} "
+                f"{_mib(top.get('height_bytes'))} above the floor. Budget for the spike, not a leak: {fix}.")
     return None
 
 
 def _workers_line(summary: dict[str, Any]) -> str | None:
-    procs = summary.get("processes") or []
-    workers = [p for p in procs if p.get("role") == "dataloader_worker"]
-    total = sum(p.get("peak_pss_bytes") or 0 for p in procs)
-    wpss = sum(p.get("peak_pss_bytes") or 0 for p in workers)
-    if not workers or not total:
+    """From what the workers held while alive together (summing each one's own peak would add up workers that
+    never lived at the same time)."""
+    w = summary.get("workers") or {}
+    n, held = w.get("at_peak_alive"), w.get("peak_pss_bytes")
+    total = (summary.get("peak") or {}).get("tree_pss_bytes")
+    if not n or not held or not total:
         return None
-    if len(workers) >= MANY_WORKERS or wpss > WORKER_SHARE * total:
-        wrss = sum(p.get("peak_rss_bytes") or 0 for p in workers)
-        return (f"{len(workers)} DataLoader workers hold {_mib(wpss)} of PSS ({_mib(wpss / len(workers))} each; "
-                f"their summed RSS, {_mib(wrss)}, double-counts shared pages): fewer workers (num_workers) or "
-                "persistent_workers=False between epochs would lower the peak.")
-    return None
+    if (w.get("max_alive") or 0) < MANY_WORKERS and held <= WORKER_SHARE * total:
+        return None
+    rss = w.get("rss_at_peak_bytes")
+    rss_part = (f"; their summed RSS then, {_mib(rss)}, counts the pages they share once per worker"
+                if rss and rss > 1.2 * held else "")
+    persistent = (" or persistent_workers=False (they hold their memory through validation)"
+                  if w.get("persistent") else "")
+    return (f"{n} DataLoader workers alive together held {_mib(held)} of PSS at {w.get('peak_at_s', 0):.0f} s "
+            f"({_mib(held / n)} each){rss_part}: fewer workers (num_workers){persistent} would lower the peak.")
 
 
 def advise(summary: dict[str, Any]) -> list[dict[str, str]]:

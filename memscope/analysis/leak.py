@@ -41,6 +41,7 @@ __all__ = [
     "assess_leak",
     "find_spikes",
     "assess_by_role",
+    "trim_teardown",
 ]
 
 # --- tunables (module constants so callers/tests can see what "material" means) ---
@@ -51,6 +52,8 @@ HALF_CONFIDENCE = 0.90  # each half of the run must also rise on its own
 HALF_SLOPE_RATIO = 0.4  # ... at no less than 40% of the overall slope
 MIN_BASELINE_POINTS = 10
 MIN_HALF_POINTS = 4
+MIN_DURATION_S = 20.0  # a verdict needs this much of the run (the fast series has ~100 points by then)
+SLOW_BYTES_PER_S = 1024 * 1024  # a leak below 1 MiB/s is "slow"; above, memory plainly grows
 
 _FINE_POINTS = 8192  # downsampled resolution for assess_leak (bounds cost on 1M points)
 _SPIKE_FINE_POINTS = 50_000  # find_spikes needs finer time resolution (edges refined)
@@ -91,12 +94,21 @@ class LeakVerdict:
     baseline_end_bytes: int | None
     confidence: float | None
     time_to_limit_s: float | None  # only when verdict == "leak" and a limit is given
+    reason: str | None = None  # with "insufficient_data": the condition not met yet, in words
+
+    @property
+    def pace(self) -> str | None:
+        """"slow" or "fast" for a leak (see SLOW_BYTES_PER_S), else None."""
+        if self.verdict != "leak" or self.slope_bytes_per_s is None:
+            return None
+        return "slow" if self.slope_bytes_per_s < SLOW_BYTES_PER_S else "fast"
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return dict(asdict(self), pace=self.pace)
 
 
-_INSUFFICIENT = LeakVerdict("insufficient_data", None, None, None, None, None)
+def _insufficient(reason: str) -> LeakVerdict:
+    return LeakVerdict("insufficient_data", None, None, None, None, None, reason)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -281,9 +293,13 @@ def _floor_points(ft: list, fy: list) -> tuple[list, list]:
     w0 = max(span / 4.0, 4.0 * dt)
     _, r, thr = _excursions(ft, fy, fy, w0)
     runs = _runs(r, thr)
-    longest = max((ft[b] - ft[a] + dt for a, b in runs), default=0.0)
-    # A window 1.5x the longest excursion always contains a trough (also for saw-teeth).
-    w = max(1.5 * longest, 3.0 * dt, span / _MAX_WINDOWS)
+    # A window 1.5x the typical excursion contains a trough (also for saw-teeth). Typical, not longest: two spikes
+    # merged over a one-sample trough (or an excursion still open at the last sample, which has no known length)
+    # would widen every window and leave too few floor points. Windows inside an excursion hold no candidate and
+    # are skipped, so a long one costs nothing.
+    lengths = sorted(ft[b] - ft[a] + dt for a, b in runs if b < n - 1)
+    typical = lengths[(3 * len(lengths)) // 4] if lengths else 0.0
+    w = max(1.5 * typical, 3.0 * dt, span / _MAX_WINDOWS)
     keep = [True] * n
     for a, b in runs:  # drop excursions (+1 sample of their flanks) from floor candidates
         for i in range(max(0, a - 1), min(n, b + 2)):
@@ -373,6 +389,22 @@ def _phase_at(index, x: float) -> str | None:
 # ------------------------------------------------------------------------ public API
 
 
+def trim_teardown(t: Sequence[float], y: Sequence[float], window_s: float = 5.0) -> tuple[list, list]:
+    """An ended run's series without its teardown: the trailing samples that fall below everything of the
+    ``window_s`` before them (the interpreter freeing at exit). A floor that ends in a fall it never had
+    before is no floor: it would make the run's last seconds look like one long spike."""
+    tl, yl = _prepare(t, y)
+    n = len(tl)
+    while n > 3:
+        i = n - 1
+        a = bisect_left(tl, tl[i] - window_s, 0, i)
+        before = yl[a:i]
+        if not before or yl[i] >= min(before) or tl[i] - tl[0] < 2 * window_s:
+            break
+        n -= 1
+    return tl[:n], yl[:n]
+
+
 def baseline(
     t: Sequence[float], y: Sequence[float], window_s: float
 ) -> tuple[list[float], list[float]]:
@@ -394,20 +426,20 @@ def assess_leak(
     *,
     limit_bytes: int | None = None,
     phases: Sequence[tuple[str, float, float]] = (),
-    min_duration_s: float = 30.0,
+    min_duration_s: float = MIN_DURATION_S,
 ) -> LeakVerdict:
     """Is the memory floor growing steadily (a leak), or is it spikes over a flat floor?
 
     ``phases`` are ``(name, start_s, end_s)`` intervals; when given, the floor is fitted
     per phase type so that e.g. validation's higher floor does not read as growth.
+    An ``insufficient_data`` verdict says in ``reason`` which condition is not met yet.
     """
     tl, yl = _prepare(t, y)
-    if len(tl) < 3 or tl[-1] - tl[0] < min_duration_s:
-        return _INSUFFICIENT
+    have = tl[-1] - tl[0] if len(tl) >= 2 else 0.0
+    if len(tl) < 3 or have < min_duration_s:
+        return _insufficient(f"a verdict needs {min_duration_s:g} s of samples; {have:.0f} s so far")
     t0, t1 = float(tl[0]), float(tl[-1])
     span = t1 - t0
-    if span <= 0:
-        return _INSUFFICIENT
     ft, fy, _, _ = _chunks(tl, yl, _FINE_POINTS)
 
     # Split downsampled points by phase type (None = outside any phase).
@@ -434,25 +466,30 @@ def assess_leak(
             weight[name] = len(gt_)
     n_points = sum(len(g[0]) for g in groups.values())
     if n_points < MIN_BASELINE_POINTS:
-        return _INSUFFICIENT
+        return _insufficient(f"the floor between spikes has {n_points} points over {span:.0f} s; a verdict "
+                             f"needs {MIN_BASELINE_POINTS} (spikes cover most of the run so far)")
 
     rng = random.Random(_SEED)
     fit = _theil_sen(list(groups.values()), rng)
     if fit is None:
-        return _INSUFFICIENT
+        return _insufficient("the floor's points all share one time: no slope can be fitted yet")
 
-    # Halves: a leak rises in both; a one-time step rises in at most one.
-    mid = t0 + span / 2.0
+    # Halves: a leak rises in both; a one-time step rises in at most one. Halves of the stretch the fit covers
+    # (with phases, the time before the first one - imports, set-up - is not in any group).
+    g0 = min(g[0][0] for g in groups.values())
+    g1 = max(g[0][-1] for g in groups.values())
+    mid = g0 + (g1 - g0) / 2.0
     halves: list[dict[str | None, tuple[list, list]]] = [{}, {}]
     for name, (bt, by) in groups.items():
         k = bisect_left(bt, mid)
         halves[0][name] = (bt[:k], by[:k])
         halves[1][name] = (bt[k:], by[k:])
     if any(sum(len(g[0]) for g in h.values()) < MIN_HALF_POINTS for h in halves):
-        return _INSUFFICIENT
+        return _insufficient(f"each half of the run needs {MIN_HALF_POINTS} floor points between spikes to tell "
+                             "a leak from a one-time step; one half has fewer so far")
     fits = [_theil_sen(list(h.values()), rng) for h in halves]
     if fits[0] is None or fits[1] is None:
-        return _INSUFFICIENT
+        return _insufficient("one half of the run has no slope yet (its floor points share one time)")
 
     slope = fit.slope
     confidence = fit.confidence

@@ -14,7 +14,7 @@ from .advice import advise
 from .census import summary_rows as census_rows
 from .exit_cause import ExitEvidence, decide, fault_signal
 from .scalene import summary_rows as scalene_rows
-from .leak import assess_by_role, assess_leak, find_spikes
+from .leak import assess_by_role, assess_leak, find_spikes, trim_teardown
 from .loads import probe_summary
 
 SCHEMA = "memscope.summary/1"
@@ -26,6 +26,21 @@ def main_pid(processes: list[dict[str, Any]], root_pid: int) -> int:
         if pids:
             return min(pids) if role == "rank" else pids[0]
     return root_pid
+
+
+def limit_info(rd: RunData, limit: int | None) -> dict[str, Any] | None:
+    """The limit the run is compared against and where it came from: the ``--limit`` flag, the container's
+    cgroup, or the host's memory. Views print it with ``terminal.limit_text`` so that all of them say the same."""
+    if not limit:
+        return None
+    meta = rd.run_row().get("meta") or {}
+    if meta.get("limit_bytes"):
+        source = "flag"
+    elif any(h[5] for h in rd.host_rows()):
+        source = "cgroup"
+    else:
+        source = "host"
+    return {"bytes": limit, "source": source}
 
 
 def evidence(rd: RunData) -> ExitEvidence:
@@ -70,7 +85,10 @@ def summarize(rd: RunData) -> dict[str, Any]:
         "message": "The record ends without an exit: the run is still going, or memscope was stopped before "
                    "it ended (the samples up to that moment are kept).",
         "traceback": None}
-    pss_peak = rd.tree_peak(KIND_PSS)
+    # The tree's peak PSS at the RSS rate (a spike between two PSS rounds is seen); the PSS rounds' own peak is
+    # kept beside it.
+    measured_peak = rd.tree_peak(KIND_PSS)
+    pss_peak = rd.fast_peak() or measured_peak
     rss_peak = rd.tree_peak(KIND_RSS)
     peaks = rd.peaks_by_pid()
     duration = run["duration_s"]
@@ -91,8 +109,10 @@ def summarize(rd: RunData) -> dict[str, Any]:
             "tree_pss_bytes": pss_peak[1] if pss_peak else None,
             "tree_rss_bytes": rss_peak[1] if rss_peak else 0,
             "at_s": round((pss_peak or rss_peak or (0.0, 0))[0], 3),
+            "tree_pss_measured_bytes": measured_peak[1] if measured_peak else None,
         },
         "limit_bytes": ev.limit_bytes,
+        "limit": limit_info(rd, ev.limit_bytes),
         "processes": [{
             "pid": p["pid"], "ppid": p["ppid"], "role": p["role"], "cmdline": p["cmdline"],
             "peak_rss_bytes": peaks.get(p["pid"], (0, None))[0],
@@ -115,36 +135,78 @@ def summarize(rd: RunData) -> dict[str, Any]:
 
 
 def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
-    """Phases, leak verdict (tree and per role) and spikes, from the tree's PSS (RSS where PSS is missing); the
-    leak verdict from its private part."""
-    kind = KIND_PSS if rd.tree_peak(KIND_PSS) else KIND_RSS
-    series = list(rd.tree_totals(kind))
-    t = [row[0] for row in series]
-    y = [row[1] or 0 for row in series]
+    """Phases, the leak verdict (tree and per role) and spikes, from the fast series: the tree's PSS at every RSS
+    round, measured in PSS rounds and carried forward between them by each process's private memory. The leak
+    verdict fits its private part (anonymous PSS + swap): the file-backed part of PSS moves whenever another
+    process maps or drops the same libraries, and that wobble hid a flat floor. Records without the fast series
+    (older memscope) fall back to the PSS rounds (or the RSS rounds where there is no PSS)."""
+    fast = rd.fast_totals()
+    if fast:
+        t = [r[0] for r in fast]
+        y = [r[1] or 0 for r in fast]
+        rows = rd.fast_totals(private=True)
+        pt, py = [r[0] for r in rows], [r[1] or 0 for r in rows]
+        roles = rd.role_fast_totals(private=True)
+        series = "tree_private"
+    else:
+        kind = KIND_PSS if rd.tree_peak(KIND_PSS) else KIND_RSS
+        rows = list(rd.tree_totals(kind))
+        t, y = [r[0] for r in rows], [r[1] or 0 for r in rows]
+        private = kind == KIND_PSS
+        pt, py = t, y
+        if private:
+            rows = list(rd.tree_totals(kind, private=True))
+            pt, py = [r[0] for r in rows], [r[1] or 0 for r in rows]
+        roles = rd.role_totals(kind, private=private)
+        series = "tree_private_pss_rounds" if private else "tree_rss"
+    if rd.events("exit_status"):  # an ended run: its teardown is no part of the floor or of a spike
+        t, y = trim_teardown(t, y)
+        pt, py = trim_teardown(pt, py)
+        roles = {r: trim_teardown(*ty) for r, ty in roles.items()}
     spans = phases_mod.intervals(rd.events("phase"), duration, ev.main_pid)
     auto = phases_mod.automatic_only(spans)
-    # The leak verdict fits private memory (anonymous PSS + swap): the file-backed part of PSS moves whenever
-    # another process maps or drops the same libraries, and that wobble hid a flat floor. The time to the limit
-    # keeps the file-backed pages in: they count against the limit too.
-    private = kind == KIND_PSS
-    pt, py = (t, y)
-    if private:
-        rows = list(rd.tree_totals(kind, private=True))
-        pt, py = [r[0] for r in rows], [r[1] or 0 for r in rows]
+    # The time to the limit keeps the file-backed pages in: they count against the limit too.
     limit = ev.limit_bytes
-    if limit and private and y and py:
+    if limit and y and py and series != "tree_rss":
         limit = max(1, limit - max(0, y[-1] - py[-1]))
     leak = assess_leak(pt, py, limit_bytes=limit, phases=auto).to_dict()
-    leak["series"] = "tree_private" if private else "tree_rss"
+    leak["series"] = series
     leak["by_role"] = {role: v.to_dict() for role, v in
-                       assess_by_role(rd.role_totals(kind, private=private), limit_bytes=limit,
-                                      phases=auto).items()}
+                       assess_by_role(roles, limit_bytes=limit, phases=auto).items()}
+    # The main process's own private memory (statm, not proportional): when it grows while PSS spreads the
+    # growth over forked workers that share those pages, the leak is still the main's.
+    own = rd.role_fast_totals(column="private").get("main")
+    if own:
+        leak["main_private"] = assess_leak(*trim_teardown(*own), phases=auto).to_dict()
     return {
         "phases": phases_mod.stats(spans, t, y),
         "marks": [{"t_s": round(e["t"], 3), "text": e["data"].get("text", "")} for e in rd.events("mark")],
         "leak": leak,
         "spikes": _spikes(t, y, spans, auto),
+        "workers": _workers(rd),
     }
+
+
+def _workers(rd: RunData) -> dict[str, Any] | None:
+    """DataLoader workers as they were alive together: the most at one moment, and what those held then."""
+    if not rd.has_fast:
+        return None
+    row = rd.con.execute(
+        "SELECT s.t, COUNT(*) AS n, SUM(s.est_pss), SUM(s.rss) FROM samples s JOIN processes p ON p.pid = s.pid "
+        "WHERE s.kind=0 AND p.role='dataloader_worker' GROUP BY s.t ORDER BY SUM(s.est_pss) DESC LIMIT 1"
+    ).fetchone()
+    if row is None:
+        return None
+    ever = rd.con.execute("SELECT COUNT(*) FROM processes WHERE role='dataloader_worker'").fetchone()[0]
+    epochs = rd.events("epoch")
+    persistent = [bool(e["data"].get("persistent")) for e in epochs if "persistent" in e["data"]]
+    return {"ever": ever, "max_alive": max(
+                n for (n,) in rd.con.execute(
+                    "SELECT COUNT(*) FROM samples s JOIN processes p ON p.pid = s.pid WHERE s.kind=0 AND "
+                    "p.role='dataloader_worker' GROUP BY s.t")),
+            "at_peak_alive": row[1], "peak_pss_bytes": row[2], "rss_at_peak_bytes": row[3],
+            "peak_at_s": round(row[0], 3),
+            "persistent": (any(persistent) if persistent else None)}
 
 
 def _spikes(t: list[float], y: list[float], spans: list, auto: list) -> list[dict[str, Any]]:
