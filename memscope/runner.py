@@ -219,6 +219,7 @@ class Run:
         self._recorder.begin(self.run_id, list(self.command), os.path.abspath(o.cwd or os.getcwd()),
                              self.started_at, time.time(), self.pid,
                              {"attached": self.attached, "script": self.script, "agent": o.agent,
+                              "limit_bytes": o.limit_bytes,
                               "interval_s": o.interval_s, "pss_interval_s": o.pss_interval_s,
                               "scalene": self.scalene.mode if self.scalene else None})
         self.tree = TreeSampler(self.pid, self._publish, self._clock,
@@ -285,6 +286,16 @@ class Run:
         s = self._summarize_record()
         s["exit"] = self._exit("running", f"The run is still going ({self._clock():.0f} s so far).")
         return s
+
+    def limit(self) -> dict[str, Any] | None:
+        """The limit the run is compared against now, and its source ("flag", "cgroup" or "host"), as the summary's
+        ``limit`` says it."""
+        h = self.snapshot.host
+        if self.options.limit_bytes:
+            return {"bytes": self.options.limit_bytes, "source": "flag"}
+        if h is None:
+            return None
+        return {"bytes": h.limit, "source": "cgroup"} if h.limit else {"bytes": h.total, "source": "host"}
 
     def scalene_snapshot(self, seconds: float = 10.0) -> "ScaleneSnapshot":
         """Profile the running script with Scalene for ``seconds`` and return that window's hot lines (``.top``)
@@ -415,16 +426,20 @@ class Run:
             for p in rec.procs:
                 d = s.procs.setdefault(p.pid, {"role": "other", "name": "", "alive": True})
                 if p.rss or "rss" not in d:  # a zombie reads 0: keep its last real figure in the table
-                    d["rss"] = p.rss
+                    # One moment per row: RSS, private and PSS (measured, or carried to this round) together.
+                    d.update(rss=p.rss, private=p.private, pss=p.est_pss, t=rec.t)
+                    d["peak_rss"] = max(d.get("peak_rss") or 0, p.rss)
+                    if p.est_pss is not None:
+                        d["peak_pss"] = max(d.get("peak_pss") or 0, p.est_pss)
                 if p.pss is not None:
-                    d.update(pss=p.pss, swap=p.swap, anon=p.anon, file=p.file)
+                    d.update(pss_measured=p.pss, pss_t=rec.t, swap=p.swap, anon=p.anon, file=p.file)
             if rec.kind == "rss":
                 s.tree_rss = rec.rss_total
                 s.peak_rss = max(s.peak_rss, s.tree_rss)
-            else:
-                s.tree_pss = rec.pss_total
-                if s.tree_pss is not None:
-                    s.peak_pss = max(s.peak_pss or 0, s.tree_pss)
+            total = rec.est_total if rec.procs else None
+            if total is not None:
+                s.tree_pss = total
+                s.peak_pss = max(s.peak_pss or 0, total)
         elif isinstance(rec, HostSample):
             s.host = rec
         elif isinstance(rec, ProcessSeen):

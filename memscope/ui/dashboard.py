@@ -20,8 +20,9 @@ from .chart import MemoryChart, count_points
 from .controls import Controls
 from .gpu_chart import GpuSeries
 from .probes_panel import ProbesFeed
-from .series import MinMaxSeries, RunSeries
-from .terminal import fmt_bytes, fmt_elapsed
+from ..analysis.leak import find_spikes
+from .series import RunSeries
+from .terminal import fmt_bytes, fmt_elapsed, limit_text, verdict_text
 
 if TYPE_CHECKING:
     from ..runner import Run
@@ -51,7 +52,13 @@ def _esc(s: Any) -> str:
     return html.escape(str(s), quote=True)
 
 
+TABLE_COLUMNS = ("pid", "role", "RSS", "private", "PSS", "swap", "peak RSS", "peak PSS", "state", "command")
+
+
 def process_table(procs: dict[int, dict[str, Any]]) -> str:
+    """One row per process. RSS, private and PSS of a row are of one moment (the row's last round: PSS measured
+    then, or carried to it from the last PSS reading, whose age the cell's tooltip gives); peaks have their own
+    columns. The live view and a reopened run use the same columns."""
     rows = []
     for pid, d in sorted(procs.items(), key=lambda x: (not x[1].get("alive", True), -(x[1].get("rss") or 0))):
         alive = d.get("alive", True)
@@ -64,15 +71,22 @@ def process_table(procs: dict[int, dict[str, Any]]) -> str:
         else:
             state = "exited"
         style = "" if alive else ' style="color:#999"'
+        t, pss_t = d.get("t"), d.get("pss_t")
+        age = (f"measured {t - pss_t:.1f} s before this row's round, carried forward by the change of private "
+               "memory" if t is not None and pss_t is not None and t > pss_t else "measured in this round")
+        cmd = _esc(d.get("cmdline") or d.get("name") or "")
         rows.append(f"<tr{style}><td>{pid}</td><td>{_esc(d.get('role', 'other'))}</td>"
-                    f"<td>{fmt_bytes(d.get('rss'))}</td><td>{fmt_bytes(d.get('pss'))}</td>"
-                    f"<td>{fmt_bytes(d.get('swap'))}</td><td>{_esc(state)}</td>"
-                    f"<td style='max-width:420px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap'>"
-                    f"{_esc(d.get('cmdline') or d.get('name') or '')}</td></tr>")
-    head = "".join(f"<th style='text-align:left;padding-right:10px'>{h}</th>"
-                   for h in ("pid", "role", "RSS", "PSS", "swap", "state", "command"))
+                    f"<td>{fmt_bytes(d.get('rss'))}</td><td>{fmt_bytes(d.get('private'))}</td>"
+                    f"<td title='{_esc(age)}'>{fmt_bytes(d.get('pss'))}</td>"
+                    f"<td>{fmt_bytes(d.get('swap'))}</td><td>{fmt_bytes(d.get('peak_rss'))}</td>"
+                    f"<td>{fmt_bytes(d.get('peak_pss'))}</td><td>{_esc(state)}</td>"
+                    f"<td class='memscope-cmd' title='{cmd}' style='max-width:420px;overflow:hidden;"
+                    f"text-overflow:ellipsis;white-space:nowrap'>{cmd}</td></tr>")
+    head = "".join(f"<th style='text-align:left;padding-right:10px'>{h}</th>" for h in TABLE_COLUMNS)
     return (f"<table class='memscope-procs' style='font-size:12px;font-family:monospace'><tr>{head}</tr>"
-            f"{''.join(rows)}</table>")
+            f"{''.join(rows)}</table><div style='font-size:11px;color:#666'>RSS, private (anonymous resident) "
+            "and PSS are of one moment; PSS is read every few seconds and carried to each round by the change "
+            "of private memory (hover a PSS cell for its age).</div>")
 
 
 def output_tail(lines: list[str], partial: str = "") -> str:
@@ -103,16 +117,8 @@ def verdict_card(summary: dict[str, Any]) -> str:
             f"(memscope.reopen('{_esc(summary.get('run_id', ''))}'))</div>{tb_html}</div>")
 
 
-def leak_line(leak: dict[str, Any]) -> str:
-    v = leak.get("verdict")
-    if v == "leak":
-        rate = (leak.get("slope_bytes_per_s") or 0) * 60
-        ttl = leak.get("time_to_limit_s")
-        eta = f"; at this rate the tree reaches the limit in {ttl / 60:.0f} min" if ttl else ""
-        return f"slow leak: the floor rises {fmt_bytes(int(rate))}/min{eta}"
-    if v == "no_leak":
-        return "no leak: the floor is flat (spikes only)"
-    return "leak or spikes: not enough data yet (30 s needed)"
+def leak_line(leak: dict[str, Any], spikes: list[dict[str, Any]] | None = None) -> str:
+    return verdict_text(leak, spikes)
 
 
 class Dashboard:
@@ -127,22 +133,17 @@ class Dashboard:
         self._record_procs = procs or {}
         self._phase_events: list[dict[str, Any]] = []
         self._phase_keys: set[tuple[float, int | None]] = set()  # the record and the subscription overlap
-        # The live leak verdict fits private memory (anonymous PSS + swap), as the summary's does.
-        self._private = MinMaxSeries()
-        self._private_lock = threading.Lock()
         if series is None and run is not None:
             # Phases: this view's own subscription, seeded from what the record already holds.
             self._unsubscribe_phases = run.subscribe(self._on_record)
             series = RunSeries.follow(run)  # the history so far, roles included, then every new record
-            phases, private = _recorded_history(run.record_path)
-            for e in phases:
+            for e in _recorded_phases(run.record_path):
                 self._add_phase_event(e)
-            for t, v in private:
-                self._private.append(t, v)
             self.gpu.load(run.record_path)
         self.series = series or RunSeries()
         self._closed = threading.Event()
         self._leak: dict[str, Any] = {}
+        self._spikes: list[dict[str, Any]] = []
         self._leak_at = 0.0
         self.status = w.HTML()
         self.chart = MemoryChart(title=title, height=300)
@@ -181,10 +182,6 @@ class Dashboard:
         name = type(rec).__name__
         if name == "Event" and rec.kind == "phase":
             self._add_phase_event({"t": rec.t, "pid": rec.pid, "data": rec.data})
-        elif name == "TreeSample" and rec.kind == "pss" and rec.procs:
-            v = sum((p.anon if p.anon is not None else p.pss or 0) + (p.swap or 0) for p in rec.procs)
-            with self._private_lock:
-                self._private.append(rec.t, v)
         self.gpu.add(rec)
 
     def _add_phase_event(self, e: dict[str, Any]) -> None:
@@ -270,36 +267,42 @@ class Dashboard:
             peak = (summary.get("peak") or {}).get("tree_pss_bytes") or (summary.get("peak") or {}).get(
                 "tree_rss_bytes")
             cur = None
-            limit = summary.get("limit_bytes")
-            leak = summary.get("leak") or {}
+            limit = summary.get("limit")
+            leak, spikes = summary.get("leak") or {}, summary.get("spikes") or []
         else:
             assert run is not None
             s = run.snapshot
             state, elapsed = "running", run._clock()
             cur, peak = s.tree_pss if s.tree_pss is not None else s.tree_rss, s.peak_pss or s.peak_rss
-            limit = (s.host.limit or s.host.total) if s.host else None
-            leak = self._live_leak(snap, limit)
+            limit = run.limit()
+            leak = self._live_leak(snap, limit["bytes"] if limit else None)
+            spikes = self._spikes
         color = _CAUSE_COLOR.get(state, "#c62828")
-        head = f"{fmt_bytes(limit - cur)} headroom to the {fmt_bytes(limit)} limit" if limit and cur else \
-            (f"limit {fmt_bytes(limit)}" if limit else "no limit known")
+        lim = limit["bytes"] if limit else None
+        head = f"{fmt_bytes(lim - cur)} headroom to the {limit_text(limit)}" if lim and cur else limit_text(limit)
         now = f"now {fmt_bytes(cur)} · " if cur is not None else ""
         return (f"<div class='memscope-status' style='font-family:monospace;font-size:13px'>"
                 f"<b style='color:{color}'>● {_esc(state)}</b> {fmt_elapsed(elapsed)} · {now}"
-                f"peak {fmt_bytes(peak)} · {head} · {_esc(leak_line(leak))}</div>")
+                f"peak {fmt_bytes(peak)} · {_esc(head)} · {_esc(leak_line(leak, spikes))}</div>")
 
     def _live_leak(self, snap: dict[str, Any], limit: int | None) -> dict[str, Any]:
+        """The leak verdict as the summary will give it: fitted on the tree's private memory (anonymous PSS +
+        swap) at every RSS round, recomputed every LEAK_PERIOD_S."""
         now = time.monotonic()
         if now - self._leak_at >= LEAK_PERIOD_S:
             self._leak_at = now
-            with self._private_lock:
-                t, y = self._private.points()
-            if len(t) < 3:  # no PSS rounds (yet): the tree's RSS
+            with self.series._lock:
+                t, y = self.series.tree_private.points()
+            if len(t) < 3:  # a record without the fast series: the tree's RSS
                 total = snap.get("tree_rss") or {}
                 t, y = total.get("t") or [], total.get("y") or []
             elif limit and self.run is not None and self.run.snapshot.tree_pss:
                 limit = max(1, limit - max(0, self.run.snapshot.tree_pss - y[-1]))  # file-backed pages count too
             if t:
                 self._leak = assess_leak(t, y, limit_bytes=limit).to_dict()
+            with self.series._lock:
+                tt, ty = self.series.pss_by_role.total()
+            self._spikes = [sp.to_dict() for sp in find_spikes(tt, ty)] if len(tt) >= 3 else []
         return self._leak
 
     # -- buttons ---------------------------------------------------------------------------------------------
@@ -386,20 +389,19 @@ class Dashboard:
         display(self.widget)
 
 
-def _recorded_history(path: str) -> tuple[list[dict[str, Any]], list[tuple[float, int]]]:
-    """What the record already holds when a dashboard starts following a run: its phase events and the tree's
-    private memory per PSS round (empty if the record cannot be read yet)."""
-    from ..store import KIND_PSS, RunData
+def _recorded_phases(path: str) -> list[dict[str, Any]]:
+    """The phase events the record already holds when a dashboard starts following a run (empty if the record
+    cannot be read yet)."""
+    from ..store import RunData
 
     try:
         rd = RunData(path)
         try:
-            return ([{"t": e["t"], "pid": e["pid"], "data": e["data"]} for e in rd.events("phase")],
-                    [(t, v or 0) for t, v in rd.tree_totals(KIND_PSS, private=True)])
+            return [{"t": e["t"], "pid": e["pid"], "data": e["data"]} for e in rd.events("phase")]
         finally:
             rd.close()
     except Exception:
-        return [], []
+        return []
 
 
 def show(run: "Run") -> Dashboard:
@@ -431,6 +433,18 @@ def _cell_id() -> str | None:
         return None
 
 
+def record_procs(rd: Any) -> dict[int, dict[str, Any]]:
+    """The process table's rows of a recorded run (a ``store.RunData``): each process's last round and its
+    peaks, in the live table's columns."""
+    procs = {p["pid"]: {"role": p["role"], "cmdline": p["cmdline"], "alive": False,
+                        "exit_code": p["exit_code"], "exit_signal": p["exit_signal"]} for p in rd.processes()}
+    for pid, last in rd.last_by_pid().items():
+        procs.setdefault(pid, {"alive": False}).update(last)
+    for pid, (rss, pss) in rd.peaks_by_pid().items():
+        procs.setdefault(pid, {"alive": False}).update(peak_rss=rss, peak_pss=pss)
+    return procs
+
+
 def reopen(ref: str, record_dir: str | None = None) -> Dashboard:
     """The dashboard of a finished run, from its record: id, unique prefix, 'last', or path."""
     from IPython.display import display
@@ -443,10 +457,7 @@ def reopen(ref: str, record_dir: str | None = None) -> Dashboard:
     try:
         row = rd.run_row()
         summary = row["summary"] or summarize(rd)
-        procs = {p["pid"]: {"role": p["role"], "cmdline": p["cmdline"], "alive": False,
-                            "exit_code": p["exit_code"], "exit_signal": p["exit_signal"]} for p in rd.processes()}
-        for pid, (rss, pss) in rd.peaks_by_pid().items():
-            procs.setdefault(pid, {"alive": False}).update(rss=rss, pss=pss)
+        procs = record_procs(rd)
     finally:
         rd.close()
     d = Dashboard(series=RunSeries.from_record(path), summary=summary, procs=procs,

@@ -14,9 +14,9 @@ from typing import Any, Iterable
 
 from ..analysis.summary import summarize
 from ..store import RunData
-from .dashboard import leak_line, output_tail, process_table, verdict_card
+from .dashboard import leak_line, output_tail, process_table, record_procs, verdict_card
 from .series import RunSeries
-from .terminal import fmt_bytes, fmt_elapsed
+from .terminal import fmt_bytes, fmt_elapsed, limit_text
 
 __all__ = ["write_html", "render_html", "output_lines", "memory_figure", "hidden_lines"]
 
@@ -244,11 +244,16 @@ def _load(record_path: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     return row, summary, lines
 
 
-def _procs(summary: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    return {p["pid"]: {"role": p.get("role") or "other", "cmdline": p.get("cmdline"), "alive": False,
-                       "exit_code": p.get("exit_code"), "exit_signal": p.get("exit_signal"),
-                       "rss": p.get("peak_rss_bytes"), "pss": p.get("peak_pss_bytes")}
-            for p in summary.get("processes") or []}
+def _procs(record_path: str, summary: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    rd = RunData(record_path)
+    try:
+        procs = record_procs(rd)
+    finally:
+        rd.close()
+    for p in summary.get("processes") or []:  # the summary's exit signal also comes from a worker's fault dump
+        if p.get("exit_signal") and p["pid"] in procs:
+            procs[p["pid"]]["exit_signal"] = p["exit_signal"]
+    return procs
 
 
 def render_html(record_path: str) -> str:
@@ -263,18 +268,17 @@ def render_html(record_path: str) -> str:
     cause = ex.get("cause", "unknown")
     command = " ".join(str(a) for a in (row.get("command") or summary.get("command") or []))
     peak = summary.get("peak") or {}
-    limit = summary.get("limit_bytes")
     duration = summary.get("duration_s") or 0.0
     status = (f"<div class='memscope-status' style='font-family:monospace;font-size:13px'>"
               f"<b>{_esc(cause)}</b> after {fmt_elapsed(duration)} ({duration:.1f} s) · "
               f"peak {fmt_bytes(peak.get('tree_pss_bytes') or peak.get('tree_rss_bytes'))} at "
-              f"{peak.get('at_s') or 0:.1f} s · limit {fmt_bytes(limit) if limit else 'none known'} · "
-              f"{_esc(leak_line(summary.get('leak') or {}))}</div>")
+              f"{peak.get('at_s') or 0:.1f} s · {_esc(limit_text(summary.get('limit')))} · "
+              f"{_esc(leak_line(summary.get('leak') or {}, summary.get('spikes')))}</div>")
     top = (f"<h1>memscope report: {_esc(summary.get('run_id') or row.get('id') or '')}</h1>"
            f"<div class='memscope-cmd'>$ {_esc(_cut(command, CMD_MAX))}</div>"
            f"<div class='memscope-meta'>started {_esc(row.get('started_at') or '')} in "
            f"{_esc(row.get('cwd') or '')}</div>{status}{verdict_card(summary)}<h2>Memory</h2>")
-    bottom = (f"<h2>Processes (peak RSS and PSS of each)</h2>{process_table(_procs(summary))}"
+    bottom = (f"<h2>Processes (each one's last round and its peaks)</h2>{process_table(_procs(record_path, summary))}"
               f"<h2>Output (last {TAIL_LINES} lines)</h2>"
               + (output_tail(lines) if lines else "<div class='memscope-meta'>no output recorded (the run's "
                                                   "output was not captured, or it printed nothing)</div>"))

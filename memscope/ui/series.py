@@ -332,8 +332,11 @@ class RunSeries:
 
     Thread-safe: ``feed`` may run on a subscriber thread while a view calls ``snapshot``/``changed_since``.
 
-    * ``tree_pss_by_role``: per PSS round, the sum of PSS per role (on one shared time axis; a role with no
-      process in a round counts 0 there, also for rounds before it first appeared).
+    * ``tree_pss_by_role``: per RSS round, the sum of each process's PSS at that moment per role (measured in PSS
+      rounds, carried forward between them by private memory: ``collect/estimate.py``), on one shared time axis;
+      a role with no process in a round counts 0 there, also for rounds before it first appeared. Records made
+      before the fast series existed give the PSS rounds instead.
+    * ``tree_private``: per RSS round, the tree's anonymous PSS + swap (what the live leak verdict fits).
     * ``tree_rss``: per RSS round, the tree's RSS; ``main_rss``: the RSS of the process(es) whose role is "main".
     * ``host_available`` and ``limit`` from host samples (rounds without a limit are skipped).
     * ``events``: the last 200 events other than program output (long strings in their data cut to 4,000 chars).
@@ -350,6 +353,7 @@ class RunSeries:
         self._main: set[int] = set()
         self._pid_col: dict[int, int] = {}
         self.pss_by_role = AlignedMinMax(max_points)
+        self.tree_private = MinMaxSeries(max_points)
         self.tree_rss = MinMaxSeries(max_points)
         self.main_rss = MinMaxSeries(max_points)
         self.host_available = MinMaxSeries(max_points)
@@ -375,10 +379,13 @@ class RunSeries:
         if isinstance(rec, TreeSample):
             if not rec.procs:
                 return False  # a round that found no process: the record cannot hold it, so neither do we
-            if rec.kind == "pss":
-                self._pss_round(rec.t, [(p.pid, p.pss) for p in rec.procs])
-            else:
+            if rec.kind == "rss":
                 self._rss_round(rec.t, [(p.pid, p.rss) for p in rec.procs])
+                if rec.procs[0].est_pss is not None:
+                    self._pss_round(rec.t, [(p.pid, p.est_pss) for p in rec.procs])
+                    self.tree_private.append(rec.t, rec.est_private_total)
+            elif rec.procs[0].est_pss is None:  # an older producer: PSS rounds only
+                self._pss_round(rec.t, [(p.pid, p.pss) for p in rec.procs])
             return True
         if isinstance(rec, HostSample):
             self._host(rec.t, rec.available, rec.limit)
@@ -534,11 +541,19 @@ class RunSeries:
                     self._seen(pid, role or "other")
                     if exit_t is not None:
                         exits.append(pid)
-                for kind, rnd in ((KIND_RSS, self._rss_round), (KIND_PSS, self._pss_round)):
-                    col = "rss" if kind == KIND_RSS else "pss"
-                    cur = con.execute(f"SELECT t, pid, {col} FROM samples WHERE kind=? ORDER BY kind, t", (kind,))
+                cur = con.execute("SELECT t, pid, rss FROM samples WHERE kind=? ORDER BY t", (KIND_RSS,))
+                for t, procs in _rounds(cur):
+                    self._rss_round(t, procs)
+                if rd.has_fast:
+                    cur = con.execute("SELECT t, pid, est_pss FROM samples WHERE kind=? ORDER BY t", (KIND_RSS,))
                     for t, procs in _rounds(cur):
-                        rnd(t, procs)
+                        self._pss_round(t, procs)
+                    for t, v in rd.fast_totals(private=True):
+                        self.tree_private.append(t, v)
+                else:
+                    cur = con.execute("SELECT t, pid, pss FROM samples WHERE kind=? ORDER BY t", (KIND_PSS,))
+                    for t, procs in _rounds(cur):
+                        self._pss_round(t, procs)
                 for t, avail, lim in con.execute("SELECT t, available, lim FROM host ORDER BY t"):
                     self._host(t, avail, lim)
                 rows = con.execute("SELECT t, pid, kind, data FROM events WHERE kind != 'output' "

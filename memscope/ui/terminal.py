@@ -38,6 +38,36 @@ def fmt_elapsed(s: float) -> str:
     return f"{s // 3600:d}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
+LIMIT_SOURCES = {"flag": "--limit", "cgroup": "the container's cgroup", "host": "the host's memory"}
+
+
+def limit_text(limit: dict | None) -> str:
+    """How every view names the limit: its size and where it came from (``summary["limit"]``, ``Run.limit()``)."""
+    if not limit or not limit.get("bytes"):
+        return "no limit known"
+    return f"limit {fmt_bytes(limit['bytes'])} ({LIMIT_SOURCES.get(limit.get('source'), limit.get('source'))})"
+
+
+def verdict_text(leak: dict | None, spikes: list | None = None) -> str:
+    """The leak verdict in one line, as the dashboard, the terminal and the report say it."""
+    leak = leak or {}
+    v = leak.get("verdict")
+    if v == "leak":
+        slope = leak.get("slope_bytes_per_s") or 0
+        ttl = leak.get("time_to_limit_s")
+        eta = f"; at this rate the tree reaches the limit in {fmt_elapsed(ttl)}" if ttl else ""
+        if leak.get("pace") == "fast" or slope >= 2**20:
+            return f"memory grows steadily: the floor rises {fmt_bytes(int(slope))}/s{eta}"
+        return f"slow leak: the floor rises {fmt_bytes(int(slope * 60))}/min{eta}"
+    if v == "no_leak":
+        if spikes:
+            top = max(s.get("height_bytes") or 0 for s in spikes)
+            return f"no leak: the floor is flat; {len(spikes)} spikes, up to {fmt_bytes(top)} above it"
+        return "no leak: the floor is flat"
+    why = leak.get("reason")
+    return f"leak or spikes: not yet known ({why})" if why else "leak or spikes: not yet known"
+
+
 def render_lines(run: "Run", width: int, note: str = "") -> list[str]:
     """The footer as ANSI lines (pure given the run's snapshot)."""
     snap = run.snapshot
@@ -53,8 +83,7 @@ def render_lines(run: "Run", width: int, note: str = "") -> list[str]:
     if h is not None:
         head.append("available ", style="dim")
         head.append(f"{fmt_bytes(h.available)}/{fmt_bytes(h.total)}  ")
-        head.append("limit ", style="dim")
-        head.append(fmt_bytes(h.limit) if h.limit else "none")
+        head.append(limit_text(run.limit()), style="dim")
     table = Table(box=None, show_header=True, header_style="dim", pad_edge=False, padding=(0, 1), width=width)
     # Fixed widths for the figures: a long command line must not squeeze them away.
     for col, just, w in (("pid", "right", 7), ("role", "left", 17), ("RSS", "right", 10), ("PSS", "right", 10)):
@@ -153,6 +182,8 @@ def print_final(summary: dict, file=None) -> None:
     con.print(Text.assemble(("memscope: ", "bold"), (ex["cause"], style), f" — {ex['message']}"))
     con.print(f"memscope: peak tree PSS {fmt_bytes(peak['tree_pss_bytes'])}, RSS {fmt_bytes(peak['tree_rss_bytes'])}"
               f" at {peak['at_s']:.1f} s; {len(summary['processes'])} processes; record {summary.get('record')}")
+    con.print(Text.assemble(("memscope: memory: ", "bold"), verdict_text(summary.get("leak"), summary.get("spikes")),
+                            f"; {limit_text(summary.get('limit'))}"))
     if ex.get("traceback") and ex["cause"] in ("segfault", "abort", "bus_error", "worker_crash"):
         con.print("memscope: stack at the crash:\n" + ex["traceback"].rstrip()[-4000:], markup=False)
     for a in (summary.get("advice") or [])[:4]:
