@@ -21,10 +21,10 @@ def intervals(events: Iterable[dict[str, Any]], end_s: float, pid: int | None = 
             continue
         d, t = e["data"], float(e["t"])
         name, state = str(d.get("name", "?")), d.get("state")
-        if state == "switch":
+        if state in ("switch", "stop"):
             if auto is not None and t > auto[1]:
                 out.append((auto[0], auto[1], t))
-            auto = (name, t)
+            auto = (name, t) if state == "switch" else None  # "stop": the phase ended, the next is unknown
         elif state == "start":
             open_.setdefault(name, []).append(t)
         elif state == "end" and open_.get(name):

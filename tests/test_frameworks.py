@@ -1,0 +1,44 @@
+"""Phases and the leak verdict on real training frameworks (issue 12): Lightning 2.x and the Hugging Face Trainer,
+tiny models built from a config, synthetic data, 2 DataLoader workers, nothing downloaded.
+
+Lightning restores train mode after validation by setting ``module.training`` directly; the Trainer calls
+``model.train()`` every step. memscope's phases must match the frameworks' own validation time either way."""
+import re
+
+import pytest
+
+import memscope
+
+from conftest import script
+
+
+def _truth(run):
+    line = next(x for x in run.output_tail if x.startswith("TRUTH"))
+    return {k: float(v) for k, v in re.findall(r"(\w+)=([\d.]+)", line)}
+
+
+def _phase_time(summary, name):
+    return sum(p["end_s"] - p["start_s"] for p in summary["phases"] if p["name"] == name)
+
+
+@pytest.mark.parametrize("framework,module", [("lightning_train.py", "lightning"), ("hf_trainer.py", "transformers")])
+def test_phases_and_leak_on_a_real_framework(record_dir, framework, module):
+    pytest.importorskip(module)
+    run = memscope.run([script(framework), "--seconds", "18", "--leak"], record_dir=record_dir, output="capture")
+    s = run.wait(240)
+    assert s is not None and s["exit"]["cause"] == "ok", s and s["exit"]
+    truth = _truth(run)
+    evals = _phase_time(s, "eval")
+    trains = _phase_time(s, "train")
+    print(f"{module}: eval {evals:.1f} s by memscope vs {truth['val_s']:.1f} s by the framework's own hooks; "
+          f"train {trains:.1f} s; leak {s['leak']['verdict']} "
+          f"{(s['leak']['slope_bytes_per_s'] or 0) / 2**20:.2f} MiB/s; kept {truth['kept']:.0f} x 4 MiB")
+    # The framework's validation time, within a second or 50 % (phase edges fall on batch boundaries); not the
+    # ~90 % of the run that a train/eval switch seen only through .train()/.eval() calls gave with Lightning.
+    assert abs(evals - truth["val_s"]) <= max(1.0, 0.5 * truth["val_s"]), s["phases"]
+    assert trains > evals
+    workers = [p for p in s["processes"] if p["role"] == "dataloader_worker"]
+    assert len(workers) >= 2
+    # 4 MiB kept per validation batch: the floor rises, and it is the main process that keeps it.
+    assert s["leak"]["verdict"] == "leak", s["leak"]
+    assert s["leak"]["by_role"]["main"]["verdict"] == "leak"
