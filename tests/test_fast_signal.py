@@ -1,0 +1,127 @@
+"""The fast signal (issue 12) on real subprocesses: the leak verdict and the spikes stand on each process's
+private memory read every RSS round, with PSS carried forward between PSS rounds. Runs use memscope's default
+intervals (RSS every 0.2 s, PSS every 2 s or slower) and both cores kept busy by two spinning processes, as a
+training keeps them: that is where a verdict fitted on PSS rounds alone found no floor."""
+import os
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import memscope
+from memscope.collect import procfs
+from memscope.store import RunData
+
+from conftest import script
+
+pytest.importorskip("numpy")
+MIB = 1 << 20
+# A reference reading and a round compared must be this close in time: the tree allocates 8-40 MiB batches every
+# 0.15-0.3 s, so a wider match would measure the batches' timing, not the estimate.
+MATCH_S = 0.05
+
+
+@pytest.fixture
+def busy():
+    """Both cores kept busy for the test's duration by two spinning children of this test (and only those are
+    signalled at the end)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    yield
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def _truth(run):
+    line = next(x for x in run.output_tail if x.startswith("TRUTH"))
+    return {k: float(v) for k, v in re.findall(r"(\w+)=([\d.]+)", line)}
+
+
+def _run(record_dir, *args):
+    r = memscope.run([script("leak_spikes.py"), *args], record_dir=record_dir, output="capture")
+    s = r.wait(120)
+    assert s is not None, "the run did not end"
+    return r, s
+
+
+def test_slow_leak_under_validation_spikes_is_called_on_a_busy_machine(record_dir, busy):
+    # The issue's bar: 25 s, 1.5 MiB kept per 0.1 s step, 250 MiB spikes every ~2.3 s, cores busy.
+    r, s = _run(record_dir, "--seconds", "25", "--keep-mib", "1.5", "--spike-mib", "250", "--period", "2.3")
+    truth = _truth(r)
+    leak = s["leak"]
+    assert leak["verdict"] == "leak", leak
+    err = leak["slope_bytes_per_s"] / truth["rate_bytes_per_s"] - 1
+    print(f"slope {leak['slope_bytes_per_s'] / MIB:.2f} MiB/s vs truth {truth['rate_bytes_per_s'] / MIB:.2f}: "
+          f"{err:+.1%}; spikes found {len(s['spikes'])} of {truth['spikes']:.0f}")
+    assert abs(err) <= 0.30
+    assert leak["pace"] == "fast"  # ~10 MiB/s is no slow leak, and the card must not call it one
+    assert leak["by_role"]["main"]["verdict"] == "leak"
+    # >= 70 % of the spikes listed, each with its height within 35 % of the truth.
+    good = [sp for sp in s["spikes"] if abs(sp["height_bytes"] / truth["spike_bytes"] - 1) <= 0.35]
+    assert len(good) >= 0.7 * truth["spikes"], s["spikes"]
+    assert all(sp["end_s"] >= sp["start_s"] for sp in s["spikes"])
+    assert any(a["topic"] == "leak" for a in s["advice"])
+
+
+def test_spikes_only_is_no_leak_on_a_busy_machine(record_dir, busy):
+    r, s = _run(record_dir, "--seconds", "25", "--keep-mib", "0", "--spike-mib", "250", "--period", "2.3")
+    truth = _truth(r)
+    assert s["leak"]["verdict"] == "no_leak", s["leak"]
+    good = [sp for sp in s["spikes"] if abs(sp["height_bytes"] / truth["spike_bytes"] - 1) <= 0.35]
+    assert len(good) >= 0.7 * truth["spikes"], s["spikes"]
+    # No phase was declared: no spike may claim one (and the advice must not blame validation for them).
+    assert all(sp["phase"] is None for sp in s["spikes"])
+    assert not any("validation" in a["text"] for a in s["advice"]), s["advice"]
+
+
+def test_short_run_says_what_it_needs(record_dir):
+    r, s = _run(record_dir, "--seconds", "6", "--keep-mib", "1", "--spike-mib", "50")
+    assert s["leak"]["verdict"] == "insufficient_data"
+    assert re.fullmatch(r"a verdict needs 20 s of samples; \d+ s so far", s["leak"]["reason"])
+
+
+def test_the_fast_tree_total_follows_pss_read_every_200_ms(record_dir, busy):
+    """The chart's series (PSS carried forward at the RSS rate) against PSS read every 0.2 s on a forked tree of
+    4 workers that share a dataset copy-on-write and allocate on their own rhythms."""
+    r = memscope.run([script("forked_tree.py"), "14"], record_dir=record_dir, output="capture")
+    ref: list[tuple[float, int]] = []
+
+    def reference():
+        while not r.ended:
+            pids = r.tree.alive_pids()
+            total = 0
+            for pid in pids:
+                d = procfs.read_smaps_rollup(pid)
+                total += d["Pss"] if d else 0
+            ref.append((r._clock(), total))
+            time.sleep(0.2)
+
+    th = threading.Thread(target=reference, daemon=True)
+    th.start()
+    s = r.wait(90)
+    th.join(5)
+    assert s is not None and s["exit"]["cause"] == "ok", s and s["exit"]
+    rd = RunData(s["record"])
+    fast = rd.fast_totals()
+    rd.close()
+    ts = [t for t, _ in fast]
+    import bisect
+
+    errors = []
+    for t, v in ref:
+        if v < 100 * MIB:  # before the dataset exists, or after the workers left
+            continue
+        i = bisect.bisect_left(ts, t)
+        near = [j for j in (i - 1, i) if 0 <= j < len(ts) and abs(ts[j] - t) <= MATCH_S]
+        if near:
+            j = min(near, key=lambda j: abs(ts[j] - t))
+            errors.append(abs(fast[j][1] - v) / v)
+    assert len(errors) >= 15, f"only {len(errors)} reference points matched"
+    med, p90 = statistics.median(errors), sorted(errors)[int(0.9 * len(errors))]
+    print(f"fast tree PSS vs 0.2 s PSS reference on a 5-process forked tree (busy): median error {med:.1%}, "
+          f"90th percentile {p90:.1%}, {len(errors)} points")
+    assert med <= 0.05 and p90 <= 0.15
