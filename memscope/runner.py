@@ -662,11 +662,18 @@ class Run:
     def _summarize_record(self) -> dict[str, Any]:
         """The summary as the record says it now (everything published so far is flushed first)."""
         self._recorder_sync()
-        rd = RunData(self.record_path)
+        from .store import record_health
+
+        # A record the disk refused in part: the summary reads it as memscope knows it (file + memory).
+        rd = RunData(self.record_path, self._recorder.memory_copy() if self._recorder.lost_records else None)
         try:
-            return summarize(rd)
+            s = summarize(rd)
         finally:
             rd.close()
+        health = record_health(self._recorder, self._server)
+        if health:
+            s["record_errors"] = health
+        return s
 
     def _exit(self, cause: str, message: str) -> dict[str, Any]:
         """An ``exit`` object for the states the record cannot tell: running, detached, memscope failed."""
@@ -700,9 +707,7 @@ class Run:
                 continue
 
     def _recorder_sync(self, timeout: float = 5.0) -> None:
-        done = threading.Event()
-        self._recorder.put(Event(0.0, None, "__barrier__", {"event": done}))  # type: ignore[dict-item]
-        done.wait(timeout)
+        self._recorder.sync(timeout)
 
     def _read_output(self, stream: Any, name: str) -> None:
         partial = ""
