@@ -125,12 +125,28 @@ def check_record_dir(path: str) -> None:
         raise LaunchError(f"cannot write to the record directory {path}")
 
 
+def check_summary_path(path: str) -> None:
+    """Refuse up front a summary path that cannot be written: a directory, or no writable directory for it."""
+    if os.path.isdir(path):
+        raise LaunchError(f"cannot write the summary to {path}: it is a directory")
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d) or not os.access(d, os.W_OK | os.X_OK):
+        raise LaunchError(f"cannot write the summary to {path}: no writable directory {d}")
+
+
 class Run:
     """A command running under memscope (or a tree it attached to)."""
 
     def __init__(self, command: Sequence[str] | None = None, *, attach: int | None = None,
                  options: Options | None = None) -> None:
         self.options = o = options or Options()
+        for name in ("interval_s", "pss_interval_s", "host_interval_s", "discover_interval_s", "grace_s"):
+            v = getattr(o, name)
+            # NaN makes a busy loop, inf a sampler that never wakes: refuse both here too (the API's door).
+            if not isinstance(v, (int, float)) or not (0 < v <= 86400):
+                raise LaunchError(f"{name} must be a number of seconds above 0 and at most 86400, not {v!r}")
+        if o.limit_bytes is not None and not (isinstance(o.limit_bytes, int) and 0 < o.limit_bytes < 2**63):
+            raise LaunchError(f"limit_bytes must be a positive number of bytes, not {o.limit_bytes!r}")
         if attach is not None:
             import psutil
 
@@ -147,6 +163,8 @@ class Run:
         self.attached = attach is not None
         self.record_dir = os.path.abspath(o.record_dir or default_record_dir())
         check_record_dir(self.record_dir)
+        if o.summary_json:
+            check_summary_path(o.summary_json)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.run_id = f"{stamp}-{secrets.token_hex(3)}"
         self.record_path = os.path.join(self.record_dir, f"{self.run_id}.sqlite")
@@ -604,9 +622,10 @@ class Run:
             if self.options.summary_json:
                 try:
                     _write_json(self.options.summary_json, self._summary)
-                except OSError:
-                    pass
+                except OSError as exc:
+                    _say(f"memscope: cannot write the summary to {self.options.summary_json}: {exc}")
         finally:
+            shutil.rmtree(self._dir, ignore_errors=True)  # the socket and crash files, whatever happened
             self.status = "ended"
             self._ended.set()
         with self._subs_lock:
@@ -656,8 +675,10 @@ class Run:
         self._publish(RunEnded(t, summary))
         self._recorder.close()
         if self.options.summary_json:
-            _write_json(self.options.summary_json, summary)
-        shutil.rmtree(self._dir, ignore_errors=True)
+            try:
+                _write_json(self.options.summary_json, summary)
+            except OSError as exc:  # the run's own summary is still returned; the user is told once
+                _say(f"memscope: cannot write the summary to {self.options.summary_json}: {exc}")
 
     def _summarize_record(self) -> dict[str, Any]:
         """The summary as the record says it now (everything published so far is flushed first)."""
@@ -739,6 +760,15 @@ class Run:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
+def _say(line: str) -> None:
+    """One line for the user on memscope's stderr (never raises: the run must reach its end)."""
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
 def _last_state(line: str) -> str:
     """What a terminal shows of a line redrawn with carriage returns: the text after the last non-final \\r."""
     body = line.rstrip("\r")
@@ -784,9 +814,17 @@ class _Subscriber:
 
 
 def _write_json(path: str, obj: Any) -> None:
+    """Write ``obj`` to ``path`` whole or not at all: no partial file and no temporary left behind on failure."""
     import json
 
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=".memscope-summary-", dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

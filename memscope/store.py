@@ -273,9 +273,9 @@ class RunData:
             raise ValueError(f"{self.path} holds no run")
         keys = [d[0] for d in cur.description]
         d = dict(zip(keys, row))
-        d["command"] = json.loads(d["command"] or "[]")
-        d["meta"] = json.loads(d["meta"] or "{}")
-        d["summary"] = json.loads(d["summary"]) if d["summary"] else None
+        d["command"] = _json_or(d["command"], [])
+        d["meta"] = _json_or(d["meta"], {})
+        d["summary"] = _json_or(d["summary"], None)
         return d
 
     def processes(self) -> list[dict[str, Any]]:
@@ -332,10 +332,44 @@ class RunData:
                 for t, pid, k, d in self.con.execute(sql + " ORDER BY t", args)]
 
 
+def _json_or(text: str | None, default: Any) -> Any:
+    """A JSON column, or ``default`` when it is empty or damaged (a record is read as far as it can be)."""
+    if not text:
+        return default
+    try:
+        v = json.loads(text)
+    except (ValueError, TypeError):
+        return default
+    return v if default is None or isinstance(v, type(default)) else default
+
+
 def _column(kind: int, private: bool) -> str:
     if kind != KIND_PSS:
         return "rss"
     return "COALESCE(anon, pss) + COALESCE(swap, 0)" if private else "pss"
+
+
+def read_summary(path: str) -> dict[str, Any]:
+    """A record's summary: the one stored at its end, else computed from its data (a record whose summary is
+    missing or not JSON). Raises sqlite3.Error or ValueError when the file is not a memscope record."""
+    from .analysis.summary import summarize
+
+    rd = RunData(path)
+    try:
+        tables = {r[0] for r in rd.con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        missing = {"run", "processes", "samples", "host", "events"} - tables
+        if missing:
+            raise ValueError(f"no {', '.join(sorted(missing))} table" if len(missing) < 5 else "no memscope tables")
+        stored = rd.con.execute("SELECT summary FROM run").fetchone()
+        try:
+            summary = json.loads(stored[0]) if stored and stored[0] else None
+        except ValueError:
+            summary = None  # damaged at the end: the data before it still tells
+        if not isinstance(summary, dict) or not isinstance(summary.get("exit"), dict) or "peak" not in summary:
+            summary = summarize(rd)
+        return summary
+    finally:
+        rd.close()
 
 
 def default_record_dir() -> str:
