@@ -192,7 +192,7 @@ class Run:
         self._maxrss: int | None = None
         self.snapshot = Snapshot()
         self.output_tail: collections.deque[str] = collections.deque(maxlen=200)
-        self.output_partial = ""  # the line being written (a progress bar), not yet ended by a newline
+        self._readers: dict[str, Any] = {}  # stream name -> collect.output.LineReader (capture mode)
         self._proc: subprocess.Popen | None = None
         self._server = None
         self._threads: list[threading.Thread] = []
@@ -731,20 +731,19 @@ class Run:
         self._recorder.sync(timeout)
 
     def _read_output(self, stream: Any, name: str) -> None:
-        partial = ""
-        for chunk in iter(lambda: stream.read1(65536) if hasattr(stream, "read1") else stream.read(4096), b""):
-            text = chunk.decode("utf-8", "replace")
+        from .collect.output import LineReader, pump
+
+        def on_text(text: str) -> None:
             self._publish(Event(self._clock(), self.pid, "output", {"stream": name, "text": text}))
-            partial += text
-            *lines, partial = partial.split("\n")
-            for line in lines:
-                self.output_tail.append(_last_state(line))
-            # A progress bar redraws with \r and no newline: show its latest state.
-            partial = _last_state(partial) if "\r" in partial else partial
-            self.output_partial = partial
-        if partial:
-            self.output_tail.append(_last_state(partial))
-        self.output_partial = ""
+
+        reader = LineReader(on_text, self.output_tail)
+        self._readers[name] = reader
+        pump(stream, reader)
+
+    @property
+    def output_partial(self) -> str:
+        """The line being written (a progress bar), not yet ended by a newline."""
+        return next((r.partial for r in self._readers.values() if r.partial), "")
 
     def _abort(self) -> None:
         if self._server is not None:
@@ -767,12 +766,6 @@ def _say(line: str) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
-
-
-def _last_state(line: str) -> str:
-    """What a terminal shows of a line redrawn with carriage returns: the text after the last non-final \\r."""
-    body = line.rstrip("\r")
-    return body.rsplit("\r", 1)[-1]
 
 
 class _Subscriber:
