@@ -170,7 +170,7 @@ class Run:
         self.record_path = os.path.join(self.record_dir, f"{self.run_id}.sqlite")
         self.scalene = self._scalene_session()
         try:
-            self._recorder = Recorder(self.record_path)
+            self._recorder = Recorder(self.record_path, warn=self._record_trouble)
         except Exception as exc:  # sqlite3.Error, OSError
             raise LaunchError(f"cannot write the record {self.record_path}: {exc}") from None
         self.pid: int = attach or 0
@@ -726,6 +726,14 @@ class Run:
                                         {"name": name, "path": keep_snapshot(path, self.record_path)}))
             except (OSError, ValueError):
                 continue
+
+    def _record_trouble(self, line: str) -> None:
+        """The recorder's one warning (a full disk): said on stderr, and to the live views as an event."""
+        _say(line)
+        try:
+            self._publish(Event(self._clock(), None, "record_error", {"error": line}))
+        except Exception:
+            pass
 
     def _recorder_sync(self, timeout: float = 5.0) -> None:
         self._recorder.sync(timeout)
