@@ -714,7 +714,10 @@ class Run:
                 if name.startswith(protocol.FAULT_PREFIX) and os.path.getsize(path) > 0:
                     pid = int(name[len(protocol.FAULT_PREFIX):].split(".")[0])
                     with open(path, errors="replace") as f:
-                        self._publish(Event(self._clock(), pid, "fault", {"text": f.read(200000)}))
+                        text = f.read(200000)
+                    self._publish(Event(self._clock(), pid, "fault", {"text": text}))
+                    if protocol.FAULT_ECHO + "." in name:
+                        self._echo_stderr(text)
                 elif name.startswith(protocol.EXC_PREFIX) and name.endswith(".json"):
                     pid = int(name[len(protocol.EXC_PREFIX):].split(".")[0])
                     with open(path) as f:
@@ -734,6 +737,15 @@ class Run:
             self._publish(Event(self._clock(), None, "record_error", {"error": line}))
         except Exception:
             pass
+
+    def _echo_stderr(self, text: str) -> None:
+        """The user's own faulthandler output (PYTHONFAULTHANDLER=1), which the agent's file took: to the run's
+        stderr, where the user asked for it."""
+        if self.options.output == "capture":
+            self._publish(Event(self._clock(), self.pid, "output", {"stream": "stderr", "text": text}))
+            self.output_tail.extend(text.rstrip("\n").split("\n"))
+        else:
+            _say(text.rstrip("\n"))
 
     def _recorder_sync(self, timeout: float = 5.0) -> None:
         self._recorder.sync(timeout)
