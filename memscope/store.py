@@ -5,6 +5,7 @@ dies, the file keeps everything up to the last commit and opens cleanly.
 """
 from __future__ import annotations
 
+import collections
 import json
 import os
 import queue
@@ -59,7 +60,11 @@ class _Barrier:
 
 _CLOSE = object()
 _RECORDS = (TreeSample, HostSample, ProcessSeen, ProcessExited, Event, RunEnded)
-KEEP_LOST = 200_000  # records kept in memory once the file refuses them (a full disk), for the summary
+# Kept in memory once the file refuses records (a full disk), for the summary: every record but samples (few:
+# processes, host rounds, events) up to KEEP_LOST, the latest KEEP_SAMPLES sample rounds (about 20 MB at most)
+# and each kind's highest round, so the peak stays true.
+KEEP_LOST = 100_000
+KEEP_SAMPLES = 20_000
 
 
 class Recorder:
@@ -82,7 +87,9 @@ class Recorder:
         self.bad_records = 0
         self.lost_records = 0
         self.first_error: str | None = None
-        self.lost: list[Any] = []      # what the file refused, oldest first (at most KEEP_LOST)
+        self.lost: list[Any] = []      # what the file refused but sample rounds, oldest first (at most KEEP_LOST)
+        self._lost_samples: collections.deque[TreeSample] = collections.deque(maxlen=KEEP_SAMPLES)
+        self._lost_peaks: dict[str, tuple[int, TreeSample]] = {}  # kind -> (tree total, its round)
         self._batch: list[Any] = []    # written since the last commit: lost with it if the commit fails
         self._lost_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="memscope-recorder", daemon=True)
@@ -127,7 +134,8 @@ class Recorder:
             src.close()
         mem.executescript(SCHEMA)
         with self._lost_lock:
-            lost = list(self.lost)
+            lost = list(self.lost) + sorted({id(r): r for r in [*self._lost_samples, *(
+                r for _, r in self._lost_peaks.values())]}.values(), key=lambda r: r.t)
         for rec in lost:
             try:
                 _apply(mem, rec)
@@ -193,9 +201,14 @@ class Recorder:
         first = self.lost_records == 0
         self.lost_records += len(lost)
         with self._lost_lock:
-            room = KEEP_LOST - len(self.lost)
-            if room > 0:
-                self.lost.extend(lost[:room])
+            for rec in lost:
+                if isinstance(rec, TreeSample):
+                    self._lost_samples.append(rec)
+                    total = sum((p.pss if rec.kind == "pss" else p.rss) or 0 for p in rec.procs)
+                    if total >= self._lost_peaks.get(rec.kind, (-1, rec))[0]:
+                        self._lost_peaks[rec.kind] = (total, rec)
+                elif len(self.lost) < KEEP_LOST:
+                    self.lost.append(rec)
         if first:
             self.first_error = self.first_error or str(exc)
             self._warn(f"memscope: cannot write the record {self.path} ({exc}); what follows is kept in memory "

@@ -67,13 +67,41 @@ def test_disk_full_is_said_once_and_the_exit_stays_true(tiny_fs, tmp_path):
 
 
 def test_a_summary_path_that_cannot_be_written_leaves_nothing_behind(tmp_path):
-    import tempfile
-
-    before = set(os.listdir(tempfile.gettempdir()))
+    tmp = tmp_path / "tmp"  # memscope's own temporary directories would go here
+    tmp.mkdir()
     runs = tmp_path / "runs"
     p = subprocess.run([*MEMSCOPE, "run", "--quiet", "--record", str(runs), "--summary-json", str(tmp_path),
-                        script("clean.py"), "0.1"], capture_output=True, text=True, timeout=60)
+                        script("clean.py"), "0.1"], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, TMPDIR=str(tmp)))
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "is a directory" in p.stderr, p.stderr
-    assert not runs.exists() and sorted(os.listdir(tmp_path)) == ["runs"] * runs.exists()
-    new = {n for n in set(os.listdir(tempfile.gettempdir())) - before if n.startswith("memscope-")}
-    assert not new  # memscope's socket directory is made only for a run that starts
+    assert sorted(os.listdir(tmp_path)) == ["tmp"] and os.listdir(tmp) == []
+
+
+def test_what_a_full_disk_refuses_is_kept_bounded_with_its_peak(tiny_fs, monkeypatch):
+    from memscope import store
+    from memscope.model import Event, ProcMem, ProcessSeen, TreeSample
+
+    monkeypatch.setattr(store, "KEEP_SAMPLES", 50)
+    lines = []
+    rec = store.Recorder(str(tiny_fs / "r.sqlite"), warn=lines.append)
+    rec.begin("r", ["x"], "/", "now", 0.0, 7, {})
+    rec.put(ProcessSeen(0.0, 7, 1, "main", "x", "x", 0.0))
+    assert rec.sync()
+    _fill(tiny_fs / "filler")
+    for i in range(400):  # the peak, 900 MiB, comes early and must survive the ring
+        rec.put(TreeSample(i * 0.1, "rss", (ProcMem(7, (900 if i == 20 else 100 + i % 7) << 20),)))
+        if i % 40 == 0:
+            assert rec.sync()  # one commit every 40 rounds, each refused
+    rec.put(Event(40.0, 7, "exit_status", {"returncode": 0}))
+    assert rec.sync()
+    assert len(lines) == 1 and "full" in lines[0]
+    assert rec.lost_records >= 400
+    rd = store.RunData(rec.path, rec.memory_copy())
+    try:
+        rounds = rd.con.execute("SELECT COUNT(DISTINCT t) FROM samples").fetchone()[0]
+        assert rounds <= 51 + 40  # the last 50, the peak, and what reached the file before it filled
+        assert rd.tree_peak(store.KIND_RSS)[1] == 900 << 20
+        assert rd.events("exit_status")[0]["data"]["returncode"] == 0
+    finally:
+        rd.close()
+    rec.close()
