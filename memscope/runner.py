@@ -834,6 +834,7 @@ def _write_json(path: str, obj: Any) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(obj, f, indent=2)
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; a summary is meant to be read (CI, a colleague)
         os.replace(tmp, path)
     except BaseException:
         try:
