@@ -43,8 +43,8 @@ KINDS: dict[str, tuple[dict[str, str], bool]] = {
     "cuda_oom": ({"device": "int", "alloc_bytes": "int", "device_total": "int", "device_free": "int",
                   "allocator_summary": "str", "snapshot": "str"}, True),
     "compile": ({"state": "str", "id": "str", "trigger": "str?"}, True),
-    "np_load": ({"ev": "str", "id": "str", "path": "str"}, True),
-    "np_read": ({"id": "str", "path": "str", "key": "str", "reads": "int"}, True),
+    "np_load": ({"ev": "str", "id": "str"}, True),   # path: a file name, or whatever names a file object
+    "np_read": ({"id": "str", "key": "str", "reads": "int"}, True),
     "malloc": ({}, True),
     "faiss_index": ({"ev": "str", "id": "str"}, True),
 }
