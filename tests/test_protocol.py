@@ -117,3 +117,37 @@ def test_the_recorder_survives_records_it_cannot_store(tmp_path):
         assert len(rd.events("note")) == 1
     finally:
         rd.close()
+
+
+def test_what_the_agent_sends_passes_and_near_misses_do_not():
+    from memscope.collect.messages import Refused, validate
+
+    ok = [
+        {"t": "hello", "pid": 4000, "ppid": 1, "argv": ["train.py"] * 5000, "orig_argv": [], "executable": None,
+         "runs_script": True, "forked": False, "rank": "1"},
+        {"t": "role", "role": "dataloader_worker", "pid": 4001},
+        {"t": "exception", "type": "ValueError", "module": "builtins", "message": "m", "traceback": "tb",
+         "pid": 4000, "wall": 1.5, "rank": None, "how": "at exit"},
+        {"t": "phase", "name": "train", "state": "switch", "auto": True, "pid": 4000, "wall": 2.0},
+        {"t": "epoch", "loader": 140234, "n": 2, "workers": 4, "pid": 4000, "wall": 3.0},
+        {"t": "torch_alloc", "backend": "cuda", "device": 0, "allocated": 1 << 40, "pid": 4000},
+        {"t": "np_load", "ev": "open", "id": "1", "path": 7, "members": [{"name": "a", "nbytes": 8}]},
+        {"t": "census", "id": "ab12", "tensors": [{"device": "cpu", "shape": [3, 4], "bytes": 48}]},
+        {"t": "malloc", "in_use_bytes": 5, "free_held_bytes": 6, "pid": 4000},
+    ]
+    for msg in ok:
+        assert validate(msg) is msg
+    bad = [
+        {"t": "fault", "text": "x"}, {"t": "exit_status", "returncode": 0}, {"t": "__sql__"}, {"t": None},
+        {"t": "role", "role": "main", "pid": 0}, {"t": "role", "role": "main", "pid": True},
+        {"t": "role", "role": "main", "pid": (1 << 22) + 1}, {"t": "mark", "text": "x", "extra": 1},
+        {"t": "phase", "name": "x", "state": "start", "auto": 1}, {"t": "mark"},
+        {"t": "malloc", "x": [[[[[[[1]]]]]]]}, {"t": "malloc", "x": float("nan")},
+        {"t": "torch_alloc", "backend": "cuda", "device": 0, "allocated": 1 << 64},
+    ]
+    for msg in bad:
+        try:
+            validate(msg)
+        except Refused:
+            continue
+        raise AssertionError(f"accepted {msg}")
