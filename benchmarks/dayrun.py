@@ -44,7 +44,6 @@ import random
 import shutil
 import sys
 import tempfile
-import threading
 import time
 import tracemalloc
 from dataclasses import dataclass, field
@@ -301,9 +300,7 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
     pids: set[int] = set()
 
     def sync() -> None:
-        done = threading.Event()
-        rec.put(Event(0.0, None, "__barrier__", {"event": done}))
-        done.wait(60)
+        rec.sync(60)
 
     perf = time.perf_counter
     feed_s = 0.0

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import signal
@@ -18,18 +19,32 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"memscope: {message} (see '{self.prog} --help')\n")
 
 
+MAX_SIZE = 2**63 - 1      # what the record (SQLite INTEGER) can hold; no machine has more
+MAX_SECONDS = 86400.0     # a sampling period or grace longer than a day is a typo
+
+
 def parse_size(text: str) -> int:
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*", text, re.I)
+    """'12G', '512MiB', '4096' (bytes): a positive size that fits the record."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*(?:([kmgt])(?:i?b)?|b)?\s*", text, re.I)
     if not m:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 8G or 512M)")
-    mult = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}[(m.group(2) or "")[:1].lower()]
-    return int(float(m.group(1)) * mult)
+    mult = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}[(m.group(2) or "").lower()]
+    v = float(m.group(1)) * mult
+    if not math.isfinite(v) or v > MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"too large a size: {text!r}")
+    if int(v) <= 0:
+        raise argparse.ArgumentTypeError(f"a size must be more than 0: {text!r}")
+    return int(v)
 
 
 def _positive(text: str) -> float:
-    v = float(text)
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text}")
+    """Seconds: finite, above 0, at most a day (NaN would make a busy loop, inf a sampler that never wakes)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(v) or v <= 0 or v > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0 and at most {MAX_SECONDS:g}: {text}")
     return v
 
 
@@ -97,7 +112,7 @@ def exit_status(returncode: int | None) -> int:
 
 
 def cmd_run(ns: argparse.Namespace, command: list[str] | None = None) -> int:
-    from .runner import LaunchError, Run
+    from .runner import LaunchError, Run, check_summary_path
     from .ui.terminal import TerminalView, print_final
 
     argv = list(command if command is not None else ns.command)
@@ -109,9 +124,7 @@ def cmd_run(ns: argparse.Namespace, command: list[str] | None = None) -> int:
     if attach is None and not argv:
         raise LaunchError("no command given: memscope run train.py [args] | memscope run -- CMD [args]")
     if ns.summary_json:
-        d = os.path.dirname(os.path.abspath(ns.summary_json))
-        if not os.path.isdir(d) or not os.access(d, os.W_OK):
-            raise LaunchError(f"cannot write the summary to {ns.summary_json}: no writable directory {d}")
+        check_summary_path(ns.summary_json)
     run = Run(argv or None, attach=attach, options=_options(ns))
     presses = {"n": 0}
     view: TerminalView | None = None
@@ -168,34 +181,43 @@ def cmd_ls(ns: argparse.Namespace) -> int:
 
 
 def cmd_report(ns: argparse.Namespace) -> int:
-    from .analysis.summary import summarize
-    from .store import RunData, default_record_dir, find_run
-    from .ui.terminal import print_final
+    import sqlite3
+
+    from .store import default_record_dir, find_run, read_summary
 
     try:
         path = find_run(ns.record or default_record_dir(), ns.run)
     except LookupError as exc:
         sys.stderr.write(f"memscope: {exc}\n")
         return EXIT_BAD_INPUT
-    rd = RunData(path)
+    # Whatever the file holds (empty, truncated, not SQLite, another program's database, a record whose summary
+    # is not JSON): one line, never a traceback.
     try:
-        summary = rd.run_row()["summary"] or summarize(rd)
-    finally:
-        rd.close()
-    if ns.html:
-        from .ui.report import write_html
+        summary = read_summary(path)
+        if ns.html:
+            from .ui.report import write_html
 
-        try:
-            print(f"memscope: report written to {write_html(path, ns.html)}")
-        except OSError as exc:
-            sys.stderr.write(f"memscope: cannot write {ns.html}: {exc.strerror}\n")
-            return EXIT_BAD_INPUT
-        return 0
+            try:
+                print(f"memscope: report written to {write_html(path, ns.html)}")
+            except OSError as exc:
+                sys.stderr.write(f"memscope: cannot write {ns.html}: {exc.strerror or exc}\n")
+                return EXIT_BAD_INPUT
+            return 0
+    except (sqlite3.Error, ValueError, KeyError, TypeError, IndexError, OverflowError) as exc:
+        sys.stderr.write(f"memscope: {path} is not a readable memscope record ({_one_line(exc)})\n")
+        return EXIT_BAD_INPUT
     if ns.json:
         print(json.dumps(summary, indent=2))
     else:
+        from .ui.terminal import print_final
+
         print_final(summary, file=sys.stdout)
     return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:200]
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:

@@ -125,12 +125,28 @@ def check_record_dir(path: str) -> None:
         raise LaunchError(f"cannot write to the record directory {path}")
 
 
+def check_summary_path(path: str) -> None:
+    """Refuse up front a summary path that cannot be written: a directory, or no writable directory for it."""
+    if os.path.isdir(path):
+        raise LaunchError(f"cannot write the summary to {path}: it is a directory")
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d) or not os.access(d, os.W_OK | os.X_OK):
+        raise LaunchError(f"cannot write the summary to {path}: no writable directory {d}")
+
+
 class Run:
     """A command running under memscope (or a tree it attached to)."""
 
     def __init__(self, command: Sequence[str] | None = None, *, attach: int | None = None,
                  options: Options | None = None) -> None:
         self.options = o = options or Options()
+        for name in ("interval_s", "pss_interval_s", "host_interval_s", "discover_interval_s", "grace_s"):
+            v = getattr(o, name)
+            # NaN makes a busy loop, inf a sampler that never wakes: refuse both here too (the API's door).
+            if not isinstance(v, (int, float)) or not (0 < v <= 86400):
+                raise LaunchError(f"{name} must be a number of seconds above 0 and at most 86400, not {v!r}")
+        if o.limit_bytes is not None and not (isinstance(o.limit_bytes, int) and 0 < o.limit_bytes < 2**63):
+            raise LaunchError(f"limit_bytes must be a positive number of bytes, not {o.limit_bytes!r}")
         if attach is not None:
             import psutil
 
@@ -147,12 +163,14 @@ class Run:
         self.attached = attach is not None
         self.record_dir = os.path.abspath(o.record_dir or default_record_dir())
         check_record_dir(self.record_dir)
+        if o.summary_json:
+            check_summary_path(o.summary_json)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.run_id = f"{stamp}-{secrets.token_hex(3)}"
         self.record_path = os.path.join(self.record_dir, f"{self.run_id}.sqlite")
         self.scalene = self._scalene_session()
         try:
-            self._recorder = Recorder(self.record_path)
+            self._recorder = Recorder(self.record_path, warn=self._record_trouble)
         except Exception as exc:  # sqlite3.Error, OSError
             raise LaunchError(f"cannot write the record {self.record_path}: {exc}") from None
         self.pid: int = attach or 0
@@ -174,7 +192,7 @@ class Run:
         self._maxrss: int | None = None
         self.snapshot = Snapshot()
         self.output_tail: collections.deque[str] = collections.deque(maxlen=200)
-        self.output_partial = ""  # the line being written (a progress bar), not yet ended by a newline
+        self._readers: dict[str, Any] = {}  # stream name -> collect.output.LineReader (capture mode)
         self._proc: subprocess.Popen | None = None
         self._server = None
         self._threads: list[threading.Thread] = []
@@ -619,9 +637,10 @@ class Run:
             if self.options.summary_json:
                 try:
                     _write_json(self.options.summary_json, self._summary)
-                except OSError:
-                    pass
+                except OSError as exc:
+                    _say(f"memscope: cannot write the summary to {self.options.summary_json}: {exc}")
         finally:
+            shutil.rmtree(self._dir, ignore_errors=True)  # the socket and crash files, whatever happened
             self.status = "ended"
             self._ended.set()
         with self._subs_lock:
@@ -671,17 +690,26 @@ class Run:
         self._publish(RunEnded(t, summary))
         self._recorder.close()
         if self.options.summary_json:
-            _write_json(self.options.summary_json, summary)
-        shutil.rmtree(self._dir, ignore_errors=True)
+            try:
+                _write_json(self.options.summary_json, summary)
+            except OSError as exc:  # the run's own summary is still returned; the user is told once
+                _say(f"memscope: cannot write the summary to {self.options.summary_json}: {exc}")
 
     def _summarize_record(self) -> dict[str, Any]:
         """The summary as the record says it now (everything published so far is flushed first)."""
         self._recorder_sync()
-        rd = RunData(self.record_path)
+        from .store import record_health
+
+        # A record the disk refused in part: the summary reads it as memscope knows it (file + memory).
+        rd = RunData(self.record_path, self._recorder.memory_copy() if self._recorder.lost_records else None)
         try:
-            return summarize(rd)
+            s = summarize(rd)
         finally:
             rd.close()
+        health = record_health(self._recorder, self._server)
+        if health:
+            s["record_errors"] = health
+        return s
 
     def _exit(self, cause: str, message: str) -> dict[str, Any]:
         """An ``exit`` object for the states the record cannot tell: running, detached, memscope failed."""
@@ -701,7 +729,10 @@ class Run:
                 if name.startswith(protocol.FAULT_PREFIX) and os.path.getsize(path) > 0:
                     pid = int(name[len(protocol.FAULT_PREFIX):].split(".")[0])
                     with open(path, errors="replace") as f:
-                        self._publish(Event(self._clock(), pid, "fault", {"text": f.read(200000)}))
+                        text = f.read(200000)
+                    self._publish(Event(self._clock(), pid, "fault", {"text": text}))
+                    if protocol.FAULT_ECHO + "." in name:
+                        self._echo_stderr(text)
                 elif name.startswith(protocol.EXC_PREFIX) and name.endswith(".json"):
                     pid = int(name[len(protocol.EXC_PREFIX):].split(".")[0])
                     with open(path) as f:
@@ -714,26 +745,40 @@ class Run:
             except (OSError, ValueError):
                 continue
 
+    def _record_trouble(self, line: str) -> None:
+        """The recorder's one warning (a full disk): said on stderr, and to the live views as an event."""
+        _say(line)
+        try:
+            self._publish(Event(self._clock(), None, "record_error", {"error": line}))
+        except Exception:
+            pass
+
+    def _echo_stderr(self, text: str) -> None:
+        """The user's own faulthandler output (PYTHONFAULTHANDLER=1), which the agent's file took: to the run's
+        stderr, where the user asked for it."""
+        if self.options.output == "capture":
+            self._publish(Event(self._clock(), self.pid, "output", {"stream": "stderr", "text": text}))
+            self.output_tail.extend(text.rstrip("\n").split("\n"))
+        else:
+            _say(text.rstrip("\n"))
+
     def _recorder_sync(self, timeout: float = 5.0) -> None:
-        done = threading.Event()
-        self._recorder.put(Event(0.0, None, "__barrier__", {"event": done}))  # type: ignore[dict-item]
-        done.wait(timeout)
+        self._recorder.sync(timeout)
 
     def _read_output(self, stream: Any, name: str) -> None:
-        partial = ""
-        for chunk in iter(lambda: stream.read1(65536) if hasattr(stream, "read1") else stream.read(4096), b""):
-            text = chunk.decode("utf-8", "replace")
+        from .collect.output import LineReader, pump
+
+        def on_text(text: str) -> None:
             self._publish(Event(self._clock(), self.pid, "output", {"stream": name, "text": text}))
-            partial += text
-            *lines, partial = partial.split("\n")
-            for line in lines:
-                self.output_tail.append(_last_state(line))
-            # A progress bar redraws with \r and no newline: show its latest state.
-            partial = _last_state(partial) if "\r" in partial else partial
-            self.output_partial = partial
-        if partial:
-            self.output_tail.append(_last_state(partial))
-        self.output_partial = ""
+
+        reader = LineReader(on_text, self.output_tail)
+        self._readers[name] = reader
+        pump(stream, reader)
+
+    @property
+    def output_partial(self) -> str:
+        """The line being written (a progress bar), not yet ended by a newline."""
+        return next((r.partial for r in self._readers.values() if r.partial), "")
 
     def _abort(self) -> None:
         if self._server is not None:
@@ -749,10 +794,13 @@ class Run:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-def _last_state(line: str) -> str:
-    """What a terminal shows of a line redrawn with carriage returns: the text after the last non-final \\r."""
-    body = line.rstrip("\r")
-    return body.rsplit("\r", 1)[-1]
+def _say(line: str) -> None:
+    """One line for the user on memscope's stderr (never raises: the run must reach its end)."""
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 class _Subscriber:
@@ -794,9 +842,18 @@ class _Subscriber:
 
 
 def _write_json(path: str, obj: Any) -> None:
+    """Write ``obj`` to ``path`` whole or not at all: no partial file and no temporary left behind on failure."""
     import json
 
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=".memscope-summary-", dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2)
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; a summary is meant to be read (CI, a colleague)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -60,6 +60,17 @@ BAD = [
     (["run"], "no command given"),
     (["report", "nope", "--record", "{tmp}"], "no run 'nope'"),
     (["run", "--limit", "lots", "x.py"], "not a size"),
+    (["run", "--limit", "8ib", "x.py"], "not a size"),
+    (["run", "--limit", "9" * 30 + "T", "x.py"], "too large a size"),
+    (["run", "--limit", "1" + "0" * 400, "x.py"], "too large a size"),
+    (["run", "--limit", "0", "x.py"], "more than 0"),
+    (["run", "--interval", "nan", "x.py"], "must be a number of seconds"),
+    (["run", "--interval", "inf", "x.py"], "must be a number of seconds"),
+    (["run", "--interval", "0", "x.py"], "must be a number of seconds"),
+    (["run", "--pss-interval", "inf", "x.py"], "must be a number of seconds"),
+    (["run", "--grace", "nan", "x.py"], "must be a number of seconds"),
+    (["run", "--grace", "soon", "x.py"], "not a number"),
+    (["run", "--record", "{tmp}", "--summary-json", "{tmp}", "{here}/scripts/clean.py"], "is a directory"),
 ]
 
 
@@ -76,6 +87,88 @@ def test_bad_input_gets_one_clear_line_and_nothing_runs(args, expected, tmp_path
     assert expected in lines[0]
     assert "Traceback" not in p.stderr
     assert set(os.listdir(tmp_path / "x")) == before  # no record left behind
+
+
+def _record(path, summary=None, samples=200):
+    from memscope.model import HostSample, ProcessSeen, ProcMem, RunEnded, TreeSample
+    from memscope.store import Recorder
+
+    rec = Recorder(str(path))
+    rec.begin("r1", ["x.py"], "/", "2026-01-01T00:00:00", 0.0, 10, {})
+    rec.put(ProcessSeen(0.0, 10, 1, "main", "python", "python x.py", 0.0))
+    for i in range(samples):
+        rec.put(TreeSample(i * 0.1, "rss", (ProcMem(10, (100 + i) << 20),)))
+        rec.put(HostSample(i * 0.1, 8 << 30, 4 << 30, 0, 0, None, None, 0, None))
+    if summary is not None:
+        rec.put(RunEnded(1.0, summary))
+    rec.close()
+    return path
+
+
+def _bad_file(kind, d):
+    import sqlite3
+
+    path = d / "bad.sqlite"
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "corrupt":
+        path.write_bytes(os.urandom(8192))
+    elif kind == "truncated":
+        _record(path, samples=3000)
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 3])
+        for suffix in ("-wal", "-shm"):
+            if os.path.exists(str(path) + suffix):
+                os.unlink(str(path) + suffix)
+    elif kind == "foreign":
+        con = sqlite3.connect(path)
+        con.execute("CREATE TABLE photos (id INTEGER, name TEXT)")
+        con.commit()
+        con.close()
+    elif kind == "foreign_run_table":
+        con = sqlite3.connect(path)
+        con.execute("CREATE TABLE run (id TEXT, summary TEXT)")
+        con.execute("INSERT INTO run VALUES ('x', '{')")
+        con.commit()
+        con.close()
+    elif kind == "summary_json":
+        path = d / "summary.json"
+        path.write_text('{"schema": "memscope.summary/1", "exit": ')
+    return path
+
+
+@pytest.mark.parametrize("kind", ["empty", "corrupt", "truncated", "foreign", "foreign_run_table", "summary_json"])
+def test_report_on_a_file_that_is_no_record_says_one_line(kind, tmp_path):
+    path = _bad_file(kind, tmp_path)
+    for extra in ([], ["--json"], ["--html", str(tmp_path / "r.html")]):
+        p = memscope("report", str(path), *extra)
+        assert p.returncode == 2, (kind, extra, p.stdout, p.stderr)
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and "is not a readable memscope record" in lines[0], p.stderr
+        assert "Traceback" not in p.stderr
+    assert not os.path.exists(tmp_path / "r.html")
+
+
+def test_report_on_a_record_with_a_damaged_summary_recomputes_it(tmp_path):
+    import sqlite3
+
+    path = _record(tmp_path / "r.sqlite", summary={"exit": {"cause": "ok"}, "peak": {}})
+    con = sqlite3.connect(path)
+    con.execute("UPDATE run SET summary='{\"exit\": [', meta='not json'")
+    con.commit()
+    con.close()
+    p = memscope("report", str(path), "--json")
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert s["exit"]["cause"] == "unknown"  # the record holds no exit: said so, not invented
+    assert s["peak"]["tree_rss_bytes"] == (100 + 199) << 20
+
+
+def test_markup_in_the_record_path_is_printed_as_text(tmp_path):
+    rec = tmp_path / "rec[/x]" / "[bold]runs"
+    p = memscope("run", "--record", str(rec), script("clean.py"), "0.1")
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr and f"record {rec}" in p.stderr.replace("\n", "")
 
 
 def test_ctrl_c_stops_the_whole_tree(tmp_path):

@@ -22,13 +22,14 @@ def _hello():
         os.path.realpath(argv0) == os.path.realpath(script)
     return {"pid": os.getpid(), "ppid": os.getppid(), "argv": list(sys.argv),
             "orig_argv": list(getattr(sys, "orig_argv", [])), "executable": sys.executable,
-            "runs_script": runs_script, "forked": _forked}
+            "runs_script": runs_script, "forked": _forked, "rank": os.environ.get("RANK")}
 
 
 def _after_fork():
     global _forked
     try:
         _forked = True
+        crash.after_fork()
         crash.enable_faulthandler(os.environ[ENV_DIR])
         phases.after_fork()
         channel.after_fork(_hello())

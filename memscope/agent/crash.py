@@ -1,22 +1,32 @@
 """Evidence for the exit card, written where it survives the process: per-pid files in the run directory.
 
 faulthandler dumps every thread's Python stack on SIGSEGV/SIGABRT/SIGBUS/SIGFPE/SIGILL; the excepthook saves an
-uncaught exception before Python prints it. Both keep working when the collector's socket is gone.
+uncaught exception before Python prints it, and an exit handler saves it from ``sys.last_value`` when the user's
+own excepthook (rich, loguru, better_exceptions) replaced ours. All keep working when the collector's socket is
+gone.
 """
+import atexit
 import faulthandler
 import json
 import os
 import sys
+import time
 import traceback
 
-from .protocol import EXC_PREFIX, FAULT_PREFIX
+from .protocol import EXC_PREFIX, FAULT_ECHO, FAULT_PREFIX
 
 _fault_file = None
+_echo = None      # the user enabled faulthandler themselves (PYTHONFAULTHANDLER, -X faulthandler)
+_saved = [False]  # this process's uncaught exception is saved
 
 
 def enable_faulthandler(run_dir):
-    global _fault_file
-    path = os.path.join(run_dir, "%s%d.txt" % (FAULT_PREFIX, os.getpid()))
+    global _fault_file, _echo
+    if _echo is None:
+        _echo = faulthandler.is_enabled()
+    # faulthandler has one file: ours. When the user asked for the dump on stderr, the file's name says so and
+    # the collector copies the dump to the run's stderr after the crash.
+    path = os.path.join(run_dir, "%s%d%s.txt" % (FAULT_PREFIX, os.getpid(), FAULT_ECHO if _echo else ""))
     f = open(path, "w")
     faulthandler.enable(file=f, all_threads=True)
     old, _fault_file = _fault_file, f
@@ -57,25 +67,56 @@ def keep_faulthandler_in_dataloader_workers(run_dir, channel):
     when_imported("torch.utils.data._utils.signal_handling", patch)
 
 
+def _rank():
+    return os.environ.get("RANK")
+
+
+def save_exception(run_dir, channel, etype, value, tb, how):
+    """Write this process's uncaught exception where the collector finds it (once per process)."""
+    if _saved[0]:
+        return
+    _saved[0] = True
+    rec = {
+        "type": getattr(etype, "__qualname__", str(etype)),
+        "module": getattr(etype, "__module__", ""),
+        "message": str(value)[:10000],
+        "traceback": "".join(traceback.format_exception(etype, value, tb))[-100000:],
+        "pid": os.getpid(),
+        "wall": time.time(),
+        "rank": _rank(),
+        "how": how,
+    }
+    path = os.path.join(run_dir, "%s%d.json" % (EXC_PREFIX, os.getpid()))
+    with open(path + ".tmp", "w") as f:
+        json.dump(rec, f)
+    os.replace(path + ".tmp", path)
+    channel.send(dict(rec, t="exception"))
+
+
 def install_excepthook(run_dir, channel):
     previous = sys.excepthook
 
     def hook(etype, value, tb):
         try:
-            rec = {
-                "type": getattr(etype, "__qualname__", str(etype)),
-                "module": getattr(etype, "__module__", ""),
-                "message": str(value)[:10000],
-                "traceback": "".join(traceback.format_exception(etype, value, tb))[-100000:],
-                "pid": os.getpid(),
-            }
-            path = os.path.join(run_dir, "%s%d.json" % (EXC_PREFIX, os.getpid()))
-            with open(path + ".tmp", "w") as f:
-                json.dump(rec, f)
-            os.replace(path + ".tmp", path)
-            channel.send(dict(rec, t="exception"))
+            save_exception(run_dir, channel, etype, value, tb, "excepthook")
         except Exception:
             pass
         previous(etype, value, tb)
 
+    def at_exit():
+        # The interpreter sets sys.last_value (3.12: last_exc) before it calls whatever excepthook is installed,
+        # ours or one that replaced it, and runs exit handlers after: the exception is still there.
+        value = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+        if not isinstance(value, BaseException) or isinstance(value, (SystemExit, KeyboardInterrupt)):
+            return
+        try:
+            save_exception(run_dir, channel, type(value), value, value.__traceback__, "at exit")
+        except Exception:
+            pass
+
     sys.excepthook = hook
+    atexit.register(at_exit)
+
+
+def after_fork():
+    _saved[0] = False  # a child's exception is its own

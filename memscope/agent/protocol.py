@@ -6,5 +6,6 @@ ENV_DIR = "MEMSCOPE_DIR"        # private directory for per-process crash files
 ENV_SCRIPT = "MEMSCOPE_SCRIPT"  # the user's script, when known
 
 FAULT_PREFIX = "fault-"         # fault-<pid>.txt: faulthandler's dump of every thread on a fatal signal
+FAULT_ECHO = ".stderr"         # fault-<pid>.stderr.txt: the user asked for the dump on stderr too
 EXC_PREFIX = "exc-"             # exc-<pid>.json: an uncaught exception (type, message, traceback)
 MAX_LINE = 1 << 20              # longest message accepted from an agent

@@ -36,6 +36,11 @@ def _exit_line(ex: dict[str, Any]) -> str | None:
                 "free tensors kept across steps (a census shows them), or set "
                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True if reserved is far above allocated.")
     if cause in ("segfault", "abort", "bus_error"):
+        if not ex.get("traceback"):
+            return ("A crash in native code, and no Python stack was captured: run it again with memscope's agent "
+                    "loaded (no python -I or -S, keep memscope's PYTHONPATH entry) or with python -X faulthandler "
+                    "to see the call that entered it; then try that step with num_workers=0 and without "
+                    "torch.compile.")
         return ("A crash in native code: the Python stack in exit.traceback shows the call that entered it; "
                 "try the same step with num_workers=0 and without torch.compile to narrow it down.")
     return None

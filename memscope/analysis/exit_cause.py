@@ -39,6 +39,8 @@ class ExitEvidence:
     maxrss_bytes: int | None = None
     scalene: bool = False                  # the root is Scalene's launcher (memscope run --scalene)
     cuda_ooms: dict[int, dict[str, Any]] = field(default_factory=dict)  # pid -> the allocator's OOM observer
+    agent_pids: set[int] | None = None     # processes whose agent said hello; None: not known (an old record)
+    ranks: dict[int, str] = field(default_factory=dict)  # pid -> its RANK (torchrun), from its agent
 
 
 def signal_name(n: int) -> str:
@@ -146,6 +148,8 @@ def decide(e: ExitEvidence) -> dict[str, Any]:
             if e.stop_requested == "stop" else "SIGKILL to every process of the tree"
         return out("stopped_by_user", f"Stopped by you ({how}); no process of the run is left.", sig=main_sig)
 
+    first = first_rank_failure(e) if failed else None
+
     workers = crashed_workers(e) if failed else []
     if workers:
         wpid, wsig = workers[0]
@@ -159,11 +163,15 @@ def decide(e: ExitEvidence) -> dict[str, Any]:
         return out("worker_crash", f"{what[0].upper() + what[1:]} pid {wpid} ({role}) died of {wsig}{extra} and the main "
                    f"process failed after it; {hint}.", sig=wsig, pid=wpid, tb=tb)
 
+    if first is not None:
+        return _rank_exception(e, first, out)
+
     if main_sig in FATAL:
         where = _last_frame(fault)
         at = f" in {where}" if where else ""
         stack = "the Python stack of every thread is in exit.traceback" if fault else \
-            "no Python stack was captured (the process did not load the agent)"
+            "no Python stack was captured (the process did not load memscope's agent)" \
+            if e.agent_pids is not None and main not in e.agent_pids else "no Python stack was captured"
         return out(FATAL[main_sig], f"The main process (pid {main}) died of {main_sig}{at}; {stack}; a crash in "
                    "native code (an extension, a library or CUDA) is the usual cause.", sig=main_sig, tb=fault)
 
@@ -202,5 +210,42 @@ def decide(e: ExitEvidence) -> dict[str, Any]:
             return out("exception", f"{exc.get('type')}: {exc.get('message', '')[:300]}", tb=exc.get("traceback"))
         return out("unknown", "The watched process ended; its exit status could not be observed (attached, "
                    "not its parent).")
+    if e.agent_pids is not None and main not in e.agent_pids:
+        # No agent in the process: an exception may well have ended it; memscope cannot say.
+        return out("exit_nonzero", f"The command exited with status {rc}; memscope could not see inside this "
+                   f"process (pid {main}: no agent loaded — not Python, started with python -I or -S, or a "
+                   "PYTHONPATH that dropped memscope's), so whether an exception ended it is unknown; read its last "
+                   "output lines for the reason.")
     return out("exit_nonzero", f"The command exited with status {rc} without an uncaught Python exception; "
                "read its last output lines for the reason.")
+
+
+def first_rank_failure(e: ExitEvidence) -> int | None:
+    """torchrun: the rank whose exception came first in time, when ranks raised (the others' errors, a gloo
+    "connection closed" on rank 0, follow from it). None when no rank raised."""
+    ranks = [pid for pid, role in e.roles.items() if role == "rank"]
+    if any(e.faults.get(p) or e.proc_signals.get(p) in FATAL for p in ranks):
+        return None  # a rank crashed in native code: that story is told by the crash paths
+    raised = [(float(x.get("wall") or "inf"), pid) for pid, x in e.exceptions.items() if pid in ranks]
+    return min(raised)[1] if raised else None
+
+
+def _rank_name(e: ExitEvidence, pid: int) -> str:
+    rank = (e.exceptions.get(pid) or {}).get("rank") or e.ranks.get(pid)
+    return f"Rank {rank} (pid {pid})" if rank is not None else f"The rank with pid {pid}"
+
+
+def _rank_exception(e: ExitEvidence, pid: int, out: Any) -> dict[str, Any]:
+    exc = e.exceptions[pid]
+    name = exc.get("type", "Exception")
+    msg = (exc.get("message") or "").strip().splitlines()
+    first = f": {msg[0][:300]}" if msg else ""
+    where = _last_frame(exc.get("traceback"))
+    at = f" at {where}" if where else ""
+    others = sorted(p for p in e.exceptions if p != pid and e.roles.get(p) == "rank")
+    after = ""
+    if others:
+        names = ", ".join(_rank_name(e, p).split(" (")[0].lower() for p in others)
+        after = f"; {names} failed after it ({e.exceptions[others[0]].get('type', 'Exception')}), a consequence"
+    return out("exception", f"{_rank_name(e, pid)} failed first: {name}{first}{at}{after}.", pid=pid,
+               tb=exc.get("traceback"))

@@ -72,7 +72,18 @@ def evidence(rd: RunData) -> ExitEvidence:
         maxrss_bytes=st.get("maxrss_bytes"),
         scalene=bool((run.get("meta") or {}).get("scalene")),
         cuda_ooms=gpu_mod.observed_ooms(rd),
+        **_agents(rd, run),
     )
+
+
+def _agents(rd: RunData, run: dict[str, Any]) -> dict[str, Any]:
+    """Which processes memscope could see inside (their agent said hello), and each one's torchrun RANK."""
+    meta = run.get("meta") or {}
+    hellos = rd.events("agent_hello")
+    ranks = {h["pid"]: str(h["data"]["rank"]) for h in hellos if h["data"].get("rank") is not None}
+    if meta.get("attached"):
+        return {"ranks": ranks}  # never an agent: the exit status itself is unknown
+    return {"agent_pids": {h["pid"] for h in hellos}, "ranks": ranks}
 
 
 def summarize(rd: RunData) -> dict[str, Any]:

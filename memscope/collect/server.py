@@ -3,6 +3,10 @@
 A connection must open with a hello carrying the run's token, or it is dropped. The server runs on its own
 thread and never writes back on its own (only a request such as a census, through ``request``), so a slow or dead
 agent cannot stall the collectors.
+
+Untrusted until the hello: at most ``MAX_PENDING`` such connections at once, each dropped ``HELLO_TIMEOUT_S``
+after it opened; a line that is not a JSON object closes the connection. After the hello every message is checked
+against ``messages.KINDS``: a refused one is counted and skipped, never passed on.
 """
 from __future__ import annotations
 
@@ -16,8 +20,11 @@ import time
 from typing import Any, Callable
 
 from ..agent.protocol import MAX_LINE
+from .messages import Refused, parse_line, validate
 
 OnMessage = Callable[[int, dict[str, Any]], None]
+MAX_PENDING = 32        # connections without a valid hello yet
+HELLO_TIMEOUT_S = 2.0   # an agent says hello at once; a silent connection is not one
 
 
 class AgentServer:
@@ -35,7 +42,10 @@ class AgentServer:
         self._sel.register(self._listener, selectors.EVENT_READ, None)
         self._thread = threading.Thread(target=self._loop, name="memscope-agent-server", daemon=True)
         self.connections = 0
-        self.rejected = 0
+        self.rejected = 0   # connections closed: no valid hello, garbage, too many waiting, timed out
+        self.refused = 0    # messages refused after the hello (unknown kind, bad fields)
+        self.last_refusal: str | None = None
+        self._pending: dict[socket.socket, float] = {}  # unauthenticated connection -> when it opened
         self._by_pid: dict[int, socket.socket] = {}
 
     def start(self) -> None:
@@ -83,6 +93,10 @@ class AgentServer:
             return False
         return True
 
+    def stats(self) -> dict[str, Any]:
+        return {"connections": self.connections, "rejected_connections": self.rejected,
+                "refused_messages": self.refused, "last_refusal": self.last_refusal}
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             for key, _ in self._sel.select(timeout=0.2):
@@ -90,16 +104,32 @@ class AgentServer:
                     self._accept()
                 else:
                     self._read(key)
+            self._expire()
 
     def _accept(self) -> None:
         try:
             conn, _ = self._listener.accept()
         except OSError:
+            # EMFILE and the like: the backlog stays readable; wait a little rather than spin on it.
+            self._stop.wait(0.05)
+            return
+        if len(self._pending) >= MAX_PENDING:
+            self.rejected += 1
+            conn.close()
             return
         conn.setblocking(False)
+        self._pending[conn] = time.monotonic()
         self._sel.register(conn, selectors.EVENT_READ, {"buf": b"", "pid": None})
 
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for conn, opened in list(self._pending.items()):
+            if now - opened > HELLO_TIMEOUT_S:
+                self.rejected += 1
+                self._drop(conn)
+
     def _drop(self, conn: socket.socket) -> None:
+        self._pending.pop(conn, None)
         for pid, c in list(self._by_pid.items()):
             if c is conn:
                 self._by_pid.pop(pid, None)
@@ -128,21 +158,37 @@ class AgentServer:
         *lines, state["buf"] = state["buf"].split(b"\n")
         for line in lines:
             try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(msg, dict):
-                continue
+                msg = parse_line(line)
+            except Refused:
+                if state["pid"] is None:
+                    self.rejected += 1
+                self._drop(conn)  # garbage: whatever is at the other end is not an agent
+                return
             if state["pid"] is None:
                 token = msg.pop("token", "")
-                if msg.get("t") != "hello" or not isinstance(token, str) or \
-                        not hmac.compare_digest(token, self._token) or not isinstance(msg.get("pid"), int):
+                try:
+                    ok = msg.get("t") == "hello" and isinstance(token, str) and \
+                        hmac.compare_digest(token.encode("utf-8", "replace"), self._token.encode()) and \
+                        validate(msg) is msg
+                except Refused:
+                    ok = False
+                if not ok:
                     self.rejected += 1
                     self._drop(conn)
                     return
+                self._pending.pop(conn, None)
                 state["pid"] = msg["pid"]
                 self._by_pid[msg["pid"]] = conn
                 self.connections += 1
+            else:
+                try:
+                    validate(msg)
+                    if msg.get("t") == "hello":
+                        raise Refused("a second hello")
+                except Refused as exc:
+                    self.refused += 1
+                    self.last_refusal = str(exc)
+                    continue
             try:
                 self._on_message(state["pid"], msg)
             except Exception:

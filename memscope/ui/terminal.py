@@ -94,7 +94,7 @@ def render_lines(run: "Run", width: int, note: str = "") -> list[str]:
     for pid, d in alive[:FOOTER_LINES - 3]:
         role = d.get("role", "other")
         table.add_row(str(pid), Text(role, style=ROLE_STYLE.get(role, "")), fmt_bytes(d.get("rss")),
-                      fmt_bytes(d.get("pss")), (d.get("cmdline") or d.get("name") or "")[:200])
+                      fmt_bytes(d.get("pss")), Text((d.get("cmdline") or d.get("name") or "")[:200]))  # not markup
     more = len(alive) - (FOOTER_LINES - 3)
     tail = Text(f" +{more} more processes" if more > 0 else "", style="dim")
     if note:
@@ -180,8 +180,10 @@ def print_final(summary: dict, file=None) -> None:
     con = Console(file=f, highlight=False, soft_wrap=True)
     style = "green" if ex["cause"] == "ok" else "bold red"
     con.print(Text.assemble(("memscope: ", "bold"), (ex["cause"], style), f" — {ex['message']}"))
+    # markup=False: a path such as rec[/x] is text, not a closing tag.
     con.print(f"memscope: peak tree PSS {fmt_bytes(peak['tree_pss_bytes'])}, RSS {fmt_bytes(peak['tree_rss_bytes'])}"
-              f" at {peak['at_s']:.1f} s; {len(summary['processes'])} processes; record {summary.get('record')}")
+              f" at {peak['at_s']:.1f} s; {len(summary['processes'])} processes; record {summary.get('record')}",
+              markup=False)
     con.print(Text.assemble(("memscope: memory: ", "bold"), verdict_text(summary.get("leak"), summary.get("spikes")),
                             f"; {limit_text(summary.get('limit'))}"))
     if ex.get("traceback") and ex["cause"] in ("segfault", "abort", "bus_error", "worker_crash"):

@@ -1,0 +1,131 @@
+"""What an agent may say: a closed set of message kinds, each with typed, size-checked fields.
+
+Anything else is refused before it reaches the recorder or the exit analysis: a kind not listed here (``fault``,
+``exit_status``, anything the recorder or the supervisor use among themselves) never comes from a socket.
+Probe kinds that carry many figures (allocator stats, index states) accept extra fields, but only plain JSON
+values of bounded size; the fields memscope reads are checked by type.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+PID_MAX = 1 << 22          # Linux's PID_MAX_LIMIT: no real pid is larger
+INT_MAX = (1 << 63) - 1    # SQLite's INTEGER, and any byte count memscope could see
+MAX_STR = 200_000          # a traceback is cut at 100 000 characters by the agent
+MAX_ITEMS = 2_000          # entries of a list or an object
+MAX_DEPTH = 6
+MAX_FIELDS = 200
+
+
+class Refused(ValueError):
+    """A message memscope does not accept; the text says why, briefly."""
+
+
+# Field kinds: "pid", "int", "num", "bool", "str", "str?" (str or None), "strs" (list of str), "any" (checked
+# only as bounded JSON), "int?" / "num?" (or None).
+_COMMON = {"t": "str", "pid": "pid", "wall": "num"}
+KINDS: dict[str, tuple[dict[str, str], bool]] = {
+    # kind: (fields, extra fields allowed)
+    "hello": ({"ppid": "int", "argv": "strs", "orig_argv": "strs", "executable": "str?", "runs_script": "bool",
+               "forked": "bool", "rank": "str?", "faulthandler_stderr": "bool"}, False),
+    "role": ({"role": "str"}, False),
+    "exception": ({"type": "str", "module": "str?", "message": "str", "traceback": "str", "rank": "str?",
+                   "how": "str?"}, False),
+    "phase": ({"name": "str", "state": "str", "auto": "bool"}, False),
+    "epoch": ({"loader": "int", "n": "int", "workers": "int"}, False),
+    "mark": ({"text": "str"}, False),
+    "scalene": ({"state": "str", "on": "int", "off": "int", "total_cpu_s": "num"}, False),
+    "census": ({"id": "str", "error": "str"}, True),
+    "reply": ({"id": "str?", "error": "str"}, False),
+    "torch_alloc": ({"backend": "str", "device": "int"}, True),
+    "cuda_oom": ({"device": "int", "alloc_bytes": "int", "device_total": "int", "device_free": "int",
+                  "allocator_summary": "str", "snapshot": "str"}, True),
+    "compile": ({"state": "str", "id": "str", "trigger": "str?"}, True),
+    "np_load": ({"ev": "str", "id": "str"}, True),   # path: a file name, or whatever names a file object
+    "np_read": ({"id": "str", "key": "str", "reads": "int"}, True),
+    "malloc": ({}, True),
+    "faiss_index": ({"ev": "str", "id": "str"}, True),
+}
+REQUIRED = {"hello": ("pid",), "role": ("role",), "exception": ("type", "traceback"), "phase": ("name", "state"),
+            "mark": ("text",), "census": ("id",), "np_load": ("ev", "id"), "np_read": ("id",),
+            "faiss_index": ("ev", "id")}
+
+
+def parse_line(line: bytes) -> dict[str, Any]:
+    """One JSON object from one line; NaN and Infinity are not JSON and are refused."""
+    try:
+        msg = json.loads(line, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise Refused(f"not JSON: {exc}") from None
+    if not isinstance(msg, dict):
+        raise Refused("not a JSON object")
+    return msg
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")
+
+
+def validate(msg: dict[str, Any]) -> dict[str, Any]:
+    """The message if memscope accepts it (unchanged), else Refused."""
+    kind = msg.get("t")
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise Refused(f"unknown message kind {str(kind)[:40]!r}")
+    if len(msg) > MAX_FIELDS:
+        raise Refused(f"{kind}: too many fields")
+    fields, extra = KINDS[kind]
+    for name in REQUIRED.get(kind, ()):
+        if name not in msg:
+            raise Refused(f"{kind}: {name} is missing")
+    for name, value in msg.items():
+        if not isinstance(name, str):
+            raise Refused(f"{kind}: a field name is not a string")
+        want = _COMMON.get(name) or fields.get(name)
+        if want is None:
+            if not extra:
+                raise Refused(f"{kind}: unexpected field {name[:40]!r}")
+            want = "any"
+        if not _ok(value, want):
+            raise Refused(f"{kind}: bad {name[:40]!r}")
+    return msg
+
+
+def _ok(v: Any, want: str) -> bool:
+    if v is None and want.endswith("?"):
+        return True
+    want = want.rstrip("?")
+    if want == "pid":
+        return type(v) is int and 0 < v <= PID_MAX
+    if want == "int":
+        return type(v) is int and -INT_MAX <= v <= INT_MAX
+    if want == "num":
+        return (type(v) is int and -INT_MAX <= v <= INT_MAX) or (type(v) is float and math.isfinite(v))
+    if want == "bool":
+        return type(v) is bool
+    if want == "str":
+        return type(v) is str and len(v) <= MAX_STR
+    if want == "strs":  # argv: as many items as the line (MAX_LINE) holds; a long file list is normal
+        return type(v) is list and all(type(s) is str and len(s) <= MAX_STR for s in v)
+    return _plain(v, 0)
+
+
+def _plain(v: Any, depth: int) -> bool:
+    """Bounded JSON: what the recorder can store and the views can show without surprises."""
+    if v is None or type(v) is bool:
+        return True
+    if type(v) is int:
+        return -INT_MAX <= v <= INT_MAX
+    if type(v) is float:
+        return math.isfinite(v)
+    if type(v) is str:
+        return len(v) <= MAX_STR
+    if depth >= MAX_DEPTH:
+        return False
+    if type(v) is list:
+        return len(v) <= MAX_ITEMS and all(_plain(x, depth + 1) for x in v)
+    if type(v) is dict:
+        return len(v) <= MAX_ITEMS and all(type(k) is str and len(k) <= 200 and _plain(x, depth + 1)
+                                           for k, x in v.items())
+    return False

@@ -1,0 +1,157 @@
+"""The agent protocol through the real socket: a closed set of kinds, refused forgeries, untrusted connections
+bounded in number and time, and a recorder that outlives any record."""
+import json
+import os
+import socket
+import threading
+import time
+
+from conftest import script, wait_for_output
+
+from memscope.collect import server as server_mod
+from memscope.collect.server import AgentServer
+from memscope.model import Event, ProcessSeen, TreeSample, ProcMem
+from memscope.store import Recorder, RunData
+
+
+def test_forged_kinds_are_refused_and_the_exit_stays_true(start):
+    run = start([script("forge_messages.py")])
+    wait_for_output(run, "forged sent")
+    assert "forged sent True True True" in list(run.output_tail)  # NaN, a bad hello, garbage: each closed
+    s = run.wait(60)
+    assert s["exit"]["cause"] == "ok" and s["exit"]["traceback"] is None, s["exit"]
+    rd = RunData(s["record"])
+    try:
+        kinds = {e["kind"] for e in rd.events()}
+        assert not kinds & {"__sql__", "__barrier__", "fault", "exit_status_forged"}
+        assert len(rd.events("exit_status")) == 1 and rd.events("exit_status")[0]["data"]["returncode"] == 0
+        assert rd.con.execute("SELECT COUNT(*) FROM samples").fetchone()[0] > 0  # no DROP TABLE ran
+        marks = [e["data"]["text"] for e in rd.events("mark")]
+        assert marks == ["still heard"]
+        assert not rd.events("agent_exception")
+    finally:
+        rd.close()
+    err = s["record_errors"]
+    assert err["refused_messages"] == 10, err   # every forged line after the hello
+    assert err["rejected_connections"] >= 1 and err["bad_records"] == 0
+
+
+def _server(tmp_path, got):
+    srv = AgentServer(str(tmp_path / "a.sock"), "tok", lambda pid, msg: got.append((pid, msg)))
+    srv.start()
+    return srv
+
+
+def _connect(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    s.settimeout(5)
+    return s
+
+
+def test_silent_connections_are_dropped_and_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(server_mod, "HELLO_TIMEOUT_S", 1.5)
+    got = []
+    srv = _server(tmp_path, got)
+    try:
+        t_open = time.monotonic()
+        idle = [_connect(srv.path) for _ in range(server_mod.MAX_PENDING)]
+        deadline = time.monotonic() + 5
+        while len(srv._pending) < server_mod.MAX_PENDING and time.monotonic() < deadline:
+            time.sleep(0.01)
+        t0 = time.monotonic()
+        extra = _connect(srv.path)
+        assert extra.recv(1) == b""             # the 33rd waiting connection is closed at once,
+        assert time.monotonic() - t0 < 1.0      # not after the hello timeout
+        assert idle[0].recv(1) == b""           # the silent ones go after the hello timeout
+        assert 1.4 < time.monotonic() - t_open < 4.0
+        # Room again: a real agent still gets in and is heard.
+        ok = _connect(srv.path)
+        ok.sendall(b'{"t":"hello","token":"tok","pid":4242}\n{"t":"mark","text":"hi"}\n')
+        deadline = time.monotonic() + 5
+        while len(got) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [m["t"] for _, m in got] == ["hello", "mark"] and got[1][0] == 4242
+        assert srv.rejected >= server_mod.MAX_PENDING + 1
+        for s in idle + [extra, ok]:
+            s.close()
+    finally:
+        srv.close()
+
+
+def test_garbage_or_a_wrong_token_closes_the_connection(tmp_path):
+    got = []
+    srv = _server(tmp_path, got)
+    try:
+        for payload in (b"\x00\xff garbage\n", b'{"t":"hello","token":"nope","pid":5}\n', b"[1,2]\n",
+                        b'{"t":"mark","text":"before hello"}\n', b'{"t":"hello","token":"tok","pid":0}\n',
+                        b'{"t":"hello","token":"t\xc3\xa9","pid":5}\n'):
+            c = _connect(srv.path)
+            c.sendall(payload)
+            assert c.recv(1) == b"", payload
+            c.close()
+        c = _connect(srv.path)
+        c.sendall(b'{"t":"hello","token":"tok","pid":77}\n{"t":"mark","text":"ok"}\nnot json\n')
+        assert c.recv(1) == b""
+        assert [m["t"] for _, m in got] == ["hello", "mark"]
+    finally:
+        srv.close()
+
+
+def test_the_recorder_survives_records_it_cannot_store(tmp_path):
+    path = str(tmp_path / "r.sqlite")
+    lines = []
+    rec = Recorder(path, warn=lines.append)
+    rec.begin("r", ["x"], "/", "now", 0.0, 1, {})
+    rec.put(ProcessSeen(0.1, 2 ** 70, 1, "main", "x", "x", 0.0))         # too big for SQLite
+    rec.put(TreeSample(0.2, "rss", (ProcMem(2 ** 80, 1),)))
+    rec.put(Event(0.3, None, "note", {"obj": object()}))                   # stored as its repr
+    rec.put(ProcessSeen(0.4, 12, 1, "main", "x", "x", 0.0))
+    try:
+        rec.put("__barrier__")  # not a record: refused at the door
+        raise AssertionError("put accepted a string")
+    except TypeError:
+        pass
+    assert rec.sync(5)
+    rec.close()
+    assert rec.bad_records == 2 and rec.lost_records == 0 and not lines
+    rd = RunData(path)
+    try:
+        assert [p["pid"] for p in rd.processes()] == [12]
+        assert len(rd.events("note")) == 1
+    finally:
+        rd.close()
+
+
+def test_what_the_agent_sends_passes_and_near_misses_do_not():
+    from memscope.collect.messages import Refused, validate
+
+    ok = [
+        {"t": "hello", "pid": 4000, "ppid": 1, "argv": ["train.py"] * 5000, "orig_argv": [], "executable": None,
+         "runs_script": True, "forked": False, "rank": "1"},
+        {"t": "role", "role": "dataloader_worker", "pid": 4001},
+        {"t": "exception", "type": "ValueError", "module": "builtins", "message": "m", "traceback": "tb",
+         "pid": 4000, "wall": 1.5, "rank": None, "how": "at exit"},
+        {"t": "phase", "name": "train", "state": "switch", "auto": True, "pid": 4000, "wall": 2.0},
+        {"t": "epoch", "loader": 140234, "n": 2, "workers": 4, "pid": 4000, "wall": 3.0},
+        {"t": "torch_alloc", "backend": "cuda", "device": 0, "allocated": 1 << 40, "pid": 4000},
+        {"t": "np_load", "ev": "open", "id": "1", "path": 7, "members": [{"name": "a", "nbytes": 8}]},
+        {"t": "census", "id": "ab12", "tensors": [{"device": "cpu", "shape": [3, 4], "bytes": 48}]},
+        {"t": "malloc", "in_use_bytes": 5, "free_held_bytes": 6, "pid": 4000},
+    ]
+    for msg in ok:
+        assert validate(msg) is msg
+    bad = [
+        {"t": "fault", "text": "x"}, {"t": "exit_status", "returncode": 0}, {"t": "__sql__"}, {"t": None},
+        {"t": "role", "role": "main", "pid": 0}, {"t": "role", "role": "main", "pid": True},
+        {"t": "role", "role": "main", "pid": (1 << 22) + 1}, {"t": "mark", "text": "x", "extra": 1},
+        {"t": "phase", "name": "x", "state": "start", "auto": 1}, {"t": "mark"},
+        {"t": "malloc", "x": [[[[[[[1]]]]]]]}, {"t": "malloc", "x": float("nan")},
+        {"t": "torch_alloc", "backend": "cuda", "device": 0, "allocated": 1 << 64},
+    ]
+    for msg in bad:
+        try:
+            validate(msg)
+        except Refused:
+            continue
+        raise AssertionError(f"accepted {msg}")
