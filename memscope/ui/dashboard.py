@@ -52,6 +52,8 @@ def _esc(s: Any) -> str:
 
 
 def process_table(procs: dict[int, dict[str, Any]]) -> str:
+    # A "GPU" column only when some process has GPU memory (``gpu`` bytes: NVML's, else PyTorch's reserved).
+    gpu = any(d.get("gpu") for d in procs.values())
     rows = []
     for pid, d in sorted(procs.items(), key=lambda x: (not x[1].get("alive", True), -(x[1].get("rss") or 0))):
         alive = d.get("alive", True)
@@ -66,13 +68,23 @@ def process_table(procs: dict[int, dict[str, Any]]) -> str:
         style = "" if alive else ' style="color:#999"'
         rows.append(f"<tr{style}><td>{pid}</td><td>{_esc(d.get('role', 'other'))}</td>"
                     f"<td>{fmt_bytes(d.get('rss'))}</td><td>{fmt_bytes(d.get('pss'))}</td>"
-                    f"<td>{fmt_bytes(d.get('swap'))}</td><td>{_esc(state)}</td>"
+                    f"<td>{fmt_bytes(d.get('swap'))}</td>"
+                    + (f"<td>{fmt_bytes(d.get('gpu')) if d.get('gpu') else ''}</td>" if gpu else "")
+                    + f"<td>{_esc(state)}</td>"
                     f"<td style='max-width:420px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap'>"
                     f"{_esc(d.get('cmdline') or d.get('name') or '')}</td></tr>")
     head = "".join(f"<th style='text-align:left;padding-right:10px'>{h}</th>"
-                   for h in ("pid", "role", "RSS", "PSS", "swap", "state", "command"))
+                   for h in ("pid", "role", "RSS", "PSS", "swap") + (("GPU",) if gpu else ()) + ("state", "command"))
     return (f"<table class='memscope-procs' style='font-size:12px;font-family:monospace'><tr>{head}</tr>"
             f"{''.join(rows)}</table>")
+
+
+def with_gpu(procs: dict[int, dict[str, Any]], gpu_by_pid: dict[int, int]) -> dict[int, dict[str, Any]]:
+    """``procs`` with each process's GPU bytes (``gpu``) where it has some."""
+    for pid, b in gpu_by_pid.items():
+        if pid in procs and b:
+            procs[pid] = dict(procs[pid], gpu=b)
+    return procs
 
 
 def output_tail(lines: list[str], partial: str = "") -> str:
@@ -94,6 +106,7 @@ def verdict_card(summary: dict[str, Any]) -> str:
     if advice:
         items = "".join(f"<li>{_esc(a['text'])}</li>" for a in advice[:6])
         leak_html += f"<div style='margin-top:4px'>what to do next:<ul style='margin:2px 0'>{items}</ul></div>"
+    leak_html += snapshot_link(summary)
     return (f"<div class='memscope-verdict' style='border-left:6px solid {color};padding:6px 10px;margin:6px 0;"
             f"background:#fafafa'><div style='font-weight:bold;color:{color}'>{_esc(ex['cause'])}</div>"
             f"<div>{_esc(ex['message'])}</div>"
@@ -101,6 +114,20 @@ def verdict_card(summary: dict[str, Any]) -> str:
             f" at {peak.get('at_s', 0):.1f} s; {_plural(len(summary.get('processes', [])), 'process')}</div>{leak_html}"
             f"<div style='font-size:11px;color:#666'>record: {_esc(summary.get('record', ''))} "
             f"(memscope.reopen('{_esc(summary.get('run_id', ''))}'))</div>{tb_html}</div>")
+
+
+def snapshot_link(summary: dict[str, Any]) -> str:
+    """The CUDA memory snapshot saved at an OOM, and how to open it (a notebook cannot follow a file:// link)."""
+    import shlex
+
+    path = (summary.get("cuda_oom") or {}).get("snapshot") or next(
+        (o["snapshot"] for o in (summary.get("allocator") or {}).get("ooms") or [] if o.get("snapshot")), None)
+    if not path:
+        return ""
+    return (f"<div class='memscope-snapshot-link' style='margin-top:4px'>CUDA memory snapshot at the OOM: "
+            f"<a href='{_esc(path)}' download><code>{_esc(path)}</code></a>; open it with "
+            f"<code>memscope.open_snapshot({_esc(repr(path))})</code> or "
+            f"<code>memscope snapshot {_esc(shlex.quote(path))} --html snapshot.html</code></div>")
 
 
 def leak_line(leak: dict[str, Any]) -> str:
@@ -238,7 +265,7 @@ class Dashboard:
                 self.widget.children = tuple(kids)
             else:
                 self.gpu_chart.data = data
-        self.table.value = process_table(self._procs())
+        self.table.value = process_table(with_gpu(self._procs(), self.gpu.per_pid(peak=final_summary is not None)))
         self.probes.value = self._probe_feed.html(final_summary)
         if self.run is not None:
             self.output.value = output_tail(list(self.run.output_tail), self.run.output_partial)
