@@ -34,6 +34,16 @@ def _positive(text: str) -> float:
     return v
 
 
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number: {text}")
+    return v
+
+
 def add_run_options(p: argparse.ArgumentParser) -> None:
     """Options shared by `memscope run`, `memscope demo` and the notebook magic."""
     p.add_argument("--record", metavar="DIR", help="where records go (default ./.memscope/runs)")
@@ -55,7 +65,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cuda-history", dest="cuda_history", action="store_const", const=CUDA_HISTORY_ENTRIES,
                    help="record CUDA allocation history (the last %d allocations, with their Python frames) so "
                         "that the snapshot saved at a CUDA OOM shows what led to it" % CUDA_HISTORY_ENTRIES)
-    p.add_argument("--cuda-history-entries", dest="cuda_history", type=int, metavar="N",
+    p.add_argument("--cuda-history-entries", dest="cuda_history", type=_positive_int, metavar="N",
                    help="the same, keeping the last N allocations")
 
 

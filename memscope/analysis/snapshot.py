@@ -131,6 +131,19 @@ def device_summary(snap: Mapping[str, Any], device: int) -> dict[str, Any]:
     }
 
 
+def allocator_stats(snap: Mapping[str, Any], device: int) -> dict[str, int]:
+    """The agent's ``torch_alloc`` fields (``torch.cuda.memory_stats`` names, see agent/probes/torch_memory.py) as
+    the snapshot's segments give them: ``inactive_split`` is the free memory in segments that also hold live
+    blocks (what ``inactive_split_bytes`` counts), unlike whole free segments the cache could release."""
+    segs = _segments(snap, device)
+    split = sum(int(b.get("size") or 0) for s in segs if len(s.get("blocks") or []) > 1
+                for b in s.get("blocks") or [] if b.get("state") == "inactive")
+    return {"allocated": sum(int(s.get("allocated_size") or 0) for s in segs),
+            "reserved": sum(int(s.get("total_size") or 0) for s in segs),
+            "active": sum(int(s.get("active_size") or 0) for s in segs),
+            "requested": sum(int(s.get("requested_size") or 0) for s in segs), "inactive_split": split}
+
+
 def timeline(snap: Mapping[str, Any], device: int) -> dict[str, Any]:
     """Allocated and reserved bytes after each trace event. The trace may start long after the process did, so the
     walk goes backwards from the state the segments show at the end. ``x`` is seconds since the first event where
