@@ -14,6 +14,8 @@ from typing import Any, Iterable
 
 from ..analysis.summary import summarize
 from ..store import RunData
+from .bokeh_format import HOVER_JS as _HOVER_JS
+from .bokeh_format import TICK_JS as _TICK_JS
 from .dashboard import leak_line, output_tail, process_table, verdict_card
 from .series import RunSeries
 from .terminal import fmt_bytes, fmt_elapsed
@@ -38,21 +40,6 @@ PHASE_COLORS = {"train": "#54a24b", "eval": "#f58518"}
 PHASE_OTHER = "#7b61ff"
 HIDE_ABOVE = 4  # host available / limit start hidden when they exceed the run's own peak this many times
 CMD_MAX = 2000  # characters of the command line shown at the top
-
-# Bytes on the y axis, in one unit per axis (GiB once a tick reaches 1 GiB), trailing zeros dropped.
-_TICK_JS = """
-const m = Math.max(...ticks.map(Math.abs));
-const [f, u] = m >= 1073741824 ? [1073741824, "GiB"] : m >= 1048576 ? [1048576, "MiB"] : m >= 1024 ? [1024, "KiB"] : [1, "B"];
-return (tick / f).toFixed(2).replace(/\\.?0+$/, "") + " " + u;
-"""
-_HOVER_JS = """
-const v = value, a = Math.abs(v);
-if (a >= 1073741824) return (v / 1073741824).toFixed(2) + " GiB";
-if (a >= 1048576) return (v / 1048576).toFixed(1) + " MiB";
-if (a >= 1024) return (v / 1024).toFixed(0) + " KiB";
-return v.toFixed(0) + " B";
-"""
-
 
 def _esc(s: Any) -> str:
     return html.escape(str(s), quote=True)

@@ -129,7 +129,7 @@ def timeline_figure(snap: Mapping[str, Any], device: int) -> Any:
     from bokeh.models import CustomJSHover, CustomJSTickFormatter, HoverTool, Legend, LegendItem, Span
     from bokeh.plotting import figure
 
-    from .report import _HOVER_JS, _TICK_JS
+    from .bokeh_format import HOVER_JS, TICK_JS
 
     tl = snap_mod.timeline(snap, device)
     x, (alloc, reserved) = decimate(tl["x"], [tl["allocated"], tl["reserved"]])
@@ -137,14 +137,14 @@ def timeline_figure(snap: Mapping[str, Any], device: int) -> Any:
     fig = figure(height=300, sizing_mode="stretch_width", title=f"cuda:{device}: allocated and reserved",
                  x_axis_label=label, y_axis_label="memory", name=f"memscope-snapshot-timeline-{device}",
                  tools="xpan,xwheel_zoom,box_zoom,reset,save", toolbar_location="above")
-    fig.yaxis.formatter = CustomJSTickFormatter(code=_TICK_JS)
+    fig.yaxis.formatter = CustomJSTickFormatter(code=TICK_JS)
     a = fig.step(x, alloc, mode="after", line_color="#4c78a8", line_width=2, name="allocated")
     r = fig.step(x, reserved, mode="after", line_color="#c62828", line_width=1.5, line_dash="dashed",
                  name="reserved")
     for o in tl["ooms"]:
         fig.add_layout(Span(location=o["at"], dimension="height", line_color="#c62828", line_width=2))
     fig.add_tools(HoverTool(renderers=[a, r], tooltips=[("", "$name"), ("at", "$x"), ("memory", "$y{bytes}")],
-                            formatters={"$y": CustomJSHover(code=_HOVER_JS)}))
+                            formatters={"$y": CustomJSHover(code=HOVER_JS)}))
     fig.add_layout(Legend(items=[LegendItem(label="allocated", renderers=[a]),
                                  LegendItem(label="reserved", renderers=[r])], click_policy="hide"), "right")
     return fig
