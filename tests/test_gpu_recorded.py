@@ -387,3 +387,30 @@ def test_a_cuda_oom_saves_the_snapshot_beside_the_record(start, history):
 
     card = verdict_card(s)
     assert "memscope.open_snapshot(" in card and path in card and "memscope snapshot" in card
+
+
+# -- the notebook view in a real browser (JupyterLab + chromium) --------------------------------------------------
+def test_open_snapshot_draws_in_a_real_browser(tmp_path):
+    tb = pytest.importorskip("test_browser")  # its module-level skips apply: JupyterLab, Playwright, chromium
+    cells = [f"import memscope\nv = memscope.open_snapshot({STEP!r})\nv",
+             "import time\nfrom memscope.ui.chart import count_points\ntime.sleep(2)\nc = v.widget.children[0]\n"
+             "print('POINTS', c.rendered_points, count_points(c.data))"]
+    proc, url = tb._serve(tmp_path, "lab", cells, tb.PORT + 5)
+    try:
+        with tb.playwright.sync_playwright() as p:
+            browser = tb._launch(p)
+            page = browser.new_page(viewport={"width": 1280, "height": 1100})
+            page.goto(url)
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+            tb.run_cell(page, 0)
+            tb.wait_text(page, ".memscope-snapshot", "largest allocations", "expandable_segments:True",
+                         timeout=90_000)
+            tb.run_cell(page, 1)
+            m = tb.wait_output(page, 1, r"POINTS (\d+) (\d+)")
+            assert int(m.group(1)) == int(m.group(2)) > 0       # the timeline drawn, every point
+            bars = page.evaluate("() => document.querySelectorAll('.memscope-segments > div').length")
+            assert bars == 216                                   # one bar per recorded segment
+            page.screenshot(path=str(tmp_path / "open_snapshot.png"), full_page=True)
+            browser.close()
+    finally:
+        tb._shutdown(proc)
