@@ -12,7 +12,8 @@ if TYPE_CHECKING:
     from .runner import Run
 
 __version__ = "0.1.0"
-__all__ = ["run", "attach", "phase", "mark", "reopen", "open_snapshot", "load_ipython_extension", "Run", "Options", "LaunchError", "__version__"]
+__all__ = ["run", "attach", "phase", "mark", "reopen", "open_snapshot", "load_ipython_extension", "Run", "Options",
+           "LaunchError", "__version__"]
 
 from .phases import mark, phase  # noqa: E402  (tiny, stdlib only: safe to import in training code)
 

@@ -105,8 +105,8 @@ def parse_xml(path: str) -> list[dict]:
         mig = (gpu.findtext("mig_mode/current_mig") or "").strip()
         procs = []
         for p in gpu.iter("process_info"):
-            procs.append({"gi": _int(p.findtext("gpu_instance_id") or ""), "ci": _int(p.findtext("compute_instance_id") or ""),
-                          "pid": int(p.findtext("pid")), "type": p.findtext("type"),
+            procs.append({"gi": _int(p.findtext("gpu_instance_id") or ""),
+                          "ci": _int(p.findtext("compute_instance_id") or ""), "pid": int(p.findtext("pid")), "type": p.findtext("type"),
                           "used": _mib(p.findtext("used_memory") or "")})
         out.append({"name": gpu.findtext("product_name"), "mig_mode": mig, "mig": [],
                     "processes": procs,

@@ -114,7 +114,8 @@ def test_allocator_fields_from_a_recorded_snapshot_feed_the_allocator_verdict():
     stats = S.allocator_stats(snap, 0)
     a = g.allocator([{"t": 1.0, "pid": 7, "data": dict(stats, backend="cuda", device=0)}])
     (d,) = a["devices"]
-    assert d["last_reserved_bytes"] == 13524 * MiB and d["reserved_unallocated_bytes"] == 13524 * MiB - stats["allocated"]
+    assert d["last_reserved_bytes"] == 13524 * MiB
+    assert d["reserved_unallocated_bytes"] == 13524 * MiB - stats["allocated"]
     # Only 982 MiB (7%) sits in split segments: whole free segments are cache, not fragmentation.
     assert round(d["inactive_split_bytes"] / MiB) == 982 and d["advice"] is None
 
@@ -254,6 +255,17 @@ def test_nvml_not_available_per_process_memory(raw):
     assert out["processes"] == [{"pid": 5762, "role": "main", "peak_used_bytes": 11296 * MiB}]
 
 
+def test_nvml_memory_not_supported_keeps_the_processes():
+    class NoMemory(fake_nvml.FakeNvml):
+        def nvmlDeviceGetMemoryInfo(self, h, version=None):
+            raise self._err(fake_nvml.pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    s = Nvml.open(NoMemory(fake_nvml.capture("h100", "load"))).sample([11345])
+    assert s["devices"][0]["used"] is None and s["procs"] == [{"pid": 11345, "device": 0, "used": 15690 * MiB}]
+    out = g.gpu([{"t": 1.0, "pid": None, "data": s}], {11345: "main"})
+    assert out["devices"][0]["peak_used_bytes"] == 0 and out["processes"][0]["peak_used_bytes"] == 15690 * MiB
+
+
 def test_nvml_absent_driver_opens_nothing():
     fake = fake_nvml.FakeNvml(fake_nvml.capture("t4"), driver_loaded=False)
     assert Nvml.open(fake) is None
@@ -291,6 +303,10 @@ def test_nvml_rounds_to_summary_chart_and_process_table():
     assert "<th style='text-align:left;padding-right:10px'>GPU</th>" in html
     assert "15.32 GiB" in html and "2.51 GiB" in html
     assert "GPU" not in process_table({99: {"role": "main"}})  # no GPU data: no column
+    from memscope.ui.report import _procs  # the HTML report's table: each process's peak from the summary
+
+    rows = _procs({"processes": [{"pid": p} for p in tree], "gpu": out})
+    assert rows[11345]["gpu"] == 15690 * MiB and rows[11327]["gpu"] == 2566 * MiB
 
 
 # -- CUDA OOM messages ---------------------------------------------------------------------------------------------

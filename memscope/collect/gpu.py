@@ -110,8 +110,11 @@ def _memory(nv: Any, h: Any) -> dict[str, Any]:
             return {"total": int(m.total), "used": int(m.used), "reserved": int(m.reserved)}
         except Exception:
             pass  # NVMLError_FunctionNotFound (driver < R510), NotSupported, an older binding's signature
-    m = nv.nvmlDeviceGetMemoryInfo(h)
-    return {"total": int(m.total), "used": int(m.used), "reserved": None}
+    try:
+        m = nv.nvmlDeviceGetMemoryInfo(h)
+        return {"total": int(m.total), "used": int(m.used), "reserved": None}
+    except Exception:
+        return {"total": None, "used": None, "reserved": None}  # NotSupported: the processes are still read
 
 
 def _mig_handles(nv: Any, h: Any) -> list[tuple[Any, int, int | None]]:

@@ -233,8 +233,8 @@ def _load(record_path: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
 
 def _procs(summary: dict[str, Any]) -> dict[int, dict[str, Any]]:
     gpu = {p["pid"]: p.get("peak_used_bytes") for p in (summary.get("gpu") or {}).get("processes") or []}
-    return {p["pid"]: {"gpu": gpu.get(p["pid"]), "role": p.get("role") or "other", "cmdline": p.get("cmdline"), "alive": False,
-                       "exit_code": p.get("exit_code"), "exit_signal": p.get("exit_signal"),
+    return {p["pid"]: {"role": p.get("role") or "other", "cmdline": p.get("cmdline"), "alive": False,
+                       "gpu": gpu.get(p["pid"]), "exit_code": p.get("exit_code"), "exit_signal": p.get("exit_signal"),
                        "rss": p.get("peak_rss_bytes"), "pss": p.get("peak_pss_bytes")}
             for p in summary.get("processes") or []}
 
