@@ -98,7 +98,9 @@ def _on_oom(device, alloc, device_total, device_free):
         run_dir = _run_dir()
         if run_dir and _snapshots[0] < MAX_SNAPSHOTS:
             _snapshots[0] += 1
-            msg["snapshot"] = _save_snapshot(torch, run_dir, dict(msg, pid=os.getpid()))
+            name = _save_snapshot(torch, run_dir, dict(msg, pid=os.getpid()))
+            if name:
+                msg["snapshot"] = name
         _send(msg)
     except Exception:
         pass  # the user's OutOfMemoryError follows; nothing of ours may replace it
