@@ -126,7 +126,9 @@ def details_html(snap: Mapping[str, Any], summary: Mapping[str, Any], bars: bool
 
 # -- Bokeh figures (the page) -----------------------------------------------------------------------------------
 def timeline_figure(snap: Mapping[str, Any], device: int) -> Any:
-    from bokeh.models import CustomJSHover, CustomJSTickFormatter, HoverTool, Legend, LegendItem, Span
+    from bokeh.models import (CustomJSHover, CustomJSTickFormatter, DataRange1d, HoverTool, Legend, LegendItem,
+                              Span)
+    from bokeh.models.tickers import AdaptiveTicker
     from bokeh.plotting import figure
 
     from .bokeh_format import HOVER_JS, TICK_JS
@@ -136,7 +138,10 @@ def timeline_figure(snap: Mapping[str, Any], device: int) -> Any:
     label = "trace time (s)" if tl["unit"] == "s" else "trace event #"
     fig = figure(height=300, sizing_mode="stretch_width", title=f"cuda:{device}: allocated and reserved",
                  x_axis_label=label, y_axis_label="memory", name=f"memscope-snapshot-timeline-{device}",
+                 y_range=DataRange1d(start=0),  # from zero: reserved vs allocated reads at a glance
                  tools="xpan,xwheel_zoom,box_zoom,reset,save", toolbar_location="above")
+    fig.yaxis.ticker = AdaptiveTicker(base=1024, mantissas=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512], min_interval=1,
+                                      num_minor_ticks=4)  # binary-round sizes, as in the run report
     fig.yaxis.formatter = CustomJSTickFormatter(code=TICK_JS)
     a = fig.step(x, alloc, mode="after", line_color="#4c78a8", line_width=2, name="allocated")
     r = fig.step(x, reserved, mode="after", line_color="#c62828", line_width=1.5, line_dash="dashed",
