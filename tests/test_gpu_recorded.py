@@ -327,6 +327,8 @@ CAPACTY = ("CUDA out of memory. Tried to allocate 8.00 GiB. GPU 0 has a total ca
            "is free. Process 2006998 has 256.00 MiB memory in use. Including non-PyTorch memory, this process has "
            "16.31 GiB memory in use. Of the allocated memory 16.01 GiB is allocated by PyTorch, and 7.47 MiB is "
            "reserved by PyTorch but unallocated.")
+SEED_003 = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 226.00 MiB\n"
+            "Process 5691 has 15.67 GiB memory in use")   # as seed 003 quotes it: two lines of the message
 OLDER = ("CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 10.76 GiB total capacity; 9.69 GiB already "
          "allocated; 19.12 MiB free; 9.80 GiB reserved in total by PyTorch)")
 CACHED = ("CUDA out of memory. Tried to allocate 144.00 MiB (GPU 0; 11.17 GiB total capacity; 10.62 GiB already "
@@ -350,10 +352,11 @@ def _b(x, unit):
     (OLDER, {"alloc": _b(20, "MiB"), "total": _b(10.76, "GiB"), "allocated": _b(9.69, "GiB"),
              "free": _b(19.12, "MiB"), "reserved": _b(9.80, "GiB"), "form": "older"}),
     (CACHED, {"alloc": _b(144, "MiB"), "free": _b(145.81, "MiB"), "reserved": _b(10.66, "GiB"), "form": "older"}),
-], ids=["2.1-readme", "2.1-docs", "2.1-wrapped", "2.1.x-capacty", "1.5-2.0", "before-1.5"])
+    (SEED_003, {"alloc": _b(226, "MiB"), "processes": [(5691, _b(15.67, "GiB"))], "total": None, "form": "2.1+"}),
+], ids=["2.1-readme", "2.1-docs", "2.1-wrapped", "2.1.x-capacty", "1.5-2.0", "before-1.5", "seed-003-excerpt"])
 def test_parse_every_oom_wording(text, want):
     n = g.parse_cuda_oom(text)
-    assert {k: n.get(k) for k in want} == want and n["device"] == 0
+    assert {k: n.get(k) for k in want} == want and n.get("device", 0) == 0
 
 
 def test_oom_summary_names_each_process_and_whether_it_is_ours():

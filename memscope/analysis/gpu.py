@@ -317,8 +317,10 @@ def parse_cuda_oom(text: str) -> dict[str, Any]:
     procs = re.findall(r"Process\s+(\d+)\s+has\s+" + _SIZE + r"\s+memory\s+in\s+use", text)
     if procs:
         out["processes"] = [(int(pid), int(float(v) * _UNITS[u])) for pid, v, u in procs]
-    if out:
-        out["form"] = "2.1+" if re.search(r"GPU\s+\d+\s+has\s+a\s+total", text) else "older"
+    if re.search(r"has\s+a\s+total\s+capac|memory\s+in\s+use|is\s+allocated\s+by\s+PyTorch", text):
+        out["form"] = "2.1+"
+    elif re.search(r"total\s+capacity;|already\s+allocated|\bcached\)", text):
+        out["form"] = "older"
     return {k: v for k, v in out.items() if v is not None}
 
 
