@@ -433,3 +433,17 @@ def test_open_snapshot_draws_in_a_real_browser(tmp_path):
             browser.close()
     finally:
         tb._shutdown(proc)
+
+
+@pytest.mark.skipif(not has_torch(), reason="needs torch")
+def test_without_an_oom_observer_the_excepthook_saves_the_snapshot(start):
+    run = start([script("cuda_oom_recorded.py"), OOM, "--no-observer"])
+    s = run.wait(120)
+    assert s["exit"]["cause"] == "cuda_oom" and "observers 0" in "\n".join(run.output_tail)
+    path = s["cuda_oom"]["snapshot"]
+    assert path and os.path.exists(path) and s["allocator"] is None   # no observer: no cuda_oom message
+    saved = S.load(path)
+    assert saved["segments"] == _plain(OOM)["segments"] and "alloc_bytes" not in saved["memscope_oom"]
+    from memscope.ui.dashboard import verdict_card
+
+    assert path in verdict_card(s)

@@ -74,6 +74,10 @@ def install_excepthook(run_dir, channel):
                 json.dump(rec, f)
             os.replace(path + ".tmp", path)
             channel.send(dict(rec, t="exception"))
+            if "CUDA out of memory" in rec["message"]:
+                from .probes.torch_memory import save_at_exception
+
+                save_at_exception(rec["message"])  # unless the allocator's OOM observer saved one already
         except Exception:
             pass
         previous(etype, value, tb)

@@ -325,7 +325,8 @@ def parse_cuda_oom(text: str) -> dict[str, Any]:
 
 
 def cuda_oom(exceptions: Mapping[int, Mapping[str, Any]], observed: Mapping[int, Mapping[str, Any]],
-             roles: Mapping[int, str], main: int | None = None) -> dict[str, Any] | None:
+             roles: Mapping[int, str], main: int | None = None,
+             snapshots: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """Summary key ``cuda_oom``: the CUDA OOM a process of the tree raised (the main's first), from PyTorch's
     message completed by the allocator's OOM observer: what was tried, the device's capacity and free memory,
     what PyTorch held, and each process on the device with its share and whether it is one of the run's."""
@@ -356,7 +357,9 @@ def cuda_oom(exceptions: Mapping[int, Mapping[str, Any]], observed: Mapping[int,
         "reserved_bytes": pick("reserved", "reserved"),
         "reserved_unallocated_bytes": n.get("reserved_unallocated"),
         "processes": procs,
-        "snapshot": o.get("snapshot"),
+        # The observer's snapshot; else one the excepthook saved (no observer): cuda_snapshot_<pid>_<n>.pickle.
+        "snapshot": o.get("snapshot") or next((path for name, path in sorted((snapshots or {}).items())
+                                               if name.startswith(f"cuda_snapshot_{pid}_")), None),
     }
     if out["reserved_unallocated_bytes"] is None and out["reserved_bytes"] is not None and \
             out["allocated_bytes"] is not None:
@@ -447,7 +450,8 @@ def summary_keys(rd: Any) -> dict[str, Any]:
 
     main = main_pid(procs, rd.run_row()["root_pid"]) if procs else None
     return {
-        "cuda_oom": cuda_oom({e["pid"]: e["data"] for e in rd.events("exception")}, observed_ooms(rd), roles, main),
+        "cuda_oom": cuda_oom({e["pid"]: e["data"] for e in rd.events("exception")}, observed_ooms(rd), roles, main,
+                             snapshots),
         "allocator": allocator(alloc, rd.events("cuda_oom"), snapshots),
         "gpu": gpu(rd.events("gpu"), {p["pid"]: p["role"] for p in procs}, alloc),
         "compile_pool": compile_pool(procs, pool_t, pool_pss, rd.events("compile")),

@@ -26,7 +26,9 @@ STATS = {"allocated_bytes.all.current": sum(s["allocated_size"] for s in segs),
          "reserved_bytes.all.current": sum(s["total_size"] for s in segs),
          "active_bytes.all.current": sum(s["active_size"] for s in segs), "num_ooms": 1}
 
-torch._C._cuda_attach_out_of_memory_observer = observers.append
+if "--no-observer" not in sys.argv:  # a PyTorch without the OOM-observer hook: the excepthook saves the snapshot
+    torch._C._cuda_attach_out_of_memory_observer = observers.append
+torch.cuda.is_initialized = lambda: True  # what _lazy_init() leaves behind
 torch.cuda.memory._snapshot = lambda device=None, **kw: RECORDED
 torch.cuda.memory_stats = lambda device=None: dict(STATS)
 torch.cuda.memory_summary = lambda device=None, abbreviated=False: "recorded snapshot_at_oom.pickle"

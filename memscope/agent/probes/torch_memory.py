@@ -8,8 +8,8 @@ torch.compile's compilation windows.
 - ``cuda_oom`` messages: sent from the allocator's OOM observer, before the stack unwinds and frees memory: the
   allocation that failed, the device's total and free memory, the allocator's stats and summary, and the path of a
   memory snapshot (``torch.cuda.memory._snapshot()`` with the observer's numbers under ``memscope_oom``, pickled in
-  the run directory; the collector keeps it beside the record). The snapshot's segments show fragmentation vs a
-  real shortage. Allocation history (the trace, and the frames of each block) costs host memory and time on
+  the run directory; the collector keeps it beside the record; ``save_at_exception`` does it from the excepthook
+  where PyTorch has no OOM observer). The snapshot's segments show fragmentation vs a real shortage. Allocation history (the trace, and the frames of each block) costs host memory and time on
   every allocation, so it is recorded only when asked: ``--cuda-history`` (env MEMSCOPE_CUDA_HISTORY = the number
   of entries kept, a ring).
 - ``compile`` messages: the start and end of each outermost Dynamo compilation (torch._dynamo's callback handler),
@@ -123,6 +123,21 @@ def _save_snapshot(torch, run_dir, oom):
         return os.path.basename(path)
     except Exception:
         return None
+
+
+def save_at_exception(message):
+    """An uncaught CUDA OOM that no OOM observer saw (a PyTorch without one): the snapshot now, from the excepthook.
+    The traceback still holds the frames, so their tensors are still allocated."""
+    try:
+        torch, run_dir = _torch, _run_dir()
+        if _snapshots[0] or torch is None or not run_dir or "CUDA out of memory" not in (message or ""):
+            return
+        if not torch.cuda.is_initialized():
+            return
+        _snapshots[0] += 1
+        _save_snapshot(torch, run_dir, {"pid": os.getpid(), "wall": time.time()})
+    except Exception:
+        pass
 
 
 def _on_cuda_init():
