@@ -12,7 +12,8 @@ if TYPE_CHECKING:
     from .runner import Run
 
 __version__ = "0.1.0"
-__all__ = ["run", "attach", "phase", "mark", "reopen", "load_ipython_extension", "Run", "Options", "LaunchError", "__version__"]
+__all__ = ["run", "attach", "phase", "mark", "reopen", "open_snapshot", "load_ipython_extension", "Run", "Options",
+           "LaunchError", "__version__"]
 
 from .phases import mark, phase  # noqa: E402  (tiny, stdlib only: safe to import in training code)
 
@@ -54,6 +55,15 @@ def reopen(run_id: str, record_dir: str | None = None) -> Any:
     from .ui.dashboard import reopen as _reopen
 
     return _reopen(run_id, record_dir)
+
+
+def open_snapshot(path: str) -> Any:
+    """A CUDA memory snapshot pickle (``torch.cuda.memory._dump_snapshot``, or the one memscope saved at a CUDA
+    OOM), read safely: displayed in a notebook, it shows the timeline, the segments, the largest allocations and
+    the advice; ``.summary`` is what ``memscope snapshot FILE --json`` prints."""
+    from .ui.snapshot_view import open_snapshot as _open
+
+    return _open(path)
 
 
 def load_ipython_extension(ip: Any) -> None:

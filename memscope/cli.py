@@ -1,4 +1,4 @@
-"""memscope run | ls | report | demo — the terminal face of the engine."""
+"""memscope run | ls | report | snapshot | demo — the terminal face of the engine."""
 from __future__ import annotations
 
 import argparse
@@ -12,6 +12,7 @@ import time
 from typing import Sequence
 
 EXIT_BAD_INPUT = 2
+CUDA_HISTORY_ENTRIES = 20000  # each entry holds a Python stack: some tens of MB of host memory at most
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,6 +49,16 @@ def _positive(text: str) -> float:
     return v
 
 
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number: {text}")
+    return v
+
+
 def add_run_options(p: argparse.ArgumentParser) -> None:
     """Options shared by `memscope run`, `memscope demo` and the notebook magic."""
     p.add_argument("--record", metavar="DIR", help="where records go (default ./.memscope/runs)")
@@ -66,6 +77,11 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="run the script under Scalene, profiling off, for on-demand snapshots (CPU only); "
                         "--scalene=memory adds memory figures")
     p.add_argument("--scalene=memory", dest="scalene", action="store_const", const="memory", help=argparse.SUPPRESS)
+    p.add_argument("--cuda-history", dest="cuda_history", action="store_const", const=CUDA_HISTORY_ENTRIES,
+                   help="record CUDA allocation history (the last %d allocations, with their Python frames) so "
+                        "that the snapshot saved at a CUDA OOM shows what led to it" % CUDA_HISTORY_ENTRIES)
+    p.add_argument("--cuda-history-entries", dest="cuda_history", type=_positive_int, metavar="N",
+                   help="the same, keeping the last N allocations")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--record", metavar="DIR")
     rep.add_argument("--json", action="store_true", help="print the summary as JSON")
     rep.add_argument("--html", metavar="PATH", help="write a standalone HTML report (chart, processes, output)")
+    add_snapshot_parser(sub)
     d = sub.add_parser("demo", help="run a small bundled training under memscope")
     add_run_options(d)
     d.add_argument("--seconds", type=_positive, default=20, help="how long the demo trains (20)")
@@ -101,7 +118,7 @@ def _options(ns: argparse.Namespace):
 
     return Options(record_dir=ns.record, interval_s=ns.interval, pss_interval_s=ns.pss_interval,
                    grace_s=ns.grace, limit_bytes=ns.limit, agent=not ns.no_agent, summary_json=ns.summary_json,
-                   scalene=ns.scalene)
+                   scalene=ns.scalene, cuda_history=getattr(ns, "cuda_history", None))
 
 
 def exit_status(returncode: int | None) -> int:
@@ -220,6 +237,51 @@ def _one_line(exc: BaseException) -> str:
     return text[:200]
 
 
+def add_snapshot_parser(sub: "argparse._SubParsersAction") -> None:
+    """`memscope snapshot FILE [--json] [--html OUT]`: a CUDA memory snapshot pickle, read safely."""
+    p = sub.add_parser("snapshot", help="read a CUDA memory snapshot (torch.cuda.memory._dump_snapshot, or the "
+                                        "one memscope saves at a CUDA OOM)")
+    p.add_argument("file", help="the snapshot pickle")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON (schema memscope.snapshot/1)")
+    p.add_argument("--html", metavar="OUT", help="write one standalone HTML page: timeline, segments, allocations")
+
+
+def cmd_snapshot(ns: argparse.Namespace) -> int:
+    from .analysis import snapshot as snap_mod
+
+    try:
+        snap = snap_mod.load(ns.file)
+    except snap_mod.SnapshotError as exc:
+        sys.stderr.write(f"memscope: {exc}\n")
+        return EXIT_BAD_INPUT
+    summary = snap_mod.summarize(snap)
+    if ns.html:
+        from .ui.snapshot_view import render_html
+
+        try:
+            page = render_html(snap, os.path.basename(ns.file), summary)
+            with open(ns.html, "w", encoding="utf-8") as f:
+                f.write(page)
+        except OSError as exc:
+            sys.stderr.write(f"memscope: cannot write {ns.html}: {exc.strerror or exc}\n")
+            return EXIT_BAD_INPUT
+        if not ns.json:
+            print(f"memscope: snapshot page written to {ns.html}")
+    if ns.json:
+        print(json.dumps(summary, indent=2))
+    elif not ns.html:
+        from .analysis.gpu import fmt_bytes
+
+        for d in summary["devices"]:
+            print(f"cuda:{d['device']}  reserved {fmt_bytes(d['reserved_bytes'])}  allocated "
+                  f"{fmt_bytes(d['allocated_bytes'])}  free in segments {fmt_bytes(d['free_in_segments_bytes'])} "
+                  f"(largest block {fmt_bytes(d['largest_free_block_bytes'])})  {d['segments']} segments  "
+                  f"{d['trace_events']} trace events")
+        for a in summary["advice"]:
+            print(f"- {a}")
+    return 0
+
+
 def cmd_demo(ns: argparse.Namespace) -> int:
     demo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo", "train_demo.py")
     return cmd_run(ns, [sys.executable, demo, "--seconds", str(ns.seconds)])
@@ -234,7 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.print_help()
         return EXIT_BAD_INPUT
     try:
-        return {"run": cmd_run, "ls": cmd_ls, "report": cmd_report, "demo": cmd_demo}[ns.cmd](ns)
+        return {"run": cmd_run, "ls": cmd_ls, "report": cmd_report, "demo": cmd_demo,
+                "snapshot": cmd_snapshot}[ns.cmd](ns)
     except LaunchError as exc:
         sys.stderr.write(f"memscope: {exc}\n")
         return EXIT_BAD_INPUT

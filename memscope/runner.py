@@ -59,6 +59,7 @@ class Options:
     env: dict[str, str] | None = None
     script: str | None = None
     scalene: str | bool | None = None  # None, "cpu" or "memory": the script runs under Scalene, profiling off
+    cuda_history: int | None = None  # entries of CUDA allocation history kept for the OOM snapshot (None: none)
 
 
 @dataclass
@@ -219,6 +220,8 @@ class Run:
                             protocol.ENV_DIR: self._dir})
                 if self.script:
                     env[protocol.ENV_SCRIPT] = self.script
+                if o.cuda_history:
+                    env["MEMSCOPE_CUDA_HISTORY"] = str(int(o.cuda_history))
                 env["PYTHONPATH"] = os.pathsep.join([AGENT_SITE] + [p for p in [env.get("PYTHONPATH")] if p])
             stdout = stderr = None
             if o.output == "capture":

@@ -1,10 +1,10 @@
 """GPU: NVML on the collector's side, the allocator/GPU/compile-pool analysis, and the CUDA OOM exit cause.
 
-No GPU has been lent to this work, and no allocator stats or NVML rounds recorded on a real device exist in this
-repository. So: NVML's absence is tested for real here (and its presence wherever a driver is found); the pure
-analysis functions are tested on inputs HAND-WRITTEN from the shapes PyTorch and NVML document (memory_stats keys,
-the OOM observer's arguments, the OutOfMemoryError wording) -- not recorded figures; and the CUDA OOM exit cause is
-decided from a real torch.OutOfMemoryError raised in a real subprocess on CPU.
+No GPU has been lent to this work. Here: NVML's absence is tested for real (and its presence wherever a driver is
+found); some pure analysis functions are tested on inputs HAND-WRITTEN from the shapes PyTorch and NVML document
+(memory_stats keys, the OOM observer's arguments, the OutOfMemoryError wording); and the CUDA OOM exit cause is
+decided from a real torch.OutOfMemoryError raised in a real subprocess on CPU. The same paths fed with data recorded
+on real GPUs (snapshots, nvidia-smi captures, published OOM messages) are in test_gpu_recorded.py.
 """
 import threading
 
@@ -136,7 +136,7 @@ def test_gpu_per_process_from_nvml():
     out = g.gpu(rounds, {10: "main", 11: "rank"})
     assert out["source"] == "nvml" and not out["pid_mismatch"]
     assert out["devices"][0]["peak_used_bytes"] == 20 * GiB and out["devices"][0]["last_used_bytes"] == 20 * GiB
-    assert out["processes"][0] == {"pid": 10, "role": "main", "peak_used_bytes": 5 * GiB}
+    assert out["processes"][0] == {"pid": 10, "role": "main", "peak_used_bytes": 5 * GiB, "device": 0}
     assert out["tree_peak_bytes"] == 5 * GiB
 
 

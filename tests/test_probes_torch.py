@@ -63,7 +63,7 @@ def test_cuda_paths_never_raise_on_a_torch_without_cuda():
     assert r["history"] is False
     (oom,) = r["sent"]  # the observer's own arguments still go out
     assert oom["t"] == "cuda_oom" and oom["alloc_bytes"] == 226 << 20 and oom["device_total"] == 16 << 30
-    assert "snapshot" not in oom  # no history, no snapshot
+    assert "snapshot" not in oom  # outside a run (no run directory) and no CUDA: no snapshot
 
 
 def test_cuda_stats_keeps_the_documented_keys():

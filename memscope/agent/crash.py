@@ -91,6 +91,10 @@ def save_exception(run_dir, channel, etype, value, tb, how):
         json.dump(rec, f)
     os.replace(path + ".tmp", path)
     channel.send(dict(rec, t="exception"))
+    if "CUDA out of memory" in rec["message"]:
+        from .probes.torch_memory import save_at_exception
+
+        save_at_exception(rec["message"])  # unless the allocator's OOM observer saved one already
 
 
 def install_excepthook(run_dir, channel):

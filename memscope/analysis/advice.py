@@ -120,7 +120,7 @@ def advise(summary: dict[str, Any]) -> list[dict[str, str]]:
     if censuses:
         add("census", censuses[-1].get("advice"))
     add("workers", _workers_line(summary))
-    for key in ("loads", "faiss", "compile_pool", "allocator", "malloc", "gpu"):
+    for key in ("loads", "faiss", "compile_pool", "cuda_oom", "allocator", "malloc", "gpu"):
         rows = summary.get(key)
         if isinstance(rows, dict):
             rows = [rows]

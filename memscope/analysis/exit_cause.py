@@ -180,9 +180,9 @@ def decide(e: ExitEvidence) -> dict[str, Any]:
         msg = (exc.get("message") or "").strip().splitlines()
         first = msg[0][:300] if msg else ""
         where = _last_frame(exc.get("traceback"))
-        if name.endswith("OutOfMemoryError") and "CUDA out of memory" in (exc.get("message") or ""):
-            from .gpu import cuda_oom_message
+        from .gpu import cuda_oom_message, is_cuda_oom
 
+        if is_cuda_oom(name, exc.get("message")):  # older PyTorch raised a RuntimeError
             return out("cuda_oom", cuda_oom_message(exc.get("message") or "", where, e.cuda_ooms.get(main)),
                        tb=exc.get("traceback"))
         at = f" at {where}" if where else ""

@@ -116,45 +116,65 @@ def _oom_row(ev: Mapping[str, Any], snapshots: Mapping[str, str]) -> dict[str, A
 # -- NVML ---------------------------------------------------------------------------------------------------------
 def gpu(rounds: Iterable[Mapping[str, Any]], roles: Mapping[int, str],
         alloc_samples: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any] | None:
-    """Summary key ``gpu``. ``rounds``: ``gpu`` events (the collector's NVML rounds: ``devices`` and ``procs``
-    of the tree, ``other_procs`` not in it); ``roles``: pid -> role; ``alloc_samples``: ``torch_alloc`` events."""
+    """Summary key ``gpu``. ``rounds``: ``gpu`` events (the collector's NVML rounds: ``devices`` (MIG instances
+    each on their own) and ``procs`` of the tree, ``other_procs``/``other_used`` not in it); ``roles``: pid ->
+    role; ``alloc_samples``: ``torch_alloc`` events."""
     rounds = list(rounds)
-    devices: dict[int, dict[str, Any]] = {}
+    devices: dict[tuple[int, int], dict[str, Any]] = {}
     per_pid: dict[int, int] = {}
-    tree_peak, foreign = 0, 0
+    where: dict[int, dict[str, Any]] = {}
+    unknown: set[int] = set()   # pids NVML listed with "not available" memory (WDDM, the driver's N/A)
+    tree_peak, foreign, foreign_used = 0, 0, 0
     for ev in rounds:
         d = ev.get("data") or {}
         for dev in d.get("devices") or []:
-            row = devices.setdefault(int(dev["index"]), {
-                "index": int(dev["index"]), "name": dev.get("name"), "total_bytes": dev.get("total"),
-                "peak_used_bytes": 0, "last_used_bytes": 0})
+            key = (int(dev["index"]), -1 if dev.get("mig") is None else int(dev["mig"]))
+            row = devices.get(key)
+            if row is None:
+                row = devices[key] = {"index": int(dev["index"]), "name": dev.get("name"),
+                                      "total_bytes": dev.get("total"), "peak_used_bytes": 0, "last_used_bytes": 0}
+                if dev.get("mig") is not None:
+                    row.update(mig=int(dev["mig"]), gpu_instance=dev.get("gpu_instance"))
+                if dev.get("reserved") is not None:
+                    row["driver_reserved_bytes"] = int(dev["reserved"])
             row["peak_used_bytes"] = max(row["peak_used_bytes"], int(dev.get("used") or 0))
             row["last_used_bytes"] = int(dev.get("used") or 0)
         total = 0
         for p in d.get("procs") or []:
-            used = int(p.get("used") or 0)
-            per_pid[int(p["pid"])] = max(per_pid.get(int(p["pid"]), 0), used)
+            pid = int(p["pid"])
+            if p.get("used") is None:
+                unknown.add(pid)
+                continue
+            used = int(p["used"])
+            if used >= per_pid.get(pid, -1):
+                where[pid] = {"device": p.get("device"), **({"mig": p["mig"]} if p.get("mig") is not None else {})}
+            per_pid[pid] = max(per_pid.get(pid, 0), used)
             total += used
         tree_peak = max(tree_peak, total)
         foreign = max(foreign, int(d.get("other_procs") or 0))
+        foreign_used = max(foreign_used, int(d.get("other_used") or 0))
     agent = _agent_gpu(alloc_samples)
     if not rounds and not agent:
         return None
     if per_pid or not agent:
         source, procs = "nvml", per_pid
     else:
-        # NVML saw GPU processes but none of the tree's pids (host pids seen from a container), or NVML is absent:
-        # what PyTorch reserved in each process is the nearest number.
+        # NVML saw GPU processes but none of the tree's pids (host pids seen from a container), gave no numbers
+        # for them ("not available"), or NVML is absent: what PyTorch reserved in each process is the nearest.
         source, procs = "agent", agent
         tree_peak = max(tree_peak, sum(agent.values()))
     return {
         "source": source,
         # Our processes used the GPU (the agent says so) yet NVML listed none of their pids, only others.
-        "pid_mismatch": bool(rounds) and not per_pid and foreign > 0 and bool(agent),
-        "devices": [devices[i] for i in sorted(devices)],
-        "processes": [{"pid": pid, "role": roles.get(pid, "other"), "peak_used_bytes": b}
+        "pid_mismatch": bool(rounds) and not per_pid and not unknown and foreign > 0 and bool(agent),
+        "devices": [devices[k] for k in sorted(devices)],
+        "processes": [dict({"pid": pid, "role": roles.get(pid, "other"), "peak_used_bytes": b}, **where.get(pid, {}))
                       for pid, b in sorted(procs.items(), key=lambda kv: -kv[1])],
+        # Tree processes NVML listed without a number (WDDM, the driver's "not available").
+        "not_available_pids": sorted(unknown - set(per_pid)),
         "tree_peak_bytes": tree_peak,
+        "other_processes": foreign,
+        "other_peak_used_bytes": foreign_used,
     }
 
 
@@ -247,15 +267,23 @@ def _pool_advice(p: Mapping[str, Any]) -> str:
 
 # -- the exit message of a CUDA OOM -------------------------------------------------------------------------------
 _UNITS = {"B": 1, "bytes": 1, "KiB": 1 << 10, "MiB": MiB, "GiB": GiB, "TiB": 1 << 40}
-_SIZE = r"([\d.]+) (B|bytes|KiB|MiB|GiB|TiB)"
+_SIZE = r"([\d.]+)\s*(B|bytes|KiB|MiB|GiB|TiB)"
+# The wordings of PyTorch's caching allocator (c10/cuda/CUDACachingAllocator.cpp), newest first in each entry:
+#   2.1+:  "Tried to allocate X. GPU 0 has a total capacity of X of which X is free. [Process N has X memory in
+#          use. ...] [Including non-PyTorch memory, this process has X memory in use.] Of the allocated memory X
+#          is allocated by PyTorch, and X is reserved by PyTorch but unallocated." (2.1.x spells "capacty")
+#   1.5-2.0: "Tried to allocate X (GPU 0; X total capacity; X already allocated; X free; X reserved in total by
+#          PyTorch)"; before 1.5 the last item was "X cached". Lines may come wrapped: any run of spaces matches.
 _PATTERNS = {
-    "alloc": r"Tried to allocate " + _SIZE,
-    "device": r"GPU (\d+)",
-    "total": r"total capacity of " + _SIZE + r"|" + _SIZE + r" total capacity",
-    "free": r"of which " + _SIZE + r" is free|" + _SIZE + r" free",
-    "allocated": r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch|" + _SIZE + r" already allocated",
-    "reserved_unallocated": _SIZE + r" is reserved by PyTorch but unallocated",
-    "reserved": _SIZE + r" reserved in total by PyTorch",
+    "alloc": r"Tried\s+to\s+allocate\s+" + _SIZE,
+    "device": r"GPU\s+(\d+)",
+    "total": r"total\s+capac(?:i)?ty\s+of\s+" + _SIZE + r"|" + _SIZE + r"\s+total\s+capacity",
+    "free": r"of\s+which\s+" + _SIZE + r"\s+is\s+free|" + _SIZE + r"\s+free\b",
+    "allocated": r"Of\s+the\s+allocated\s+memory\s+" + _SIZE + r"\s+is\s+allocated\s+by\s+PyTorch|"
+                 + _SIZE + r"\s+already\s+allocated",
+    "reserved_unallocated": _SIZE + r"\s+is\s+reserved\s+by\s+PyTorch\s+but\s+unallocated",
+    "reserved": _SIZE + r"\s+reserved\s+in\s+total\s+by\s+PyTorch|" + _SIZE + r"\s+cached\b",
+    "this_process": r"this\s+process\s+has\s+" + _SIZE + r"\s+memory\s+in\s+use",
 }
 
 
@@ -266,21 +294,105 @@ def _size(m: re.Match) -> int | None:
     return int(float(groups[0]) * _UNITS[groups[1]])
 
 
+def is_cuda_oom(exc_type: str | None, message: str | None) -> bool:
+    """torch.OutOfMemoryError (2.x; torch.cuda.OutOfMemoryError 1.13+) or the RuntimeError of older versions."""
+    name = str(exc_type or "")
+    return "CUDA out of memory" in (message or "") and (name.endswith("OutOfMemoryError") or
+                                                        name.endswith("RuntimeError"))
+
+
 def parse_cuda_oom(text: str) -> dict[str, Any]:
-    """The numbers in PyTorch's "CUDA out of memory" message (both the current wording, "Tried to allocate X. GPU 0
-    has a total capacity of ...", and the older "(GPU 0; X total capacity; ...)"); missing ones are left out."""
+    """The numbers in PyTorch's "CUDA out of memory" message, every wording since 1.x (see ``_PATTERNS``); missing
+    ones are left out. ``processes``: [(pid, bytes)] of the "Process N has X memory in use" lines (the other
+    processes NVML listed on the device); ``this_process``: the raising process's own use, non-PyTorch included."""
+    text = text or ""
     out: dict[str, Any] = {}
     for key, pat in _PATTERNS.items():
-        m = re.search(pat, text or "")
+        m = re.search(pat, text)
         if m is None:
             continue
         out[key] = int(m.group(1)) if key == "device" else _size(m)
     if "reserved" not in out and "allocated" in out and "reserved_unallocated" in out:
         out["reserved"] = out["allocated"] + out["reserved_unallocated"]
-    procs = re.findall(r"Process (\d+) has " + _SIZE + " memory in use", text or "")
+    procs = re.findall(r"Process\s+(\d+)\s+has\s+" + _SIZE + r"\s+memory\s+in\s+use", text)
     if procs:
         out["processes"] = [(int(pid), int(float(v) * _UNITS[u])) for pid, v, u in procs]
+    if re.search(r"has\s+a\s+total\s+capac|memory\s+in\s+use|is\s+allocated\s+by\s+PyTorch", text):
+        out["form"] = "2.1+"
+    elif re.search(r"total\s+capacity;|already\s+allocated|\bcached\)", text):
+        out["form"] = "older"
     return {k: v for k, v in out.items() if v is not None}
+
+
+def cuda_oom(exceptions: Mapping[int, Mapping[str, Any]], observed: Mapping[int, Mapping[str, Any]],
+             roles: Mapping[int, str], main: int | None = None,
+             snapshots: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """Summary key ``cuda_oom``: the CUDA OOM a process of the tree raised (the main's first), from PyTorch's
+    message completed by the allocator's OOM observer: what was tried, the device's capacity and free memory,
+    what PyTorch held, and each process on the device with its share and whether it is one of the run's."""
+    ooms = {pid: e for pid, e in exceptions.items() if is_cuda_oom(e.get("type"), e.get("message"))}
+    if not ooms:
+        return None
+    pid = main if main in ooms else sorted(ooms)[0]
+    n = parse_cuda_oom(ooms[pid].get("message") or "")
+    o = observed.get(pid) or {}
+
+    def pick(key: str, obs: str) -> Any:  # the observer's exact numbers first, the message's rounded ones else
+        return o.get(obs) if o.get(obs) is not None else n.get(key)
+
+    procs: list[dict[str, Any]] = []
+    if n.get("this_process") is not None:
+        procs.append({"pid": pid, "used_bytes": n["this_process"], "in_tree": True, "role": roles.get(pid),
+                      "this_process": True})
+    for p, b in n.get("processes", []):
+        procs.append({"pid": p, "used_bytes": b, "in_tree": p in roles, "role": roles.get(p),
+                      "this_process": p == pid})
+    out: dict[str, Any] = {
+        "pid": pid, "role": roles.get(pid), "form": n.get("form"),
+        "device": pick("device", "device"),
+        "tried_bytes": pick("alloc", "alloc_bytes"),
+        "capacity_bytes": pick("total", "device_total"),
+        "free_bytes": pick("free", "device_free"),
+        "allocated_bytes": pick("allocated", "allocated"),
+        "reserved_bytes": pick("reserved", "reserved"),
+        "reserved_unallocated_bytes": n.get("reserved_unallocated"),
+        "processes": procs,
+        # The observer's snapshot; else one the excepthook saved (no observer): cuda_snapshot_<pid>_<n>.pickle.
+        "snapshot": o.get("snapshot") or next((path for name, path in sorted((snapshots or {}).items())
+                                               if name.startswith(f"cuda_snapshot_{pid}_")), None),
+    }
+    if out["reserved_unallocated_bytes"] is None and out["reserved_bytes"] is not None and \
+            out["allocated_bytes"] is not None:
+        out["reserved_unallocated_bytes"] = max(0, out["reserved_bytes"] - out["allocated_bytes"])
+    listed_others = [p for p in procs if not p["this_process"]]
+    # Inside a container NVML names processes by host pid: the raising process is then listed as "Process N"
+    # (seed 003's Kaggle OOM: one process, nearly all of the device) and no pid of the message is the run's.
+    out["host_pids"] = bool(listed_others) and not any(p["in_tree"] for p in listed_others) and \
+        n.get("this_process") is None
+    out["advice"] = _cuda_oom_advice(out)
+    return out
+
+
+def _cuda_oom_advice(o: Mapping[str, Any]) -> str | None:
+    tried, unalloc = o.get("tried_bytes"), o.get("reserved_unallocated_bytes")
+    gpu = f"GPU {o['device']}" if o.get("device") is not None else "the GPU"
+    if tried and unalloc is not None and unalloc >= tried:
+        return (f"The CUDA OOM on {gpu} asked for {fmt_bytes(tried)} while PyTorch held {fmt_bytes(unalloc)} reserved "
+                "but unallocated: fragmentation. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets the "
+                "allocator grow segments instead of splitting them.")
+    others = [p for p in o.get("processes") or [] if not p.get("in_tree") and not o.get("host_pids")]
+    if others:
+        held = sum(p["used_bytes"] for p in others)
+        return (f"Other processes held {fmt_bytes(held)} of {gpu} when it ran out ("
+                + ", ".join(f"pid {p['pid']} {fmt_bytes(p['used_bytes'])}" for p in others[:4])
+                + "): free the device of them, or budget for them.")
+    if tried:
+        mine = ("; no pid in the message is one of the run's: inside a container NVML names processes by host pid, so "
+                "the one listed may be this process itself") if o.get("host_pids") else ""
+        return (f"The CUDA OOM on {gpu} is a real shortage ({fmt_bytes(o.get('free_bytes'))} free of "
+                f"{fmt_bytes(o.get('capacity_bytes'))}, {fmt_bytes(tried)} asked{mine}): lower the batch size, use "
+                "activation checkpointing, and .detach() what you keep between steps.")
+    return None
 
 
 def cuda_oom_message(exc_message: str, where: str | None = None,
@@ -312,25 +424,34 @@ def cuda_oom_message(exc_message: str, where: str | None = None,
     elif allocated is not None:
         parts.append(f"PyTorch had {fmt_bytes(allocated)} allocated to tensors")
     others = [(pid, b) for pid, b in n.get("processes", [])]
+    if n.get("this_process") is not None:
+        parts.append(f"this process held {fmt_bytes(n['this_process'])} of the GPU, non-PyTorch memory included")
     if others:
         parts.append("processes on the GPU: " + ", ".join(f"pid {pid} {fmt_bytes(b)}" for pid, b in others[:4]))
     if reserved is not None and allocated is not None and alloc and reserved - allocated >= alloc:
         parts.append("the cache held enough free memory but not in one piece (fragmentation): try "
                      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     if o.get("snapshot"):
-        parts.append(f"a memory snapshot was saved: {o['snapshot']} (open it at pytorch.org/memory_viz)")
+        parts.append(f"a memory snapshot was saved: {o['snapshot']} (memscope snapshot FILE --html OUT, or "
+                     "memscope.open_snapshot(FILE))")
     return "; ".join(parts) + "."
 
 
 def summary_keys(rd: Any) -> dict[str, Any]:
-    """``allocator``, ``gpu`` and ``compile_pool`` from a run's record (a ``store.RunData``)."""
+    """``allocator``, ``gpu``, ``compile_pool`` and ``cuda_oom`` from a run's record (a ``store.RunData``)."""
     from ..store import KIND_PSS
 
     procs = rd.processes()
     alloc = rd.events("torch_alloc")
     snapshots = {e["data"].get("name"): e["data"].get("path") for e in rd.events("cuda_snapshot")}
     pool_t, pool_pss = rd.role_totals(KIND_PSS).get("compile_worker", ([], []))
+    roles = {p["pid"]: p["role"] for p in procs}
+    from .summary import main_pid  # summary imports this module: here, not at the top
+
+    main = main_pid(procs, rd.run_row()["root_pid"]) if procs else None
     return {
+        "cuda_oom": cuda_oom({e["pid"]: e["data"] for e in rd.events("exception")}, observed_ooms(rd), roles, main,
+                             snapshots),
         "allocator": allocator(alloc, rd.events("cuda_oom"), snapshots),
         "gpu": gpu(rd.events("gpu"), {p["pid"]: p["role"] for p in procs}, alloc),
         "compile_pool": compile_pool(procs, pool_t, pool_pss, rd.events("compile")),

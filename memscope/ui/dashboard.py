@@ -59,6 +59,8 @@ def process_table(procs: dict[int, dict[str, Any]]) -> str:
     """One row per process. RSS, private and PSS of a row are of one moment (the row's last round: PSS measured
     then, or carried to it from the last PSS reading, whose age the cell's tooltip gives); peaks have their own
     columns. The live view and a reopened run use the same columns."""
+    # A "GPU" column only when some process has GPU memory (``gpu`` bytes: NVML's, else PyTorch's reserved).
+    gpu = any(d.get("gpu") for d in procs.values())
     rows = []
     for pid, d in sorted(procs.items(), key=lambda x: (not x[1].get("alive", True), -(x[1].get("rss") or 0))):
         alive = d.get("alive", True)
@@ -78,15 +80,26 @@ def process_table(procs: dict[int, dict[str, Any]]) -> str:
         rows.append(f"<tr{style}><td>{pid}</td><td>{_esc(d.get('role', 'other'))}</td>"
                     f"<td>{fmt_bytes(d.get('rss'))}</td><td>{fmt_bytes(d.get('private'))}</td>"
                     f"<td title='{_esc(age)}'>{fmt_bytes(d.get('pss'))}</td>"
-                    f"<td>{fmt_bytes(d.get('swap'))}</td><td>{fmt_bytes(d.get('peak_rss'))}</td>"
+                    f"<td>{fmt_bytes(d.get('swap'))}</td>"
+                    + (f"<td>{fmt_bytes(d.get('gpu')) if d.get('gpu') else ''}</td>" if gpu else "")
+                    + f"<td>{fmt_bytes(d.get('peak_rss'))}</td>"
                     f"<td>{fmt_bytes(d.get('peak_pss'))}</td><td>{_esc(state)}</td>"
                     f"<td class='memscope-cmd' title='{cmd}' style='max-width:420px;overflow:hidden;"
                     f"text-overflow:ellipsis;white-space:nowrap'>{cmd}</td></tr>")
-    head = "".join(f"<th style='text-align:left;padding-right:10px'>{h}</th>" for h in TABLE_COLUMNS)
+    columns = TABLE_COLUMNS[:6] + (("GPU",) if gpu else ()) + TABLE_COLUMNS[6:]
+    head = "".join(f"<th style='text-align:left;padding-right:10px'>{h}</th>" for h in columns)
     return (f"<table class='memscope-procs' style='font-size:12px;font-family:monospace'><tr>{head}</tr>"
             f"{''.join(rows)}</table><div style='font-size:11px;color:#666'>RSS, private (anonymous resident) "
             "and PSS are of one moment; PSS is read every few seconds and carried to each round by the change "
             "of private memory (hover a PSS cell for its age).</div>")
+
+
+def with_gpu(procs: dict[int, dict[str, Any]], gpu_by_pid: dict[int, int]) -> dict[int, dict[str, Any]]:
+    """``procs`` with each process's GPU bytes (``gpu``) where it has some."""
+    for pid, b in gpu_by_pid.items():
+        if pid in procs and b:
+            procs[pid] = dict(procs[pid], gpu=b)
+    return procs
 
 
 def output_tail(lines: list[str], partial: str = "") -> str:
@@ -108,6 +121,7 @@ def verdict_card(summary: dict[str, Any]) -> str:
     if advice:
         items = "".join(f"<li>{_esc(a['text'])}</li>" for a in advice[:6])
         leak_html += f"<div style='margin-top:4px'>what to do next:<ul style='margin:2px 0'>{items}</ul></div>"
+    leak_html += snapshot_link(summary)
     return (f"<div class='memscope-verdict' style='border-left:6px solid {color};padding:6px 10px;margin:6px 0;"
             f"background:#fafafa'><div style='font-weight:bold;color:{color}'>{_esc(ex['cause'])}</div>"
             f"<div>{_esc(ex['message'])}</div>"
@@ -115,6 +129,20 @@ def verdict_card(summary: dict[str, Any]) -> str:
             f" at {peak.get('at_s', 0):.1f} s; {_plural(len(summary.get('processes', [])), 'process')}</div>{leak_html}"
             f"<div style='font-size:11px;color:#666'>record: {_esc(summary.get('record', ''))} "
             f"(memscope.reopen('{_esc(summary.get('run_id', ''))}'))</div>{tb_html}</div>")
+
+
+def snapshot_link(summary: dict[str, Any]) -> str:
+    """The CUDA memory snapshot saved at an OOM, and how to open it (a notebook cannot follow a file:// link)."""
+    import shlex
+
+    path = (summary.get("cuda_oom") or {}).get("snapshot") or next(
+        (o["snapshot"] for o in (summary.get("allocator") or {}).get("ooms") or [] if o.get("snapshot")), None)
+    if not path:
+        return ""
+    return (f"<div class='memscope-snapshot-link' style='margin-top:4px'>CUDA memory snapshot at the OOM: "
+            f"<a href='{_esc(path)}' download><code>{_esc(path)}</code></a>; open it with "
+            f"<code>memscope.open_snapshot({_esc(repr(path))})</code> or "
+            f"<code>memscope snapshot {_esc(shlex.quote(path))} --html snapshot.html</code></div>")
 
 
 def leak_line(leak: dict[str, Any], spikes: list[dict[str, Any]] | None = None) -> str:
@@ -235,7 +263,7 @@ class Dashboard:
                 self.widget.children = tuple(kids)
             else:
                 self.gpu_chart.data = data
-        self.table.value = process_table(self._procs())
+        self.table.value = process_table(with_gpu(self._procs(), self.gpu.per_pid(peak=final_summary is not None)))
         self.probes.value = self._probe_feed.html(final_summary)
         if self.run is not None:
             self.output.value = output_tail(list(self.run.output_tail), self.run.output_partial)

@@ -74,6 +74,28 @@ class GpuSeries:
         for e in sorted(events, key=lambda e: e["t"]):
             self.add_event(e["kind"], e["t"], e["pid"], e["data"])
 
+    def per_pid(self, peak: bool = False) -> dict[int, int]:
+        """GPU bytes of each process of the tree, for the process table: NVML's number in the last round (or the
+        highest, with ``peak``), else what PyTorch reserved in it (the agent's last sample)."""
+        with self._lock:
+            rounds, alloc = list(self._rounds), list(self._alloc)
+        out: dict[int, int] = {}
+        for _, d in (rounds if peak else rounds[-1:]):
+            now: dict[int, int] = {}
+            for p in d.get("procs") or []:
+                if p.get("used") is not None:
+                    now[int(p["pid"])] = now.get(int(p["pid"]), 0) + int(p["used"])
+            for pid, b in now.items():
+                out[pid] = max(out.get(pid, 0), b) if peak else b
+        if not out:
+            last: dict[tuple[int, int], int] = {}
+            for _, pid, backend, device, stats in alloc:
+                b = int(stats.get("reserved") or stats.get("driver") or 0)
+                last[(pid, device)] = max(last.get((pid, device), 0), b) if peak else b
+            for (pid, _), b in last.items():
+                out[pid] = out.get(pid, 0) + b
+        return out
+
     def snapshot(self, roles: Mapping[int, str]) -> dict[str, Any]:
         """The chart's payload (``chart.chart_payload`` shape) with its own ``labels``."""
         with self._lock:
@@ -83,7 +105,7 @@ class GpuSeries:
         total: dict[str, list] = {"t": [], "y": []}
         nvml_procs = any(d.get("procs") for _, d in rounds)
         for t, d in rounds:
-            devices = d.get("devices") or []
+            devices = _tree_devices(d)
             free["t"].append(t)
             free["y"].append(sum(max(0, int(x.get("total") or 0) - int(x.get("used") or 0)) for x in devices))
             total["t"].append(t)
@@ -112,6 +134,15 @@ class GpuSeries:
             if s["t"]:
                 out[key] = _thin(s)
         return out
+
+
+def _tree_devices(d: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The devices (or MIG instances) the tree's processes are on; all of them when none is known: the free and
+    total lines then describe the memory the run can use, not a sum over a machine's eight GPUs."""
+    devices = d.get("devices") or []
+    used = {(p.get("device"), p.get("mig")) for p in d.get("procs") or []}
+    mine = [x for x in devices if (x.get("index"), x.get("mig")) in used]
+    return mine or devices
 
 
 def _stack(by_role: dict[str, dict[str, list]], t: float, roles: Mapping[int, str], values: Any) -> None:

@@ -14,7 +14,9 @@ from typing import Any, Iterable
 
 from ..analysis.summary import summarize
 from ..store import RunData
-from .dashboard import leak_line, output_tail, process_table, record_procs, verdict_card
+from .bokeh_format import HOVER_JS as _HOVER_JS
+from .bokeh_format import TICK_JS as _TICK_JS
+from .dashboard import leak_line, output_tail, process_table, record_procs, verdict_card, with_gpu
 from .series import RunSeries
 from .terminal import fmt_bytes, fmt_elapsed, limit_text
 
@@ -38,21 +40,6 @@ PHASE_COLORS = {"train": "#54a24b", "eval": "#f58518"}
 PHASE_OTHER = "#7b61ff"
 HIDE_ABOVE = 4  # host available / limit start hidden when they exceed the run's own peak this many times
 CMD_MAX = 2000  # characters of the command line shown at the top
-
-# Bytes on the y axis, in one unit per axis (GiB once a tick reaches 1 GiB), trailing zeros dropped.
-_TICK_JS = """
-const m = Math.max(...ticks.map(Math.abs));
-const [f, u] = m >= 1073741824 ? [1073741824, "GiB"] : m >= 1048576 ? [1048576, "MiB"] : m >= 1024 ? [1024, "KiB"] : [1, "B"];
-return (tick / f).toFixed(2).replace(/\\.?0+$/, "") + " " + u;
-"""
-_HOVER_JS = """
-const v = value, a = Math.abs(v);
-if (a >= 1073741824) return (v / 1073741824).toFixed(2) + " GiB";
-if (a >= 1048576) return (v / 1048576).toFixed(1) + " MiB";
-if (a >= 1024) return (v / 1024).toFixed(0) + " KiB";
-return v.toFixed(0) + " B";
-"""
-
 
 def _esc(s: Any) -> str:
     return html.escape(str(s), quote=True)
@@ -253,7 +240,13 @@ def _procs(record_path: str, summary: dict[str, Any]) -> dict[int, dict[str, Any
     for p in summary.get("processes") or []:  # the summary's exit signal also comes from a worker's fault dump
         if p.get("exit_signal") and p["pid"] in procs:
             procs[p["pid"]]["exit_signal"] = p["exit_signal"]
-    return procs
+    return with_gpu(procs, gpu_peaks(summary))
+
+
+def gpu_peaks(summary: dict[str, Any]) -> dict[int, int]:
+    """pid -> the process's GPU peak (NVML's, else PyTorch's reserved) from the summary."""
+    return {p["pid"]: p.get("peak_used_bytes") for p in (summary.get("gpu") or {}).get("processes") or []
+            if p.get("pid") is not None}
 
 
 def render_html(record_path: str) -> str:

@@ -7,9 +7,11 @@ torch.compile's compilation windows.
   fork()). On a CPU-only run nothing is ever sampled.
 - ``cuda_oom`` messages: sent from the allocator's OOM observer, before the stack unwinds and frees memory: the
   allocation that failed, the device's total and free memory, the allocator's stats and summary, and the path of a
-  memory snapshot (``torch.cuda.memory._snapshot()``, pickled in the run directory; the collector keeps it with the
-  record). History recording is on with a bounded ring (HISTORY_ENTRIES, env MEMSCOPE_CUDA_HISTORY; 0 turns it
-  off) so that the snapshot shows the allocations that led to the OOM.
+  memory snapshot (``torch.cuda.memory._snapshot()`` with the observer's numbers under ``memscope_oom``, pickled in
+  the run directory; the collector keeps it beside the record; ``save_at_exception`` does it from the excepthook
+  where PyTorch has no OOM observer). The snapshot's segments show fragmentation vs a real shortage. Allocation history (the trace, and the frames of each block) costs host memory and time on
+  every allocation, so it is recorded only when asked: ``--cuda-history`` (env MEMSCOPE_CUDA_HISTORY = the number
+  of entries kept, a ring).
 - ``compile`` messages: the start and end of each outermost Dynamo compilation (torch._dynamo's callback handler),
   with inductor's compile_threads, so the collector can tell whether the compile-worker pool outlived compilation.
 """
@@ -20,7 +22,7 @@ import time
 from ..hooks import when_imported
 
 SAMPLE_S = 2.0
-HISTORY_ENTRIES = 5000       # each entry holds a Python stack (a few kB): ~5000 entries, some MB of host RAM
+HISTORY_ENV = "MEMSCOPE_CUDA_HISTORY"   # entries of allocation history to keep; unset or 0: none recorded
 MAX_SNAPSHOTS = 2            # per process: a loop that catches OOMs and retries must not fill the disk
 _STAT_KEYS = {               # memory_stats key -> message field (keys documented in torch.cuda.memory_stats)
     "allocated_bytes.all.current": "allocated",
@@ -94,18 +96,48 @@ def _on_oom(device, alloc, device_total, device_free):
         except Exception:
             pass
         run_dir = _run_dir()
-        if _history[0] and run_dir and _snapshots[0] < MAX_SNAPSHOTS:
+        if run_dir and _snapshots[0] < MAX_SNAPSHOTS:
             _snapshots[0] += 1
-            import pickle
-
-            path = os.path.join(run_dir, "cuda_snapshot_%d_%d.pickle" % (os.getpid(), _snapshots[0]))
-            with open(path + ".tmp", "wb") as f:
-                pickle.dump(torch.cuda.memory._snapshot(), f)
-            os.replace(path + ".tmp", path)
-            msg["snapshot"] = os.path.basename(path)
+            name = _save_snapshot(torch, run_dir, dict(msg, pid=os.getpid()))
+            if name:
+                msg["snapshot"] = name
         _send(msg)
     except Exception:
         pass  # the user's OutOfMemoryError follows; nothing of ours may replace it
+
+
+def _save_snapshot(torch, run_dir, oom):
+    """Pickle the allocator's snapshot, the OOM's numbers added (plain types only, so memscope's safe reader and
+    pytorch.org/memory_viz both read it); returns the file's name, or None."""
+    try:
+        import pickle
+
+        snap = torch.cuda.memory._snapshot()
+        if isinstance(snap, dict):
+            snap = dict(snap, memscope_oom={k: oom[k] for k in ("device", "alloc_bytes", "device_total",
+                                                                   "device_free", "pid", "wall") if k in oom})
+        path = os.path.join(run_dir, "cuda_snapshot_%d_%d.pickle" % (os.getpid(), _snapshots[0]))
+        with open(path + ".tmp", "wb") as f:
+            pickle.dump(snap, f, protocol=4)
+        os.replace(path + ".tmp", path)
+        return os.path.basename(path)
+    except Exception:
+        return None
+
+
+def save_at_exception(message):
+    """An uncaught CUDA OOM that no OOM observer saw (a PyTorch without one): the snapshot now, from the excepthook.
+    The traceback still holds the frames, so their tensors are still allocated."""
+    try:
+        torch, run_dir = _torch, _run_dir()
+        if _snapshots[0] or torch is None or not run_dir or "CUDA out of memory" not in (message or ""):
+            return
+        if not torch.cuda.is_initialized():
+            return
+        _snapshots[0] += 1
+        _save_snapshot(torch, run_dir, {"pid": os.getpid(), "wall": time.time()})
+    except Exception:
+        pass
 
 
 def _on_cuda_init():
@@ -115,7 +147,7 @@ def _on_cuda_init():
         attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
         if attach is not None:
             attach(_on_oom)
-        entries = _env_int("MEMSCOPE_CUDA_HISTORY", HISTORY_ENTRIES)
+        entries = _env_int(HISTORY_ENV, 0)
         if entries > 0:
             try:
                 torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
