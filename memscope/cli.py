@@ -51,6 +51,34 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="run the script under Scalene, profiling off, for on-demand snapshots (CPU only); "
                         "--scalene=memory adds memory figures")
     p.add_argument("--scalene=memory", dest="scalene", action="store_const", const="memory", help=argparse.SUPPRESS)
+    g = p.add_argument_group("Prometheus (one endpoint per node; see the README's multi-node recipe)")
+    g.add_argument("--prometheus", type=_listen, metavar="[HOST:]PORT",
+                   help="serve the run's memory, leak slope and exit cause to Prometheus on PORT (127.0.0.1; "
+                        ":PORT listens on every interface)")
+    g.add_argument("--hostname", metavar="NAME", help="the hostname label (default: this machine's name)")
+    g.add_argument("--pushgateway", type=_pushgateway, metavar="URL",
+                   help="push the final state to this Pushgateway when the run ends")
+    g.add_argument("--prometheus-linger", type=float, default=0.0, metavar="S",
+                   help="keep the endpoint up S seconds after the end, so that a scrape sees the exit (0)")
+
+
+def _listen(text: str) -> str:
+    from .export.prometheus import parse_listen
+
+    try:
+        parse_listen(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _pushgateway(text: str) -> str:
+    from .export.prometheus import check_pushgateway
+
+    try:
+        return check_pushgateway(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,7 +114,8 @@ def _options(ns: argparse.Namespace):
 
     return Options(record_dir=ns.record, interval_s=ns.interval, pss_interval_s=ns.pss_interval,
                    grace_s=ns.grace, limit_bytes=ns.limit, agent=not ns.no_agent, summary_json=ns.summary_json,
-                   scalene=ns.scalene)
+                   scalene=ns.scalene, prometheus=ns.prometheus, hostname=ns.hostname,
+                   pushgateway=ns.pushgateway, prometheus_linger_s=max(0.0, ns.prometheus_linger))
 
 
 def exit_status(returncode: int | None) -> int:
@@ -138,6 +167,8 @@ def cmd_run(ns: argparse.Namespace, command: list[str] | None = None) -> int:
     if presses["n"]:  # Ctrl-C during start-up: now stop, gracefully (a press counts once)
         presses["n"] -= 1
         on_signal(signal.SIGINT, None)
+    if run.exporter is not None and run.exporter.url and not ns.quiet:
+        sys.stderr.write(f"memscope: Prometheus metrics at {run.exporter.url}\n")
     view = TerminalView(run).start() if not ns.quiet and TerminalView.wanted() else None
     try:
         while not run.ended:
@@ -148,6 +179,10 @@ def cmd_run(ns: argparse.Namespace, command: list[str] | None = None) -> int:
     summary = run.wait() or {}
     if not ns.quiet:
         print_final(summary)
+    if run.exporter is not None:  # the final push, and the last scrape of the final state
+        from .export.prometheus import PUSH_TIMEOUT_S
+
+        run.exporter.wait_closed(run.options.prometheus_linger_s + PUSH_TIMEOUT_S + 5)
     return exit_status(run.returncode)
 
 

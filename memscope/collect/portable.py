@@ -60,3 +60,10 @@ def environ_has(pid: int, marker: bytes) -> bool:
         return psutil.Process(pid).environ().get(name) == value
     except (psutil.Error, OSError):
         return False
+
+
+def environ_get(pid: int, name: str) -> str | None:
+    try:
+        return psutil.Process(pid).environ().get(name)
+    except (psutil.Error, OSError):
+        return None

@@ -106,6 +106,18 @@ def environ_has(pid: int, marker: bytes) -> bool:
     return marker in data.split(b"\0")
 
 
+def environ_get(pid: int, name: str) -> str | None:
+    """The value of ``name`` in the environment the process was started with; None if unset or unreadable."""
+    data = _read(f"/proc/{pid}/environ", 1 << 20)
+    if not data:
+        return None
+    prefix = name.encode() + b"="
+    for item in data.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix):].decode("utf-8", "replace")
+    return None
+
+
 def boot_time() -> float:
     # /proc/stat can be long (one line per interrupt): read it line by line, not in one bounded read.
     try:
