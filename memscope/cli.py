@@ -97,6 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--record", metavar="DIR")
     rep.add_argument("--json", action="store_true", help="print the summary as JSON")
     rep.add_argument("--html", metavar="PATH", help="write a standalone HTML report (chart, processes, output)")
+    c = sub.add_parser("cluster", help="a multi-node job's memory, read from Prometheus",
+                       usage="memscope cluster PROMETHEUS_URL [--run ID | --job NAME] [--since 6h] [--html OUT]")
+    c.add_argument("url", help="Prometheus' address, e.g. http://prometheus:9090")
+    c.add_argument("--run", help="one run's id (the run label)")
+    c.add_argument("--job", help="Prometheus' scrape job (the job label)")
+    c.add_argument("--since", default="6h", help="how far back to look (6h; 90s, 15m, 2d...)")
+    c.add_argument("--html", metavar="OUT", help="write a standalone page (a chart per hostname/rank)")
     d = sub.add_parser("demo", help="run a small bundled training under memscope")
     add_run_options(d)
     d.add_argument("--seconds", type=_positive, default=20, help="how long the demo trains (20)")
@@ -233,6 +240,26 @@ def cmd_report(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cluster(ns: argparse.Namespace) -> int:
+    from .cluster import ClusterError, load_job
+    from .ui.cluster import text_table, write_html
+
+    try:
+        job = load_job(ns.url, run=ns.run, job=ns.job, since=ns.since)
+    except ClusterError as exc:
+        sys.stderr.write(f"memscope: {exc}\n")
+        return EXIT_BAD_INPUT
+    if ns.html:
+        try:
+            print(f"memscope: job view written to {write_html(job, ns.html)}")
+        except OSError as exc:
+            sys.stderr.write(f"memscope: cannot write {ns.html}: {exc.strerror}\n")
+            return EXIT_BAD_INPUT
+    else:
+        print(text_table(job))
+    return 0
+
+
 def cmd_demo(ns: argparse.Namespace) -> int:
     demo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo", "train_demo.py")
     return cmd_run(ns, [sys.executable, demo, "--seconds", str(ns.seconds)])
@@ -247,7 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.print_help()
         return EXIT_BAD_INPUT
     try:
-        return {"run": cmd_run, "ls": cmd_ls, "report": cmd_report, "demo": cmd_demo}[ns.cmd](ns)
+        return {"run": cmd_run, "ls": cmd_ls, "report": cmd_report, "demo": cmd_demo,
+                "cluster": cmd_cluster}[ns.cmd](ns)
     except LaunchError as exc:
         sys.stderr.write(f"memscope: {exc}\n")
         return EXIT_BAD_INPUT

@@ -71,8 +71,8 @@ def check_pushgateway(url: str) -> str:
     u = url.strip()
     if "://" not in u:
         u = "http://" + u
-    p = urllib.parse.urlsplit(u)
     try:
+        p = urllib.parse.urlsplit(u)
         p.port  # noqa: B018  (raises on a non-numeric port)
     except ValueError:
         raise ValueError(f"not a Pushgateway URL: {url!r}") from None
@@ -170,7 +170,9 @@ class Exporter:
             elif isinstance(rec, RunEnded):
                 ex = rec.summary.get("exit") or {}
                 self._exit = {"cause": str(ex.get("cause") or "unknown"), "signal": str(ex.get("signal") or "")}
-                self._leak_at = -math.inf  # the final fit, at the next scrape or push
+                # No fit after the end: the verdict stands as fitted while the run was running (the teardown
+                # frees what leaked, and the fit would read the whole run as one long spike).
+                self._leak_dirty = False
         self.cpu_s += time.thread_time() - c0
 
     def _rank(self, pid: int, ppid: int) -> str:
@@ -267,8 +269,11 @@ class Exporter:
                 if not missing:  # a process with no PSS round yet would make the sum too small
                     mem.add_metric(ids + [rank, role, "pss"], pss)
                     mem.add_metric(ids + [rank, role, "private"], private)
-            for (rank, role), g in sorted(self._groups.items()):
-                leak.add_metric(ids + [rank, role, g.verdict], math.nan if g.slope is None else g.slope)
+            for key, g in sorted(self._groups.items()):
+                # A group whose processes are gone keeps its last verdict, unless it never had one (a process
+                # seen briefly as "other" before its role was known).
+                if key in groups or g.verdict != "insufficient_data":
+                    leak.add_metric(ids + [key[0], key[1], g.verdict], math.nan if g.slope is None else g.slope)
             h = self._host
             if h is not None:
                 avail.add_metric(ids, h.available)
