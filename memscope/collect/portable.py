@@ -62,8 +62,8 @@ def environ_has(pid: int, marker: bytes) -> bool:
         return False
 
 
-def environ_get(pid: int, name: str) -> str | None:
+def read_environ(pid: int) -> dict[str, str] | None:
     try:
-        return psutil.Process(pid).environ().get(name)
+        return psutil.Process(pid).environ() or None
     except (psutil.Error, OSError):
         return None

@@ -106,16 +106,17 @@ def environ_has(pid: int, marker: bytes) -> bool:
     return marker in data.split(b"\0")
 
 
-def environ_get(pid: int, name: str) -> str | None:
-    """The value of ``name`` in the environment the process was started with; None if unset or unreadable."""
+def read_environ(pid: int) -> dict[str, str] | None:
+    """The environment the process was started with; None if unreadable, or empty (as it reads mid-exec)."""
     data = _read(f"/proc/{pid}/environ", 1 << 20)
     if not data:
         return None
-    prefix = name.encode() + b"="
+    out = {}
     for item in data.split(b"\0"):
-        if item.startswith(prefix):
-            return item[len(prefix):].decode("utf-8", "replace")
-    return None
+        name, sep, value = item.partition(b"=")
+        if sep:
+            out[name.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return out
 
 
 def boot_time() -> float:

@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 from ..model import Event, HostSample, ProcessExited, ProcessSeen, Record, RunEnded, TreeSample
 
 if sys.platform.startswith("linux"):
-    from ..collect.procfs import environ_get
+    from ..collect.procfs import read_environ
 else:  # pragma: no cover - macOS
-    from ..collect.portable import environ_get
+    from ..collect.portable import read_environ
 
 if TYPE_CHECKING:
     from ..runner import Run
@@ -45,6 +45,7 @@ COMMAND_MAX = 512          # characters of the command kept in memscope_run_info
 LEAK_EVERY_S = 5.0         # the live leak slope is refitted at most this often (on a scrape), not per scrape
 SERIES_MAX = 16384         # points kept per (rank, role) for the leak fit; past it, pairs fold to their minimum
 PUSH_TIMEOUT_S = 10.0
+REREAD_ROUNDS = 10         # sampling rounds in which an unreadable environment is tried again
 PUSH_JOB = "memscope"
 
 
@@ -122,6 +123,8 @@ class Exporter:
         self._lock = threading.Lock()
         self._procs: dict[int, dict[str, Any]] = {}   # pid -> rank, role, rss, pss, private, alive
         self._rank_of: dict[int, str] = {}
+        self._parent: dict[int, int] = {}
+        self._unread: dict[int, int] = {}    # pid -> rounds left to read its environment again
         self._groups: dict[tuple[str, str], _Group] = {}
         self._host: HostSample | None = None
         self._gpu_used: dict[tuple[str, str], int] = {}              # (rank, gpu) -> NVML bytes, last round
@@ -176,9 +179,14 @@ class Exporter:
         self.cpu_s += time.thread_time() - c0
 
     def _rank(self, pid: int, ppid: int) -> str:
-        rank = environ_get(pid, "RANK")
-        if rank is None:
+        self._parent[pid] = ppid
+        env = read_environ(pid)
+        if env is None:  # unreadable, or caught mid-exec: the parent's for now, read again next rounds
+            self._unread.setdefault(pid, REREAD_ROUNDS)
             rank = self._rank_of.get(ppid, "")
+        else:
+            self._unread.pop(pid, None)
+            rank = env.get("RANK") or self._rank_of.get(ppid, "")
         self._rank_of[pid] = rank
         return rank
 
@@ -187,7 +195,18 @@ class Exporter:
         d["role"] = rec.role
         d["rank"] = self._rank(rec.pid, rec.ppid)  # read again: a role change can follow an exec
 
+    def _reread(self) -> None:
+        for pid, left in list(self._unread.items()):
+            d = self._procs.get(pid)
+            if d is None or not d["alive"] or left <= 0:
+                del self._unread[pid]
+                continue
+            self._unread[pid] = left - 1
+            d["rank"] = self._rank(pid, self._parent.get(pid, 0))
+
     def _on_tree(self, rec: TreeSample) -> None:
+        if self._unread:
+            self._reread()
         sums: dict[tuple[str, str], float] = {}
         complete = True
         for p in rec.procs:
