@@ -20,6 +20,7 @@ command line above all) are escaped by prometheus_client's exposition.
 """
 from __future__ import annotations
 
+import bisect
 import math
 import shlex
 import socket
@@ -43,8 +44,11 @@ __all__ = ["Exporter", "parse_listen", "check_pushgateway", "COMMAND_MAX"]
 
 COMMAND_MAX = 512          # characters of the command kept in memscope_run_info's label
 LEAK_EVERY_S = 5.0         # the live leak slope is refitted at most this often (on a scrape), not per scrape
-SERIES_MAX = 16384         # points kept per (rank, role) for the leak fit; past it, pairs fold to their minimum
+LEAK_CPU_BUDGET = 0.002    # ... and further apart when the fits would take more than this share of a core
+SERIES_MAX = 256           # points kept per (rank, role) for the fit (~4 ms each; 512 points cost ~40 ms): past
+                           # it, pairs fold to their minimum
 PUSH_TIMEOUT_S = 10.0
+TEARDOWN_S = 2.0           # left out of the final leak fit
 REREAD_ROUNDS = 10         # sampling rounds in which an unreadable environment is tried again
 PUSH_JOB = "memscope"
 
@@ -132,6 +136,7 @@ class Exporter:
         self._exit: dict[str, Any] | None = None
         self._leak_at = -math.inf
         self._leak_dirty = False
+        self._leak_every = LEAK_EVERY_S
         self.cpu_s = 0.0         # thread CPU spent on records and scrapes: what the exporter costs the machine
         self.scrapes = 0
         self.url: str | None = None
@@ -173,9 +178,7 @@ class Exporter:
             elif isinstance(rec, RunEnded):
                 ex = rec.summary.get("exit") or {}
                 self._exit = {"cause": str(ex.get("cause") or "unknown"), "signal": str(ex.get("signal") or "")}
-                # No fit after the end: the verdict stands as fitted while the run was running (the teardown
-                # frees what leaked, and the fit would read the whole run as one long spike).
-                self._leak_dirty = False
+                self._leak_at, self._leak_dirty = -math.inf, True  # the final fit, at the next scrape or push
         self.cpu_s += time.thread_time() - c0
 
     def _rank(self, pid: int, ppid: int) -> str:
@@ -317,15 +320,23 @@ class Exporter:
 
     def _refit_leak(self) -> None:
         now = self._clock()
-        if not self._leak_dirty or now - self._leak_at < LEAK_EVERY_S:
+        if not self._leak_dirty or now - self._leak_at < self._leak_every:
             return
         from ..analysis.leak import assess_leak
 
+        c0 = time.thread_time()
         limit = self._host.limit if self._host is not None else None
         for g in self._groups.values():
-            v = assess_leak(g.t, g.y, limit_bytes=limit)
+            t, y = g.t, g.y
+            if self._exit is not None and t:
+                # The final fit leaves out each group's last seconds: a teardown frees what leaked, and the fit
+                # would read the whole run as one long spike.
+                n = bisect.bisect_right(t, t[-1] - TEARDOWN_S)
+                t, y = t[:n], y[:n]
+            v = assess_leak(t, y, limit_bytes=limit)
             g.verdict, g.slope = v.verdict, v.slope_bytes_per_s
         self._leak_at, self._leak_dirty = now, False
+        self._leak_every = max(LEAK_EVERY_S, (time.thread_time() - c0) / LEAK_CPU_BUDGET)
 
     # -- serving and pushing ---------------------------------------------------------------------------------
     def serve(self, host: str, port: int) -> str:
