@@ -50,6 +50,11 @@ class Panel:
         """PSS of the panel's processes at its last point."""
         return int(sum(s["y"][-1] for s in self.roles.values() if s["y"]))
 
+    def peak_bytes(self) -> int:
+        """The highest PSS of the panel's processes, all roles together."""
+        cols = [s["y"] for s in self.roles.values()]
+        return int(max((sum(v) for v in zip(*cols)), default=0))
+
     def chart_data(self, version: int = 0) -> dict[str, Any]:
         """What ``MemoryChart`` and ``report.memory_figure`` draw (a ``RunSeries.snapshot()``'s shape)."""
         ends = [s["t"][-1] for s in self.roles.values() if s["t"]]

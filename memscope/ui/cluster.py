@@ -50,12 +50,14 @@ def job_table(job: Job) -> str:
             f"{_esc(_leak_text(v))}</span>" for role, v in sorted(p.leak.items()))
         rows.append(f"<tr><td>{_esc(p.hostname)}</td><td>{_esc(p.rank or '-')}</td>"
                     f"<td>{_esc(', '.join(p.roles) or '-')}</td><td style='text-align:right'>"
-                    f"{_esc(fmt_bytes(p.now_bytes()) if p.roles else '-')}</td><td>{leaks or '-'}</td>"
+                    f"{_esc(fmt_bytes(p.now_bytes()) if p.roles else '-')}</td><td style='text-align:right'>"
+                    f"{_esc(fmt_bytes(p.peak_bytes()) if p.roles else '-')}</td><td>{leaks or '-'}</td>"
                     f"<td>{_esc(_exit_text(p))}</td></tr>")
     return ("<style>.memscope-cluster td, .memscope-cluster th {padding: 2px 10px 2px 0; text-align: left;"
             " vertical-align: top}</style>"
             "<table class='memscope-cluster' style='border-collapse:collapse;font-size:12px'>"
-            "<tr><th>hostname</th><th>rank</th><th>roles</th><th>PSS (last)</th><th>leak (floor slope)</th>"
+            "<tr><th>hostname</th><th>rank</th><th>roles</th><th>PSS (last)</th><th>PSS (peak)</th>"
+            "<th>leak (floor slope)</th>"
             "<th>exit</th></tr>" + "".join(rows) + "</table>")
 
 
@@ -73,11 +75,11 @@ def _status(job: Job, note: str = "") -> str:
 
 def text_table(job: Job) -> str:
     """The job for a terminal: one line per hostname/rank."""
-    lines = [f"{'hostname':20} {'rank':>4}  {'PSS':>10}  {'exit':14}  leak"]
+    lines = [f"{'hostname':20} {'rank':>4}  {'PSS last':>10}  {'PSS peak':>10}  {'exit':14}  leak"]
     for p in job.panels:
         leak = "; ".join(f"{role}: {_leak_text(v)}" for role, v in sorted(p.leak.items())) or "-"
-        lines.append(f"{p.hostname[:20]:20} {p.rank or '-':>4}  {fmt_bytes(p.now_bytes()) if p.roles else '-':>10}  "
-                     f"{_exit_text(p)[:14]:14}  {leak}")
+        now, peak = (fmt_bytes(p.now_bytes()), fmt_bytes(p.peak_bytes())) if p.roles else ("-", "-")
+        lines.append(f"{p.hostname[:20]:20} {p.rank or '-':>4}  {now:>10}  {peak:>10}  {_exit_text(p)[:14]:14}  {leak}")
     return "\n".join(lines)
 
 
