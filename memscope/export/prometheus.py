@@ -137,7 +137,8 @@ class Exporter:
         self._leak_at = -math.inf
         self._leak_dirty = False
         self._leak_every = LEAK_EVERY_S
-        self.cpu_s = 0.0         # thread CPU spent on records and scrapes: what the exporter costs the machine
+        self.record_cpu_s = 0.0  # thread CPU spent on records (the subscriber thread) ...
+        self.scrape_cpu_s = 0.0  # ... and answering scrapes (collect and the text format): what we cost the run
         self.scrapes = 0
         self.url: str | None = None
         self._server: Any = None
@@ -179,7 +180,7 @@ class Exporter:
                 ex = rec.summary.get("exit") or {}
                 self._exit = {"cause": str(ex.get("cause") or "unknown"), "signal": str(ex.get("signal") or "")}
                 self._leak_at, self._leak_dirty = -math.inf, True  # the final fit, at the next scrape or push
-        self.cpu_s += time.thread_time() - c0
+        self.record_cpu_s += time.thread_time() - c0
 
     def _rank(self, pid: int, ppid: int) -> str:
         self._parent[pid] = ppid
@@ -255,7 +256,6 @@ class Exporter:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        c0 = time.thread_time()
         base = ["run", "hostname"]
         ids = [self.run_id, self.hostname]
         mem = GaugeMetricFamily("memscope_memory_bytes", "Memory of the run's processes by rank and role (bytes): "
@@ -315,7 +315,6 @@ class Exporter:
             info.add_metric(ids + [self.command], 1)
             if self._exit is not None:
                 exit_.add_metric(ids + [self._exit["cause"], self._exit["signal"]], 1)
-        self.cpu_s += time.thread_time() - c0
         yield from (f for f in (mem, nproc, avail, limit, leak, gpu, info, exit_) if f.samples)
 
     def _refit_leak(self) -> None:
@@ -353,7 +352,16 @@ class Exporter:
 
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         server_cls = type("MemscopeMetricsServer", (ThreadingWSGIServer,), {"address_family": family})
-        self._server = make_server(host, port, make_wsgi_app(self.registry), server_cls, handler_class=Quiet)
+        metrics = make_wsgi_app(self.registry)
+
+        def app(environ: dict, start_response: Callable) -> Any:
+            c0 = time.thread_time()
+            try:
+                return metrics(environ, start_response)  # the whole body, rendered in this call
+            finally:
+                self.scrape_cpu_s += time.thread_time() - c0
+
+        self._server = make_server(host, port, app, server_cls, handler_class=Quiet)
         bound = self._server.server_address[1]
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{bound}/metrics"
