@@ -74,7 +74,7 @@ def measure(seconds: float) -> dict:
                     scrapes += 1
                     sizes.append(len(body))
                     text = body.decode()
-                    lines = sum(1 for ln in text.splitlines() if ln and not ln.startswith("#"))
+                    lines = max(lines, sum(1 for ln in text.splitlines() if ln and not ln.startswith("#")))
                     procs_seen = max(procs_seen, int(sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
                                                          if ln.startswith("memscope_processes{"))))
                 except OSError:

@@ -328,3 +328,27 @@ def test_the_final_fit_leaves_the_teardown_out(exporter, ranks):
     ex.on_record(RunEnded(40.5, {"exit": {"cause": "ok"}}))
     ((d, v),) = pick(scrape(ex), "memscope_leak_slope_bytes_per_second")
     assert d["verdict"] == "leak" and 2.5 * MiB < v < 3.5 * MiB
+
+
+def test_the_magic_and_the_python_api_take_the_same_options(tmp_path):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    import memscope
+    from memscope.magic import load
+    from memscope.runner import LaunchError
+
+    ip = InteractiveShell.instance()
+    load(ip)
+    port = free_port()
+    run = ip.run_line_magic("memscope", f"--record {tmp_path} --prometheus {port} --hostname nb-host "
+                                        f"--prometheus-linger 30 {script('clean.py')} 1")
+    try:
+        assert run.exporter.url == f"http://127.0.0.1:{port}/metrics"
+        run.wait(60)
+        s = parse(urllib.request.urlopen(run.exporter.url, timeout=10).read().decode())  # lingering: the end
+        assert pick(s, "memscope_exit_info", hostname="nb-host", cause="ok")
+        assert pick(s, "memscope_run_info", run=run.run_id)
+    finally:
+        run.exporter.close()
+    with pytest.raises(LaunchError, match="not \\[HOST:\\]PORT"):
+        memscope.run([script("clean.py")], prometheus="localhost:http", record_dir=str(tmp_path), output="capture")
