@@ -352,3 +352,19 @@ def test_the_magic_and_the_python_api_take_the_same_options(tmp_path):
         run.exporter.close()
     with pytest.raises(LaunchError, match="not \\[HOST:\\]PORT"):
         memscope.run([script("clean.py")], prometheus="localhost:http", record_dir=str(tmp_path), output="capture")
+
+
+def test_the_job_view_escapes_what_prometheus_labels_hold():
+    from memscope.cluster import Job, Panel, selector
+    from memscope.ui.cluster import job_table, render_html, text_table
+
+    evil = '<script>alert("x")</script>'
+    p = Panel(evil, "0", roles={"rank": {"t": [0.0, 1.0], "y": [1.0 * MiB, 2.0 * MiB]}},
+              leak={"rank": {"verdict": "leak", "slope": 1.0 * MiB}}, exit={"cause": evil, "signal": ""},
+              command=f"python train.py --tag '{evil}'")
+    job = Job("http://prom:9090", selector(run=evil), 0.0, 2.0, 1.0, [p])
+    assert selector(run='a"b\nc') == '{run="a\\"b\\nc"}'  # PromQL string escaping
+    for page in (job_table(job), render_html(job)):
+        assert "<script>alert" not in page and "&lt;script&gt;alert(&quot;x&quot;)" in page
+    assert "LEAK +60 MiB/min" in job_table(job) and p.peak_bytes() == 2 * MiB
+    assert evil[:20] in text_table(job)  # a terminal shows text as it is

@@ -19,6 +19,7 @@ from .terminal import fmt_bytes
 __all__ = ["ClusterView", "cluster", "render_html", "write_html", "job_table", "text_table"]
 
 REFRESH_S = 5.0
+STALE_S = 600.0   # the live view stops refreshing after this long without new data
 CHART_HEIGHT = 240
 
 
@@ -132,13 +133,23 @@ class ClusterView:
             any(p.exit for p in self.job.panels if p.hostname == h) for h in self.job.hostnames)
 
     def _loop(self) -> None:
+        last_t, since = self._t_last(), time.monotonic()
         while not self.ended and not self._closed.wait(self.refresh_s):
+            if time.monotonic() - since > STALE_S:  # nodes gone without an exit (memscope itself killed)
+                self.status.value = _status(self.job, f"no new data for {STALE_S / 60:.0f} min: stopped refreshing")
+                return
             try:
                 self._show(load_job(self.url, **self._args))
+                if self._t_last() != last_t:
+                    last_t, since = self._t_last(), time.monotonic()
             except ClusterError as exc:  # Prometheus restarting: say so, keep the last picture, try again
                 self.status.value = _status(self.job, f"refresh failed: {exc}")
             except Exception as exc:  # a view must never take the kernel down
                 self.status.value = _status(self.job, f"refresh failed: {exc!r}")
+
+    def _t_last(self) -> float:
+        """Unix time of the job's newest memory point."""
+        return self.job.t0 + max((p.chart_data()["t_last"] for p in self.job.panels), default=0.0)
 
     def refresh(self) -> None:
         """Read Prometheus now (the thread does it every ``refresh_s``)."""
