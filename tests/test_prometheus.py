@@ -368,3 +368,15 @@ def test_the_job_view_escapes_what_prometheus_labels_hold():
         assert "<script>alert" not in page and "&lt;script&gt;alert(&quot;x&quot;)" in page
     assert "LEAK +60 MiB/min" in job_table(job) and p.peak_bytes() == 2 * MiB
     assert evil[:20] in text_table(job)  # a terminal shows text as it is
+
+
+def test_exited_processes_are_forgotten_and_a_late_role_update_does_not_revive_them(exporter, ranks):
+    ex = exporter()
+    (r0,) = ranks(1)
+    first = seen(r0, "other")
+    ex.on_record(first)
+    ex.on_record(ProcessExited(1.0, r0, 0, None))
+    ex.on_record(ProcessSeen(1.1, r0, 1, "rank", "python3", "", first.create_time))  # queued before the exit
+    assert not pick(scrape(ex), "memscope_processes") and not ex._procs
+    ex.on_record(ProcessSeen(2.0, r0, 1, "rank", "python3", "", first.create_time + 5))  # the pid, reused
+    assert pick(scrape(ex), "memscope_processes", role="rank", rank="0")[0][1] == 1

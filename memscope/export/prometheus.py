@@ -125,10 +125,11 @@ class Exporter:
         self.limit_from_flag = limit_from_flag
         self._clock = clock
         self._lock = threading.Lock()
-        self._procs: dict[int, dict[str, Any]] = {}   # pid -> rank, role, rss, pss, private, alive
+        self._procs: dict[int, dict[str, Any]] = {}   # live pid -> rank, role, rss, pss, private
         self._rank_of: dict[int, str] = {}
         self._parent: dict[int, int] = {}
         self._unread: dict[int, int] = {}    # pid -> rounds left to read its environment again
+        self._gone: dict[int, float] = {}    # pid -> create time, of the processes that have exited
         self._groups: dict[tuple[str, str], _Group] = {}
         self._host: HostSample | None = None
         self._gpu_used: dict[tuple[str, str], int] = {}              # (rank, gpu) -> NVML bytes, last round
@@ -162,9 +163,12 @@ class Exporter:
             elif isinstance(rec, ProcessSeen):
                 self._on_seen(rec)
             elif isinstance(rec, ProcessExited):
-                d = self._procs.get(rec.pid)
+                # Forgotten at once: workers come and go all day, and a scrape walks only the live ones.
+                d = self._procs.pop(rec.pid, None)
                 if d is not None:
-                    d["alive"] = False
+                    self._gone[rec.pid] = d["create_time"]
+                self._parent.pop(rec.pid, None)
+                self._unread.pop(rec.pid, None)
                 for key in [k for k in self._alloc if k[0] == rec.pid]:
                     del self._alloc[key]
             elif isinstance(rec, HostSample):
@@ -195,14 +199,17 @@ class Exporter:
         return rank
 
     def _on_seen(self, rec: ProcessSeen) -> None:
-        d = self._procs.setdefault(rec.pid, {"rss": 0, "pss": None, "private": None, "alive": True})
+        if self._gone.get(rec.pid) == rec.create_time:
+            return  # a late role update of a process that has exited (a new one under the same pid is not)
+        d = self._procs.setdefault(rec.pid, {"rss": 0, "pss": None, "private": None,
+                                             "create_time": rec.create_time})
         d["role"] = rec.role
         d["rank"] = self._rank(rec.pid, rec.ppid)  # read again: a role change can follow an exec
 
     def _reread(self) -> None:
         for pid, left in list(self._unread.items()):
             d = self._procs.get(pid)
-            if d is None or not d["alive"] or left <= 0:
+            if d is None or left <= 0:
                 del self._unread[pid]
                 continue
             self._unread[pid] = left - 1
@@ -277,8 +284,6 @@ class Exporter:
             self._refit_leak()
             groups: dict[tuple[str, str], list[int]] = {}
             for d in self._procs.values():
-                if not d["alive"]:
-                    continue
                 g = groups.setdefault((d["rank"], d["role"]), [0, 0, 0, 0, 0])  # n, rss, pss, private, missing
                 g[0] += 1
                 g[1] += d["rss"]
