@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from .runner import Run
 
 __version__ = "0.1.0"
-__all__ = ["run", "attach", "phase", "mark", "reopen", "open_snapshot", "load_ipython_extension", "Run", "Options",
+__all__ = ["run", "attach", "phase", "mark", "reopen", "open_snapshot", "cluster", "load_ipython_extension", "Run", "Options",
            "LaunchError", "__version__"]
 
 from .phases import mark, phase  # noqa: E402  (tiny, stdlib only: safe to import in training code)
@@ -24,7 +24,9 @@ def run(command: Sequence[str] | str, **options: Any) -> "Run":
     ``command`` is an argv list (``["train.py", "--epochs", "3"]`` or ``["bash", "train.sh"]``) or a string that
     is split like a shell would. Options: record_dir, interval_s, pss_interval_s, grace_s, output ("inherit" or
     "capture"), agent, limit_bytes, summary_json, cwd, env, scalene (True or "cpu", or "memory": the script runs
-    under Scalene with profiling off, and ``run.scalene_snapshot(10)`` profiles the next 10 seconds).
+    under Scalene with profiling off, and ``run.scalene_snapshot(10)`` profiles the next 10 seconds),
+    prometheus ("[HOST:]PORT": serve the run's state to Prometheus), hostname (its label), pushgateway (a URL:
+    push the final state there at the end), prometheus_linger_s.
     """
     import shlex
 
@@ -64,6 +66,17 @@ def open_snapshot(path: str) -> Any:
     from .ui.snapshot_view import open_snapshot as _open
 
     return _open(path)
+
+
+def cluster(prometheus_url: str, *, run: str | None = None, job: str | None = None, since: str | float = "6h",
+            refresh_s: float = 5.0) -> Any:
+    """The whole job in a notebook, read from Prometheus: a chart per hostname/rank (PSS stacked by role), each
+    node's leak verdict and exit cause, refreshed every ``refresh_s`` seconds until every node has ended.
+
+    ``run`` (a run id) or ``job`` (Prometheus' scrape job) selects what to show; raises ``memscope.cluster.ClusterError`` with a one-line message when Prometheus cannot be reached or holds no memscope data."""
+    from .ui.cluster import cluster as _cluster
+
+    return _cluster(prometheus_url, run=run, job=job, since=since, refresh_s=refresh_s)
 
 
 def load_ipython_extension(ip: Any) -> None:

@@ -82,6 +82,34 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                         "that the snapshot saved at a CUDA OOM shows what led to it" % CUDA_HISTORY_ENTRIES)
     p.add_argument("--cuda-history-entries", dest="cuda_history", type=_positive_int, metavar="N",
                    help="the same, keeping the last N allocations")
+    g = p.add_argument_group("Prometheus (one endpoint per node; see the README's multi-node recipe)")
+    g.add_argument("--prometheus", type=_listen, metavar="[HOST:]PORT",
+                   help="serve the run's memory, leak slope and exit cause to Prometheus on PORT (127.0.0.1; "
+                        ":PORT listens on every interface)")
+    g.add_argument("--hostname", metavar="NAME", help="the hostname label (default: this machine's name)")
+    g.add_argument("--pushgateway", type=_pushgateway, metavar="URL",
+                   help="push the final state to this Pushgateway when the run ends")
+    g.add_argument("--prometheus-linger", type=float, default=0.0, metavar="S",
+                   help="keep the endpoint up S seconds after the end, so that a scrape sees the exit (0)")
+
+
+def _listen(text: str) -> str:
+    from .export.prometheus import parse_listen
+
+    try:
+        parse_listen(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _pushgateway(text: str) -> str:
+    from .export.prometheus import check_pushgateway
+
+    try:
+        return check_pushgateway(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,6 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--json", action="store_true", help="print the summary as JSON")
     rep.add_argument("--html", metavar="PATH", help="write a standalone HTML report (chart, processes, output)")
     add_snapshot_parser(sub)
+    c = sub.add_parser("cluster", help="a multi-node job's memory, read from Prometheus",
+                       usage="memscope cluster PROMETHEUS_URL [--run ID | --job NAME] [--since 6h] [--html OUT]")
+    c.add_argument("url", help="Prometheus' address, e.g. http://prometheus:9090")
+    c.add_argument("--run", help="one run's id (the run label)")
+    c.add_argument("--job", help="Prometheus' scrape job (the job label)")
+    c.add_argument("--since", default="6h", help="how far back to look (6h; 90s, 15m, 2d...)")
+    c.add_argument("--html", metavar="OUT", help="write a standalone page (a chart per hostname/rank)")
     d = sub.add_parser("demo", help="run a small bundled training under memscope")
     add_run_options(d)
     d.add_argument("--seconds", type=_positive, default=20, help="how long the demo trains (20)")
@@ -118,7 +153,9 @@ def _options(ns: argparse.Namespace):
 
     return Options(record_dir=ns.record, interval_s=ns.interval, pss_interval_s=ns.pss_interval,
                    grace_s=ns.grace, limit_bytes=ns.limit, agent=not ns.no_agent, summary_json=ns.summary_json,
-                   scalene=ns.scalene, cuda_history=getattr(ns, "cuda_history", None))
+                   scalene=ns.scalene, cuda_history=getattr(ns, "cuda_history", None),
+                   prometheus=ns.prometheus, hostname=ns.hostname,
+                   pushgateway=ns.pushgateway, prometheus_linger_s=max(0.0, ns.prometheus_linger))
 
 
 def exit_status(returncode: int | None) -> int:
@@ -168,6 +205,8 @@ def cmd_run(ns: argparse.Namespace, command: list[str] | None = None) -> int:
     if presses["n"]:  # Ctrl-C during start-up: now stop, gracefully (a press counts once)
         presses["n"] -= 1
         on_signal(signal.SIGINT, None)
+    if run.exporter is not None and run.exporter.url and not ns.quiet:
+        sys.stderr.write(f"memscope: Prometheus metrics at {run.exporter.url}\n")
     view = TerminalView(run).start() if not ns.quiet and TerminalView.wanted() else None
     try:
         while not run.ended:
@@ -178,6 +217,10 @@ def cmd_run(ns: argparse.Namespace, command: list[str] | None = None) -> int:
     summary = run.wait() or {}
     if not ns.quiet:
         print_final(summary)
+    if run.exporter is not None:  # the final push, and the last scrape of the final state
+        from .export.prometheus import PUSH_TIMEOUT_S
+
+        run.exporter.wait_closed(run.options.prometheus_linger_s + PUSH_TIMEOUT_S + 5)
     return exit_status(run.returncode)
 
 
@@ -282,6 +325,26 @@ def cmd_snapshot(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cluster(ns: argparse.Namespace) -> int:
+    from .cluster import ClusterError, load_job
+    from .ui.cluster import text_table, write_html
+
+    try:
+        job = load_job(ns.url, run=ns.run, job=ns.job, since=ns.since)
+    except ClusterError as exc:
+        sys.stderr.write(f"memscope: {exc}\n")
+        return EXIT_BAD_INPUT
+    if ns.html:
+        try:
+            print(f"memscope: job view written to {write_html(job, ns.html)}")
+        except OSError as exc:
+            sys.stderr.write(f"memscope: cannot write {ns.html}: {exc.strerror}\n")
+            return EXIT_BAD_INPUT
+    else:
+        print(text_table(job))
+    return 0
+
+
 def cmd_demo(ns: argparse.Namespace) -> int:
     demo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo", "train_demo.py")
     return cmd_run(ns, [sys.executable, demo, "--seconds", str(ns.seconds)])
@@ -297,7 +360,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     try:
         return {"run": cmd_run, "ls": cmd_ls, "report": cmd_report, "demo": cmd_demo,
-                "snapshot": cmd_snapshot}[ns.cmd](ns)
+                "snapshot": cmd_snapshot,
+                "cluster": cmd_cluster}[ns.cmd](ns)
     except LaunchError as exc:
         sys.stderr.write(f"memscope: {exc}\n")
         return EXIT_BAD_INPUT

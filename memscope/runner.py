@@ -60,6 +60,10 @@ class Options:
     script: str | None = None
     scalene: str | bool | None = None  # None, "cpu" or "memory": the script runs under Scalene, profiling off
     cuda_history: int | None = None  # entries of CUDA allocation history kept for the OOM snapshot (None: none)
+    prometheus: str | None = None  # "[HOST:]PORT": serve the run's state to Prometheus (export/prometheus.py)
+    hostname: str | None = None    # the hostname label (default: this machine's)
+    pushgateway: str | None = None  # push the final state to this Pushgateway at the end
+    prometheus_linger_s: float = 0.0  # keep the endpoint up this long after the end, for a last scrape
 
 
 @dataclass
@@ -170,6 +174,8 @@ class Run:
         self.run_id = f"{stamp}-{secrets.token_hex(3)}"
         self.record_path = os.path.join(self.record_dir, f"{self.run_id}.sqlite")
         self.scalene = self._scalene_session()
+        self.exporter: Any = None
+        self._listen = self._export_options()
         try:
             self._recorder = Recorder(self.record_path, warn=self._record_trouble)
         except Exception as exc:  # sqlite3.Error, OSError
@@ -208,6 +214,8 @@ class Run:
         o = self.options
         env = dict(os.environ if o.env is None else o.env)
         marker_value = self.run_id
+        if o.prometheus or o.pushgateway:
+            self._start_exporter()  # first: a port already taken must stop us before anything runs
         if not self.attached:
             env[protocol.ENV_RUN] = marker_value
             if o.agent:
@@ -360,6 +368,36 @@ class Run:
             raise LaunchError(str(exc)) from None
         os.makedirs(session.dir, exist_ok=True)
         return session
+
+    def _export_options(self) -> tuple[str, int] | None:
+        """Check --prometheus/--pushgateway before anything starts; returns where to listen."""
+        o = self.options
+        if not (o.prometheus or o.pushgateway):
+            return None
+        from .export import prometheus as prom
+
+        try:
+            if o.pushgateway:
+                o.pushgateway = prom.check_pushgateway(o.pushgateway)
+            return prom.parse_listen(str(o.prometheus)) if o.prometheus else None
+        except ValueError as exc:
+            raise LaunchError(str(exc)) from None
+
+    def _start_exporter(self) -> None:
+        from .export.prometheus import Exporter
+
+        o = self.options
+        self.exporter = Exporter.for_run(self, o.hostname)
+        if self._listen is not None:
+            host, port = self._listen
+            try:
+                self.exporter.serve(host, port)
+            except OSError as exc:
+                self._abort()
+                raise LaunchError(f"--prometheus {o.prometheus}: cannot listen on {host}:{port}: "
+                                  f"{exc.strerror or exc}") from None
+        self._on_end.insert(0, lambda _run: self.exporter.finish(
+            o.pushgateway, o.prometheus_linger_s, lambda line: print(line, file=sys.stderr)))
 
     def census(self, timeout: float = 30.0) -> "Census":
         """Take a tensor census in the main process: torch tensors by device, dtype and shape (count, bytes, how
@@ -784,6 +822,9 @@ class Run:
         return next((r.partial for r in self._readers.values() if r.partial), "")
 
     def _abort(self) -> None:
+        if self.exporter is not None:
+            self.exporter.close()
+            self.exporter = None
         if self._server is not None:
             self._server.close()
         self._recorder.close()

@@ -67,3 +67,10 @@ def environ_has(pid: int, marker: bytes) -> bool:
         return psutil.Process(pid).environ().get(name) == value
     except (psutil.Error, OSError):
         return False
+
+
+def read_environ(pid: int) -> dict[str, str] | None:
+    try:
+        return psutil.Process(pid).environ() or None
+    except (psutil.Error, OSError):
+        return None

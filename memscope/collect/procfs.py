@@ -113,6 +113,19 @@ def uptime() -> float:
     return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
+def read_environ(pid: int) -> dict[str, str] | None:
+    """The environment the process was started with; None if unreadable, or empty (as it reads mid-exec)."""
+    data = _read(f"/proc/{pid}/environ", 1 << 20)
+    if not data:
+        return None
+    out = {}
+    for item in data.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if sep:
+            out[name.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return out
+
+
 def boot_time() -> float:
     # /proc/stat can be long (one line per interrupt): read it line by line, not in one bounded read.
     try:

@@ -1,0 +1,1 @@
+"""Exporters: memscope's live state in the formats other tools read (one module per format)."""
