@@ -351,3 +351,25 @@ def test_dense_single_sample_spikes_are_found():
     spikes = find_spikes(t, y, phases=[("validation", 0.5 * i - 0.1, 0.5 * i + 0.1) for i in range(2, 90, 3)])
     assert len(spikes) >= 25
     assert all(s.phase == "validation" and 35 * 2**20 < s.height_bytes < 45 * 2**20 for s in spikes)
+
+
+def test_fit_span_starts_at_the_training_and_drops_the_teardown():
+    from memscope.analysis.leak import fit_span
+    from memscope.analysis.phases import training_start
+
+    # Imports grow memory 150 MB in 4 s, then the training holds flat for 30 s, then the interpreter frees at exit.
+    rng = random.Random(4)
+    t = [i / 5 for i in range(5 * 36)]
+    y = [min(x, 4.0) / 4.0 * 150 * MB + 10 * MB + rng.gauss(0, 0.3 * MB) for x in t]
+    y[-3:] = [5 * MB] * 3
+    events = [{"t": 4.2, "pid": 7, "kind": "phase", "data": {"name": "train", "state": "switch", "auto": True}},
+              {"t": 1.0, "pid": 7, "kind": "phase", "data": {"name": "validation", "state": "start"}},
+              {"t": 3.9, "pid": 8, "kind": "epoch", "data": {}}]
+    assert training_start(events, pid=7) == 4.2  # the main's automatic switch; a manual phase does not count
+    assert training_start(events) == 3.9
+    assert training_start([]) is None
+    ft, fy = fit_span(t, y, 4.2, ended=True)
+    assert ft[0] >= 4.2 and fy[-1] > 100 * MB  # the ramp and the teardown are out
+    assert assess_leak(ft, fy).verdict == "no_leak"
+    # A start that would leave less than 20 s is ignored rather than leaving nothing to fit.
+    assert fit_span(t, y, 30.0)[0][0] == 0.0

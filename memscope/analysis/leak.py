@@ -42,6 +42,7 @@ __all__ = [
     "find_spikes",
     "assess_by_role",
     "trim_teardown",
+    "fit_span",
 ]
 
 # --- tunables (module constants so callers/tests can see what "material" means) ---
@@ -387,6 +388,21 @@ def _phase_at(index, x: float) -> str | None:
 
 
 # ------------------------------------------------------------------------ public API
+
+
+def fit_span(t: Sequence[float], y: Sequence[float], start_s: float | None = None,
+             ended: bool = False) -> tuple[list, list]:
+    """The stretch of a series the leak verdict is fitted on: from the training's start (``start_s``, the first
+    DataLoader epoch or train/eval switch: imports and set-up grow memory once, and on a short run that growth
+    reads as a leak) to the end, without an ended run's teardown (``trim_teardown``). Without ``start_s`` the
+    whole series; a start that would leave less than MIN_DURATION_S is ignored."""
+    tl, yl = _prepare(t, y)
+    if start_s is not None and tl and tl[-1] - start_s >= MIN_DURATION_S:
+        i = bisect_left(tl, start_s)
+        tl, yl = tl[i:], yl[i:]
+    if ended:
+        tl, yl = trim_teardown(tl, yl)
+    return tl, yl
 
 
 def trim_teardown(t: Sequence[float], y: Sequence[float], window_s: float = 5.0) -> tuple[list, list]:

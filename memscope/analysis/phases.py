@@ -55,3 +55,11 @@ def stats(phases: Sequence[tuple[str, float, float]], t: Sequence[float], y: Seq
 def automatic_only(phases: Sequence[tuple[str, float, float]]) -> list[tuple[str, float, float]]:
     """The non-overlapping train/eval phases: what the leak baseline is split by."""
     return [p for p in phases if p[0] in ("train", "eval")]
+
+
+def training_start(events: Iterable[dict[str, Any]], pid: int | None = None) -> float | None:
+    """When the training began: the first DataLoader epoch or automatic train/eval switch (of ``pid``, the main
+    process, when given); None if the run announced none."""
+    ts = [float(e["t"]) for e in events if e.get("kind") in ("epoch", "phase") and
+          (e.get("kind") == "epoch" or (e.get("data") or {}).get("auto")) and (pid is None or e.get("pid") == pid)]
+    return min(ts) if ts else None

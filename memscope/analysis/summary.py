@@ -14,7 +14,7 @@ from .advice import advise
 from .census import summary_rows as census_rows
 from .exit_cause import ExitEvidence, decide, fault_signal
 from .scalene import summary_rows as scalene_rows
-from .leak import assess_by_role, assess_leak, find_spikes, trim_teardown
+from .leak import assess_by_role, assess_leak, find_spikes, fit_span, trim_teardown
 from .loads import probe_summary
 
 SCHEMA = "memscope.summary/1"
@@ -170,10 +170,12 @@ def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
             pt, py = [r[0] for r in rows], [r[1] or 0 for r in rows]
         roles = rd.role_totals(kind, private=private)
         series = "tree_private_pss_rounds" if private else "tree_rss"
-    if rd.events("exit_status"):  # an ended run: its teardown is no part of the floor or of a spike
+    ended = bool(rd.events("exit_status"))  # an ended run: its teardown is no part of the floor or of a spike
+    start = phases_mod.training_start(rd.events("epoch") + rd.events("phase"), ev.main_pid)
+    if ended:
         t, y = trim_teardown(t, y)
-        pt, py = trim_teardown(pt, py)
-        roles = {r: trim_teardown(*ty) for r, ty in roles.items()}
+    pt, py = fit_span(pt, py, start, ended)
+    roles = {r: fit_span(*ty, start, ended) for r, ty in roles.items()}
     spans = phases_mod.intervals(rd.events("phase"), duration, ev.main_pid)
     auto = phases_mod.automatic_only(spans)
     # The time to the limit keeps the file-backed pages in: they count against the limit too.
@@ -188,7 +190,7 @@ def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
     # growth over forked workers that share those pages, the leak is still the main's.
     own = rd.role_fast_totals(column="private").get("main")
     if own:
-        leak["main_private"] = assess_leak(*trim_teardown(*own), phases=auto).to_dict()
+        leak["main_private"] = assess_leak(*fit_span(*own, start, ended), phases=auto).to_dict()
     return {
         "phases": phases_mod.stats(spans, t, y),
         "marks": [{"t_s": round(e["t"], 3), "text": e["data"].get("text", "")} for e in rd.events("mark")],

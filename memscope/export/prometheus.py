@@ -137,6 +137,7 @@ class Exporter:
         self._exit: dict[str, Any] | None = None
         self._leak_at = -math.inf
         self._leak_dirty = False
+        self._train_start: float | None = None
         self._leak_every = LEAK_EVERY_S
         self.record_cpu_s = 0.0  # thread CPU spent on records (the subscriber thread) ...
         self.scrape_cpu_s = 0.0  # ... and answering scrapes (collect and the text format): what we cost the run
@@ -174,6 +175,8 @@ class Exporter:
             elif isinstance(rec, HostSample):
                 self._host = rec
             elif isinstance(rec, Event):
+                if self._train_start is None and (rec.kind == "epoch" or (rec.kind == "phase" and rec.data.get("auto"))):
+                    self._train_start = rec.t  # the leak fit starts here: imports and set-up are no leak
                 if rec.kind == "gpu":
                     self._on_gpu(rec.data)
                 elif rec.kind == "torch_alloc" and rec.pid is not None and rec.data.get("backend", "cuda") == "cuda":
@@ -330,7 +333,7 @@ class Exporter:
         now = self._clock()
         if not self._leak_dirty or now - self._leak_at < self._leak_every:
             return
-        from ..analysis.leak import assess_leak
+        from ..analysis.leak import assess_leak, fit_span
 
         c0 = time.thread_time()
         limit = self._host.limit if self._host is not None else None
@@ -341,7 +344,7 @@ class Exporter:
                 # would read the whole run as one long spike.
                 n = bisect.bisect_right(t, t[-1] - TEARDOWN_S)
                 t, y = t[:n], y[:n]
-            v = assess_leak(t, y, limit_bytes=limit)
+            v = assess_leak(*fit_span(t, y, self._train_start), limit_bytes=limit)
             g.verdict, g.slope = v.verdict, v.slope_bytes_per_s
         self._leak_at, self._leak_dirty = now, False
         self._leak_every = max(LEAK_EVERY_S, (time.thread_time() - c0) / LEAK_CPU_BUDGET)

@@ -20,7 +20,7 @@ from .chart import MemoryChart, count_points
 from .controls import Controls
 from .gpu_chart import GpuSeries
 from .probes_panel import ProbesFeed
-from ..analysis.leak import find_spikes
+from ..analysis.leak import find_spikes, fit_span
 from .series import RunSeries
 from .terminal import fmt_bytes, fmt_elapsed, limit_text, verdict_text
 
@@ -327,7 +327,9 @@ class Dashboard:
             elif limit and self.run is not None and self.run.snapshot.tree_pss:
                 limit = max(1, limit - max(0, self.run.snapshot.tree_pss - y[-1]))  # file-backed pages count too
             if t:
-                self._leak = assess_leak(t, y, limit_bytes=limit).to_dict()
+                main = next((pid for pid, d in self._procs().items() if d.get("role") == "main"), None)
+                start = phases_mod.training_start([dict(e, kind="phase") for e in self._phase_events], main)
+                self._leak = assess_leak(*fit_span(t, y, start), limit_bytes=limit).to_dict()
             with self.series._lock:
                 tt, ty = self.series.pss_by_role.total()
             self._spikes = [sp.to_dict() for sp in find_spikes(tt, ty)] if len(tt) >= 3 else []
