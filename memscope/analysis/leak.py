@@ -405,20 +405,25 @@ def fit_span(t: Sequence[float], y: Sequence[float], start_s: float | None = Non
     return tl, yl
 
 
-def trim_teardown(t: Sequence[float], y: Sequence[float], window_s: float = 5.0) -> tuple[list, list]:
-    """An ended run's series without its teardown: the trailing samples that fall below everything of the
-    ``window_s`` before them (the interpreter freeing at exit). A floor that ends in a fall it never had
-    before is no floor: it would make the run's last seconds look like one long spike."""
+def trim_teardown(t: Sequence[float], y: Sequence[float], window_s: float = 5.0,
+                  max_s: float = 10.0) -> tuple[list, list]:
+    """An ended run's series without its teardown: the longest tail (of at most ``max_s``) that lies wholly below
+    everything of the ``window_s`` before it (the interpreter freeing at exit). A floor that ends in a fall it
+    never had before is no floor: it would make the run's last seconds look like one long spike."""
     tl, yl = _prepare(t, y)
     n = len(tl)
-    while n > 3:
-        i = n - 1
-        a = bisect_left(tl, tl[i] - window_s, 0, i)
-        before = yl[a:i]
-        if not before or yl[i] >= min(before) or tl[i] - tl[0] < 2 * window_s:
-            break
-        n -= 1
-    return tl[:n], yl[:n]
+    if n < 4 or tl[-1] - tl[0] < 2 * window_s + max_s:
+        return tl, yl
+    cut = n
+    tail_max = -math.inf
+    j = n - 1
+    while j > 0 and tl[-1] - tl[j] <= max_s:
+        tail_max = max(tail_max, yl[j])
+        a = bisect_left(tl, tl[j] - window_s, 0, j)
+        if a < j and tail_max < min(yl[a:j]):
+            cut = j
+        j -= 1
+    return tl[:cut], yl[:cut]
 
 
 def baseline(
