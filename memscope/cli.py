@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--html", metavar="OUT", help="write a standalone page (a chart per hostname/rank)")
     d = sub.add_parser("demo", help="run a small bundled training under memscope")
     add_run_options(d)
-    d.add_argument("--seconds", type=_positive, default=20, help="how long the demo trains (20)")
+    d.add_argument("--seconds", type=_positive, default=30, help="how long the demo trains (30: a leak verdict needs 20 s of training)")
     return ap
 
 
