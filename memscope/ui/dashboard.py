@@ -130,6 +130,10 @@ class Dashboard:
         # The live leak verdict fits private memory (anonymous PSS + swap), as the summary's does.
         self._private = MinMaxSeries()
         self._private_lock = threading.Lock()
+        self._unsubscribe_phases: Callable[[], None] | None = None
+        self._release_lock = threading.Lock()
+        self._released = False
+        self._thread: threading.Thread | None = None
         if series is None and run is not None:
             # Phases: this view's own subscription, seeded from what the record already holds.
             self._unsubscribe_phases = run.subscribe(self._on_record)
@@ -156,6 +160,7 @@ class Dashboard:
         self.scalene = w.HTML()  # Scalene snapshots, newest first
         self._scalene_snaps: list[dict[str, Any]] = []
         self.controls = Controls(self._action) if run is not None else None
+        self._working: set[str] = set()  # buttons whose slow work (census, Scalene window) is under way
         parts: list[w.Widget] = [self.status, self.card]
         if self.controls is not None:
             parts.append(self.controls)
@@ -211,7 +216,16 @@ class Dashboard:
             if ended:
                 break
             self._closed.wait(period)
-        self._unsubscribe_phases()
+        self._release()
+
+    def _release(self) -> None:
+        """Drop this dashboard's subscriptions to the run (once; from the updater's end or from close())."""
+        with self._release_lock:
+            if self._released:
+                return
+            self._released = True
+        if self._unsubscribe_phases is not None:
+            self._unsubscribe_phases()
         self._probe_feed.close()
         self.series.close()
 
@@ -253,9 +267,11 @@ class Dashboard:
                 from .scalene import snapshots_html
 
                 self.scalene.value = snapshots_html(final_summary["scalene"])
-            if self.controls is not None:
+            if self.controls is not None:  # what the buttons said about the run no longer applies
                 self.controls.disabled = ["stop", "kill", "scalene", "census"]
-                self.controls.labels = {"stop": "Stop", "kill": "Kill"}
+                self.controls.labels = {}
+                if not self._working:
+                    self.controls.note = ""
         return count_points(snap)
 
     def _procs(self) -> dict[int, dict[str, Any]]:
@@ -311,11 +327,14 @@ class Dashboard:
         if action == "stop":
             run.stop(wait=False)
             self.controls.labels = {"stop": "stopping…"}
-            return f"SIGINT sent; SIGTERM, then SIGKILL, follow after {run.options.grace_s:g} s each"
+            return (f"SIGINT sent, as Ctrl-C; if the run is still there {run.options.grace_s:g} s later, SIGTERM, "
+                    f"then SIGKILL")
         if action == "kill":
             run.kill(wait=False)
             self.controls.labels = {"kill": "killing…"}
             return "SIGKILL sent to every process of the run"
+        if action in self._working:
+            return f"the {'census' if action == 'census' else 'Scalene snapshot'} asked for before is still running"
         if action == "scalene":
             if run.scalene is None:
                 from ..scalene import HOW_TO
@@ -345,9 +364,12 @@ class Dashboard:
                 note = f"no {label.lower()}: {exc}"
             except Exception as exc:  # never let a button break the dashboard
                 note = f"{label} failed: {exc!r}"
+            finally:
+                self._working.discard(action)
             self.controls.labels = {action: label}
             self.controls.note = note
 
+        self._working.add(action)
         threading.Thread(target=go, name=f"memscope-{action}", daemon=True).start()
 
     def _take_census(self) -> str:
@@ -373,12 +395,33 @@ class Dashboard:
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop updating and close the widgets (the run itself goes on)."""
+        """Stop updating and close this dashboard's own widgets, threads and subscriptions (the run goes on).
+
+        Only what this dashboard made: ipywidgets 8's ``close_all`` is a class method that would close every widget
+        of the kernel (a slider in another cell, another run's dashboard), and the BokehJS carrier is shared.
+        """
         self._closed.set()
-        try:
-            self.widget.close_all() if hasattr(self.widget, "close_all") else self.widget.close()
-        except Exception:
-            pass
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=10)  # it ends within one push; then it has released its subscriptions
+        self._release()
+        for widget in self._own_widgets():
+            try:
+                widget.close()
+            except Exception:
+                pass
+
+    def _own_widgets(self) -> list[w.Widget]:
+        """Every widget this dashboard made: its box and, depth first, the boxes' children (never the shared
+        BokehJS carrier, which is a trait of the charts, not a child)."""
+        out: list[w.Widget] = []
+        todo: list[Any] = [self.widget]
+        while todo:
+            x = todo.pop()
+            if isinstance(x, w.Widget) and x not in out:
+                out.append(x)
+                todo.extend(getattr(x, "children", ()) or ())
+        return out
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
