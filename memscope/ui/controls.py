@@ -23,13 +23,11 @@ _ESM = r"""
 const ACTIONS = [
   ["stop", "Stop"], ["kill", "Kill"], ["scalene", "Scalene snapshot"], ["census", "Tensor census"],
 ];
-const QUEUED = {
-  stop: "Stop is queued: another cell is running and this kernel hears buttons only between cells. " +
-        "To stop now, interrupt that cell (■): the stop then runs at once.",
-  kill: "Kill is queued: another cell is running and this kernel hears buttons only between cells. " +
-        "To kill now, interrupt that cell (■): the kill then runs at once.",
-  scalene: "Queued: another cell is running; the snapshot starts when it finishes (or interrupt it ■).",
-  census: "Queued: another cell is running; the census starts when it finishes (or interrupt it ■).",
+const QUEUED = {   // one line each: what will happen, and how to act now
+  stop: "Stop is queued behind the running cell; to stop now, interrupt that cell (■).",
+  kill: "Kill is queued behind the running cell; to kill now, interrupt that cell (■).",
+  scalene: "Queued behind the running cell: the snapshot starts when that cell ends.",
+  census: "Queued behind the running cell: the census starts when that cell ends.",
 };
 function render({ model, el }) {
   const bar = document.createElement("div");

@@ -67,18 +67,24 @@ def process_table(procs: dict[int, dict[str, Any]]) -> str:
         rows.append(f"<tr{style}><td>{pid}</td><td>{_esc(d.get('role', 'other'))}</td>"
                     f"<td>{fmt_bytes(d.get('rss'))}</td><td>{fmt_bytes(d.get('pss'))}</td>"
                     f"<td>{fmt_bytes(d.get('swap'))}</td><td>{_esc(state)}</td>"
-                    f"<td style='max-width:420px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap'>"
+                    f"<td class='memscope-cmd' title='{_esc(d.get('cmdline') or d.get('name') or '')}' "
+                    f"style='{_CMD_STYLE}'>"
                     f"{_esc(d.get('cmdline') or d.get('name') or '')}</td></tr>")
     head = "".join(f"<th style='text-align:left;padding-right:10px'>{h}</th>"
                    for h in ("pid", "role", "RSS", "PSS", "swap", "state", "command"))
-    return (f"<table class='memscope-procs' style='font-size:12px;font-family:monospace'><tr>{head}</tr>"
-            f"{''.join(rows)}</table>")
+    return (f"<table class='memscope-procs' style='font-size:12px;font-family:monospace;width:100%;white-space:nowrap'>"
+            f"<tr>{head}</tr>{''.join(rows)}</table>")
+
+
+# The command takes what the other columns leave (max-width:0 lets a cell shrink below its text) and ends in an
+# ellipsis; the full command is its tooltip. A narrow notebook (a side panel open) then clips nothing.
+_CMD_STYLE = "max-width:0;width:100%;overflow:hidden;text-overflow:ellipsis;white-space:nowrap"
 
 
 def output_tail(lines: list[str], partial: str = "") -> str:
     text = "\n".join(lines[-200:] + ([partial] if partial else []))
-    return (f"<pre class='memscope-output' style='max-height:220px;overflow:auto;font-size:11px;"
-            f"background:#f8f8f8;padding:4px;margin:0'>{_esc(text)}</pre>")
+    return (f"<pre class='memscope-output' style='max-height:220px;overflow:auto;font-size:11px;white-space:pre-wrap;"
+            f"overflow-wrap:anywhere;background:#f8f8f8;padding:4px;margin:0'>{_esc(text)}</pre>")
 
 
 def verdict_card(summary: dict[str, Any]) -> str:
@@ -95,7 +101,8 @@ def verdict_card(summary: dict[str, Any]) -> str:
         items = "".join(f"<li>{_esc(a['text'])}</li>" for a in advice[:6])
         leak_html += f"<div style='margin-top:4px'>what to do next:<ul style='margin:2px 0'>{items}</ul></div>"
     return (f"<div class='memscope-verdict' style='border-left:6px solid {color};padding:6px 10px;margin:6px 0;"
-            f"background:#fafafa'><div style='font-weight:bold;color:{color}'>{_esc(ex['cause'])}</div>"
+            f"background:#fafafa;overflow-wrap:anywhere'>"
+            f"<div style='font-weight:bold;color:{color}'>{_esc(ex['cause'])}</div>"
             f"<div>{_esc(ex['message'])}</div>"
             f"<div>peak tree PSS {fmt_bytes(peak.get('tree_pss_bytes'))}, RSS {fmt_bytes(peak.get('tree_rss_bytes'))}"
             f" at {peak.get('at_s', 0):.1f} s; {_plural(len(summary.get('processes', [])), 'process')}</div>{leak_html}"
