@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("run", help="run id, a unique prefix of it, 'last', or the record's path")
     rep.add_argument("--record", metavar="DIR")
     rep.add_argument("--json", action="store_true", help="print the summary as JSON")
-    rep.add_argument("--html", metavar="PATH", help="write a standalone HTML report (chart, processes, output)")
+    rep.add_argument("--html", metavar="PATH", nargs="?", const="",
+                     help="write a standalone HTML report (chart, processes, output) to PATH (./<run id>.html)")
     d = sub.add_parser("demo", help="run a small bundled training under memscope")
     add_run_options(d)
     d.add_argument("--seconds", type=_positive, default=20, help="how long the demo trains (20)")
@@ -179,16 +180,18 @@ def cmd_report(ns: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     rd = RunData(path)
     try:
-        summary = rd.run_row()["summary"] or summarize(rd)
+        row = rd.run_row()
+        summary = row["summary"] or summarize(rd)
     finally:
         rd.close()
-    if ns.html:
+    if ns.html is not None:
         from .ui.report import write_html
 
+        out = ns.html or f"{row['id']}.html"  # --html alone: ./<run id>.html
         try:
-            print(f"memscope: report written to {write_html(path, ns.html)}")
+            print(f"memscope: report written to {os.path.abspath(write_html(path, out))}")
         except OSError as exc:
-            sys.stderr.write(f"memscope: cannot write {ns.html}: {exc.strerror}\n")
+            sys.stderr.write(f"memscope: cannot write {out}: {exc.strerror}\n")
             return EXIT_BAD_INPUT
         return 0
     if ns.json:

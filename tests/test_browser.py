@@ -97,11 +97,19 @@ def run_pids(page, i):
     return [int(x) for x in wait_output(page, i, r"PIDS ([\d ]+)").group(1).split()]
 
 
-def gone_after(pids, timeout):
-    """Seconds until none of ``pids`` is running (a zombie counts as gone), or None. Only looks."""
-    t0 = time.monotonic()
+def _running(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def gone_after(pids, timeout, since=None):
+    """Seconds from ``since`` (a time.monotonic(); default now) until none of ``pids`` runs (a zombie counts as
+    gone), or None if some still runs ``timeout`` s after ``since``. Only looks."""
+    t0 = time.monotonic() if since is None else since
     while time.monotonic() - t0 < timeout:
-        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids):
+        if not any(_running(p) for p in pids):
             return time.monotonic() - t0
         time.sleep(0.02)
     return None
@@ -114,8 +122,9 @@ def stop_while_busy(page, pids, busy, cause_cell, shots, name):
     time.sleep(1.0)
     stop = page.locator(".memscope-btn-stop").last
     t0 = time.monotonic()
+    assert all(_running(p) for p in pids)
     stop.click()
-    latency = gone_after(pids, 2.0)
+    latency = gone_after(pids, 2.0, since=t0)
     assert latency is not None, "the run's processes outlived the Stop click by 2 s"
     wait_text(page, ".memscope-verdict", "stopped_by_user", timeout=15_000)
     assert "BUSY DONE" not in _cell(page, busy).locator(".jp-OutputArea").inner_text()
@@ -307,7 +316,8 @@ FALLBACK_CELLS = [
     "import time\nwhile not any(l.startswith('pids') for l in run.output_tail): time.sleep(0.1)\n"
     "print('PIDS', *[l for l in run.output_tail if l.startswith('pids')][0].split()[1:])",
     "import time\ntime.sleep(25)\nprint('BUSY DONE')",
-    "from memscope.ui import dashboard as D\nprint('CAUSE', run.wait(30)['exit']['cause'], 'CLICKS', D.last.controls.ack)",
+    "from memscope.ui import dashboard as D\n"
+    "print('CAUSE', run.wait(30)['exit']['cause'], 'CLICKS', D.last.controls.ack)",
 ]
 
 
