@@ -5,8 +5,8 @@ marks the button "sent…" before the kernel has seen anything, and if the kerne
 within 700 ms it says "queued" and how to act now. Works with anywidget 0.9 (Colab) and newer.
 
 While another cell runs, a click still acts at once where the frontend sends comm messages over a kernel subshell
-(JupyterLab >= 4.4 and Notebook 7 do, by default, for kernels that advertise "kernel subshells", as ipykernel 7
-does). ipykernel 7.4 then reroutes each comm message to the subshell that last *sent* on that comm, so that a
+(JupyterLab 4.6 and Notebook 7.6 do by default, one subshell per comm target, for kernels whose kernel_info lists
+"kernel subshells", as ipykernel 7's does). ipykernel 7.4 then reroutes each comm message to the subshell that last *sent* on that comm, so that a
 frontend's reply reaches a cell awaiting it; the dashboard's updates go out from the main shell, which would send
 every click back to the busy main shell. These buttons await no reply, so their comm keeps the frontend's choice
 (:func:`keep_frontend_subshell`). Elsewhere (Colab, VS Code, an older ipykernel) the click waits for the busy cell,
