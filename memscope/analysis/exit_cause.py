@@ -215,12 +215,12 @@ def stop_words(e: ExitEvidence) -> str:
                 if e.stop_requested == "stop" else "SIGKILL to every process of the tree")
     names = [d.get("signal", "?") for d in sent]
     if names == ["SIGINT"]:
-        how = "SIGINT, as Ctrl-C; it ended there"
+        how = "SIGINT, as Ctrl-C" + ("" if left else "; it ended there")
     elif names == ["SIGKILL"]:
         how = "SIGKILL to every process of the tree"
     else:
         how = ", then ".join(names) + (" (each after the grace period)" if e.stop_requested == "stop" else "")
     if left:
         n = max(len(d.get("pids") or []) for d in left)
-        how += f"; {' then '.join(d.get('signal', '?') for d in left)} to {n} process{'es' * (n != 1)} left behind"
+        how += f"; then {', '.join(d.get('signal', '?') for d in left)} to {n} process{'es' * (n != 1)} left behind"
     return how
