@@ -11,14 +11,12 @@ helpers. Not part of run_all.py (no browser there).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
@@ -39,17 +37,6 @@ def _gone_at(pids: list[int], timeout: float) -> float:
             return time.time()
         time.sleep(0.01)
     return float("inf")
-
-
-def _interrupt(port: int) -> None:
-    """POST /api/kernels/<id>/interrupt, what the ■ button does."""
-    base = f"http://127.0.0.1:{port}/api/kernels"
-    auth = {"Authorization": f"token {T.TOKEN}"}
-    with urllib.request.urlopen(urllib.request.Request(base, headers=auth), timeout=10) as r:
-        kernels = json.load(r)
-    for k in kernels:
-        urllib.request.urlopen(urllib.request.Request(f"{base}/{k['id']}/interrupt", data=b"", method="POST",
-                                                      headers=auth), timeout=10).close()
 
 
 def measure(app: str, rounds: int, port: int) -> list[tuple[float, float]]:
@@ -90,7 +77,7 @@ def measure(app: str, rounds: int, port: int) -> list[tuple[float, float]]:
                     print(f"{app} round {i + 1}: pids {pids}: processes gone {gone:.3f} s, card seen "
                           f"{card:.3f} s after the click; sleep still running: {busy}", flush=True)
                     out.append((gone, card))
-                    _interrupt(port)  # the measurement is done: end the sleep, as ■ does
+                    T.interrupt(page)  # the measurement is done: end the sleep, as ■ does
                     T.wait_output(page, 2, "KeyboardInterrupt", timeout=30)
                 browser.close()
         finally:

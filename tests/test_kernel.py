@@ -74,20 +74,23 @@ def test_magic_streams_while_idle_and_stop_click_stops_the_run(kernel, tmp_path)
     assert max(last["main_rss"]["y"]) > 64 << 20  # the sleeper holds 64 MiB
     # Tensor census, clicked while the kernel is idle: the census panel fills in (the sleeper has no torch, so
     # it counts Python objects only).
-    kc.session.send(kc.shell_channel.socket, "comm_msg", {
-        "comm_id": controls[0], "data": {"method": "custom", "content": {"action": "census", "clicks": 1}}})
+    for click in (1, 2):  # a second click while the first census runs starts no second one
+        kc.session.send(kc.shell_channel.socket, "comm_msg", {
+            "comm_id": controls[0], "data": {"method": "custom", "content": {"action": "census", "clicks": click}}})
     after = drain(kc, 6.0)
     texts = " ".join(str(m["content"].get("data", {}).get("state", {})) for m in widget_updates(after))
     assert "Tensor census</b> of pid" in texts and "census taken in" in texts
+    assert "the census asked for before is still running" in texts
+    assert "'census': 2" in texts  # the kernel acknowledged both clicks by their ids
     # Click Stop as the browser does: a custom message on the Controls comm.
     kc.session.send(kc.shell_channel.socket, "comm_msg", {
         "comm_id": controls[0], "data": {"method": "custom", "content": {"action": "stop", "clicks": 1}}})
     after = drain(kc, 8.0)
     texts = " ".join(str(m["content"].get("data", {}).get("state", {})) for m in widget_updates(after))
     assert "stopped_by_user" in texts  # the verdict card
-    reply, msgs = execute(kc, "print(run.summary()['exit']['cause'], run.status)")
+    reply, msgs = execute(kc, "print(run.summary()['exit']['cause'], run.status, len(run.summary()['census']))")
     out = "".join(m["content"].get("text", "") for m in msgs if m["msg_type"] == "stream")
-    assert "stopped_by_user ended" in out
+    assert "stopped_by_user ended 1" in out
 
 
 def test_bad_magic_input_is_one_line(kernel, tmp_path):
