@@ -127,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("run", help="run id, a unique prefix of it, 'last', or the record's path")
     rep.add_argument("--record", metavar="DIR")
     rep.add_argument("--json", action="store_true", help="print the summary as JSON")
-    rep.add_argument("--html", metavar="PATH", help="write a standalone HTML report (chart, processes, output)")
+    rep.add_argument("--html", metavar="PATH", nargs="?", const="",
+                     help="write a standalone HTML report (chart, processes, output) to PATH (./<run id>.html)")
     add_snapshot_parser(sub)
     c = sub.add_parser("cluster", help="a multi-node job's memory, read from Prometheus",
                        usage="memscope cluster PROMETHEUS_URL [--run ID | --job NAME] [--since 6h] [--html OUT]")
@@ -254,13 +255,15 @@ def cmd_report(ns: argparse.Namespace) -> int:
     # is not JSON): one line, never a traceback.
     try:
         summary = read_summary(path)
-        if ns.html:
+        if ns.html is not None:
             from .ui.report import write_html
 
+            # --html alone: ./<run id>.html
+            out = ns.html or f"{summary.get('run_id') or os.path.splitext(os.path.basename(path))[0]}.html"
             try:
-                print(f"memscope: report written to {write_html(path, ns.html)}")
+                print(f"memscope: report written to {os.path.abspath(write_html(path, out))}")
             except OSError as exc:
-                sys.stderr.write(f"memscope: cannot write {ns.html}: {exc.strerror or exc}\n")
+                sys.stderr.write(f"memscope: cannot write {out}: {exc.strerror or exc}\n")
                 return EXIT_BAD_INPUT
             return 0
     except (sqlite3.Error, ValueError, KeyError, TypeError, IndexError, OverflowError) as exc:

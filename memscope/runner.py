@@ -298,7 +298,7 @@ class Run:
         with self._stop_lock:
             self._stop_requested = "kill"
         self._publish(Event(self._clock(), None, "stop_requested", {"how": "kill"}))
-        self._signal_tree(signal.SIGKILL)
+        self._signal_sent(signal.SIGKILL, self._signal_tree(signal.SIGKILL))
         if wait:
             self._ended.wait()
 
@@ -602,12 +602,18 @@ class Run:
 
     def _stop_sequence(self, grace: float) -> None:
         self._signal_group(signal.SIGINT)
+        self._signal_sent(signal.SIGINT, [self.pid], to="process" if self.attached else "group")
         if self._root_gone(grace):
             return
-        self._signal_tree(signal.SIGTERM)
+        self._signal_sent(signal.SIGTERM, self._signal_tree(signal.SIGTERM))
         if self._root_gone(grace):
             return
-        self._signal_tree(signal.SIGKILL)
+        self._signal_sent(signal.SIGKILL, self._signal_tree(signal.SIGKILL))
+
+    def _signal_sent(self, sig: int, pids: list[int], to: str = "tree") -> None:
+        # What was really sent, for the verdict's words (SIGINT alone often ends a run).
+        self._publish(Event(self._clock(), None, "signal_sent", {"signal": signal_name(sig), "to": to,
+                                                                 "pids": list(pids)}))
 
     def _root_gone(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -660,9 +666,12 @@ class Run:
         self._publish(Event(self._clock(), None, "leftovers", {"pids": left}))
         for p in left:
             self._send(p, signal.SIGTERM)
+        self._signal_sent(signal.SIGTERM, left, to="leftovers")
         left = wait_gone(left, 0.0 if self._stop_requested else 2.0)
         for p in left:
             self._send(p, signal.SIGKILL)
+        if left:
+            self._signal_sent(signal.SIGKILL, left, to="leftovers")
         wait_gone(left, 2.0)
 
     def _finish(self) -> None:

@@ -1,6 +1,8 @@
-"""Level 3: a real JupyterLab in Debian's Chromium, driven by Playwright. %memscope from a notebook; the chart's
-point count grows; a page reload still shows the whole history; Stop, clicked while another cell is busy, says
-"queued" at once and then the verdict card appears. Saves a screenshot."""
+"""Level 3: a real JupyterLab and Notebook 7 in Debian's Chromium, driven by Playwright. %memscope from a notebook;
+the chart's point count grows; a page reload still shows the whole history; Stop, clicked while another cell
+sleeps, ends the run's processes within 2 s and the verdict card appears before the sleep ends; re-running the cell
+leaves a slider of another cell alive; without comm subshells the click says "queued" and how to stop now.
+Saves screenshots (MEMSCOPE_SCREENSHOTS=dir keeps them)."""
 import json
 import os
 import re
@@ -11,6 +13,7 @@ import sys
 import time
 import urllib.request
 
+import psutil
 import pytest
 
 from conftest import script
@@ -22,11 +25,15 @@ if not os.path.exists(CHROMIUM):
     pytest.skip("Debian chromium is not installed (apt-get install -y chromium)", allow_module_level=True)
 
 PORT, TOKEN = 8897, "memscope-test"
+TWO = f"{script('two_procs.py')} 60"  # a 60 s run of two processes
 CELLS = [
-    f"%load_ext memscope\nrun = %memscope --interval 0.1 --pss-interval 0.5 --grace 1 {script('grow.py')}",
+    "import ipywidgets\nipywidgets.IntSlider(value=7, description='keep-me')",
+    f"%load_ext memscope\nrun = %memscope --interval 0.1 --pss-interval 0.5 --grace 1 {TWO}",
     "import time\nfrom memscope.ui import dashboard as D\nfrom memscope.ui.chart import count_points\n"
     "time.sleep(1.5)\nprint('POINTS', D.last.chart.rendered_points, count_points(D.last.chart.data))",
-    "time.sleep(6)\nprint('BUSY DONE')",
+    "while not any(l.startswith('pids') for l in run.output_tail): time.sleep(0.1)\n"
+    "print('PIDS', *[l for l in run.output_tail if l.startswith('pids')][0].split()[1:])",
+    "time.sleep(25)\nprint('BUSY DONE')",
     "print('CAUSE', run.wait(30)['exit']['cause'])",
 ]
 
@@ -35,11 +42,21 @@ def _cell(page, i):
     return page.locator(".jp-Notebook .jp-Cell").nth(i)
 
 
+def _dismiss_dialog(page):
+    """A JupyterLab dialog (e.g. a kernel chooser after a slow start) blocks every click: accept it, say which."""
+    dialog = page.locator(".jp-Dialog")
+    if dialog.count() and dialog.first.is_visible():
+        print("dialog:", dialog.first.inner_text()[:300].replace("\n", " | "), file=sys.stderr)
+        dialog.first.locator(".jp-mod-accept").first.click()
+        time.sleep(0.5)
+
+
 def run_cell(page, i):
     cell = _cell(page, i)
     prompt = cell.locator(".jp-InputPrompt")
     before = prompt.inner_text()
     for _ in range(5):
+        _dismiss_dialog(page)
         cell.locator(".jp-InputArea-editor").click()
         page.keyboard.press("Escape")
         page.keyboard.press("Shift+Enter")
@@ -68,16 +85,76 @@ def wait_text(page, selector, *texts, timeout=30_000):
     page.wait_for_function(f"() => [...document.querySelectorAll({selector!r})].some(e => {cond})", timeout=timeout)
 
 
-def points(page):
-    run_cell(page, 1)
-    m = wait_output(page, 1, r"POINTS (\d+) (\d+)")
+def points(page, i=2):
+    run_cell(page, i)
+    m = wait_output(page, i, r"POINTS (\d+) (\d+)")
     return int(m.group(1)), int(m.group(2))
+
+
+def run_pids(page, i):
+    run_cell(page, i)
+    return [int(x) for x in wait_output(page, i, r"PIDS ([\d ]+)").group(1).split()]
+
+
+def _running(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def gone_after(pids, timeout, since=None):
+    """Seconds from ``since`` (a time.monotonic(); default now) until none of ``pids`` runs (a zombie counts as
+    gone), or None if some still runs ``timeout`` s after ``since``. Only looks."""
+    t0 = time.monotonic() if since is None else since
+    while time.monotonic() - t0 < timeout:
+        if not any(_running(p) for p in pids):
+            return time.monotonic() - t0
+        time.sleep(0.02)
+    return None
+
+
+def interrupt(page):
+    """Interrupt the page's kernel as the ■ button does (POST /api/kernels/<id>/interrupt)."""
+    base = re.match(r"https?://[^/]+", page.url).group(0) + "/api/kernels"
+    auth = {"Authorization": f"token {TOKEN}"}
+    with urllib.request.urlopen(urllib.request.Request(base, headers=auth), timeout=10) as r:
+        kernels = json.load(r)
+    for k in kernels:
+        urllib.request.urlopen(urllib.request.Request(f"{base}/{k['id']}/interrupt", data=b"", method="POST",
+                                                      headers=auth), timeout=10).close()
+
+
+def stop_while_busy(page, pids, busy, cause_cell, shots, name):
+    """Run the 25 s sleep in cell ``busy``, click Stop: the run's processes must be gone within 2 s and the
+    verdict card say stopped_by_user before the sleep ends; then interrupt the sleep. Returns the seconds from
+    the click to the processes gone."""
+    run_cell(page, busy)
+    time.sleep(1.0)
+    stop = page.locator(".memscope-btn-stop").last
+    t0 = time.monotonic()
+    assert all(_running(p) for p in pids)
+    stop.click()
+    latency = gone_after(pids, 2.0, since=t0)
+    assert latency is not None, "the run's processes outlived the Stop click by 2 s"
+    wait_text(page, ".memscope-verdict", "stopped_by_user", timeout=15_000)
+    assert "BUSY DONE" not in _cell(page, busy).locator(".jp-OutputArea").inner_text()
+    assert time.monotonic() - t0 < 20  # the 25 s sleep is still running
+    page.screenshot(path=os.path.join(shots, name))
+    # What the buttons said no longer applies once the run has ended: the note clears.
+    page.wait_for_function("() => [...document.querySelectorAll('.memscope-controls-note')].pop().textContent === ''",
+                           timeout=5_000)
+    interrupt(page)  # no need to wait out the sleep
+    wait_output(page, busy, "KeyboardInterrupt", timeout=30)
+    run_cell(page, cause_cell)
+    wait_output(page, cause_cell, "CAUSE stopped_by_user")
+    return latency
 
 
 def _serve(tmp_path, app, cells, port):
     """Start `jupyter lab` or `jupyter notebook` (Notebook 7) on 127.0.0.1 with a token over a one-notebook root."""
     root = tmp_path / app
-    root.mkdir()
+    root.mkdir(exist_ok=True)
     nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
                      "source": src} for i, src in enumerate(cells)],
           "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
@@ -132,7 +209,9 @@ def test_dashboard_in_a_real_browser(lab, tmp_path):
         page.goto(lab)
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
-        run_cell(page, 0)
+        run_cell(page, 0)  # a user's slider, in a cell of its own
+        page.wait_for_selector(".widget-slider", timeout=60_000)
+        run_cell(page, 1)
         page.wait_for_selector(".memscope-chart", timeout=60_000)
         page.wait_for_selector(".memscope-btn-stop", timeout=60_000)
         first, _ = points(page)
@@ -140,7 +219,7 @@ def test_dashboard_in_a_real_browser(lab, tmp_path):
         second, expected = points(page)
         # It grows; the browser lags the kernel by at most the push in flight (4 pushes a second).
         assert 0 < first < second <= expected
-        _cell(page, 0).scroll_into_view_if_needed()
+        _cell(page, 1).scroll_into_view_if_needed()
         page.screenshot(path=os.path.join(shots, "dashboard-live.png"))
 
         page.keyboard.press("Escape")
@@ -155,31 +234,41 @@ def test_dashboard_in_a_real_browser(lab, tmp_path):
         # The full history, not only what came after the reload: at least what was drawn before it.
         assert second <= after <= expected
 
-        run_cell(page, 2)  # the kernel is busy for 6 s
-        time.sleep(0.5)
-        stop = page.locator(".memscope-btn-stop").first
-        stop.click()
-        assert stop.inner_text() == "stopping…"  # at once, in the browser
-        wait_text(page, ".memscope-controls-note", "queued", timeout=5_000)
-        wait_output(page, 2, "BUSY DONE", timeout=30)
-        wait_text(page, ".memscope-verdict", "stopped_by_user")
-        run_cell(page, 3)
-        wait_output(page, 3, "CAUSE stopped_by_user")
-        _cell(page, 0).scroll_into_view_if_needed()
-        page.screenshot(path=os.path.join(shots, "dashboard-stopped.png"))
+        pids = run_pids(page, 3)
+        assert len(pids) == 2
+        stop_while_busy(page, pids, 4, 5, shots, "dashboard-stopped-while-busy.png")
+
+        # Re-running the %memscope cell replaces its dashboard and nothing else: the slider lives on.
+        run_cell(page, 1)
+        wait_text(page, ".memscope-status", "running", timeout=60_000)
+        run_cell(page, 5)  # waits for the new run; Stop it meanwhile
+        page.locator(".memscope-btn-stop").last.click()
+        wait_output(page, 5, "CAUSE stopped_by_user", timeout=60)
+        assert page.locator(".memscope-controls").count() == 1
+        assert page.locator(".widget-slider").count() == 1
+        body = page.locator("body").inner_text()
+        assert "Error displaying widget" not in body and "model not found" not in body
+        _cell(page, 1).scroll_into_view_if_needed()
+        page.screenshot(path=os.path.join(shots, "dashboard-rerun.png"))
         browser.close()
 
 
 NB7_CELLS = [
-    f"%load_ext memscope\nrun = %memscope --interval 0.1 --pss-interval 0.5 --grace 1 {script('attention_leak.py')} 60",
-    "import time\nwhile not any('step 50' in line for line in run.output_tail): time.sleep(0.2)\nprint('STEPPING')",
+    f"%load_ext memscope\nrun = %memscope --interval 0.1 --pss-interval 0.5 --grace 1 {TWO}",
+    "import time\nwhile not any(l.startswith('pids') for l in run.output_tail): time.sleep(0.1)\n"
+    "print('PIDS', *[l for l in run.output_tail if l.startswith('pids')][0].split()[1:])",
+    "time.sleep(25)\nprint('BUSY DONE')",
+    "print('CAUSE', run.wait(30)['exit']['cause'])",
+    f"run = %memscope --interval 0.1 --pss-interval 0.5 --grace 1 {script('attention_leak.py')} 60",
+    "while not any('step 50' in line for line in run.output_tail): time.sleep(0.2)\nprint('STEPPING')",
     "print('CAUSE', run.wait(30)['exit']['cause'])",
 ]
 
 
 def test_dashboard_in_notebook_7(tmp_path):
-    """Notebook 7 (the classic interface rebuilt on JupyterLab 4): the dashboard renders, the chart draws, the
-    Tensor census button fills the census panel, and Stop ends with the verdict card."""
+    """Notebook 7 (the classic interface rebuilt on JupyterLab 4): the dashboard renders, the chart draws, Stop
+    acts while another cell sleeps, the Tensor census button fills the census panel, and Stop ends with the
+    verdict card."""
     pytest.importorskip("notebook")
     proc, url = _serve(tmp_path, "notebook", NB7_CELLS, PORT + 1)
     shots = os.environ.get("MEMSCOPE_SCREENSHOTS", str(tmp_path))
@@ -190,25 +279,106 @@ def test_dashboard_in_notebook_7(tmp_path):
             page.goto(url)
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
             time.sleep(3)  # the kernel connects
+            t_start = time.monotonic()
             run_cell(page, 0)
             page.wait_for_selector(".memscope-chart", timeout=90_000)
             # BokehJS loaded and drew: the chart's "loading…" line is gone (the plot itself is in a shadow root).
             page.wait_for_function("() => { const s = document.querySelector('.memscope-chart-status');"
                                    " return s !== null && s.style.display === 'none'; }", timeout=60_000)
-            run_cell(page, 1)
-            wait_output(page, 1, "STEPPING", timeout=90)  # the script trains: torch imported, maps stored
-            census = page.locator(".memscope-btn-census").first
+            pids = run_pids(page, 1)
+            time.sleep(max(0.0, 5.0 - (time.monotonic() - t_start)))  # the click lands ~6 s into the run
+            stop_while_busy(page, pids, 2, 3, shots, "notebook7-stopped-while-busy.png")
+
+            run_cell(page, 4)
+            page.wait_for_selector(".memscope-btn-census >> nth=1", timeout=90_000)
+            run_cell(page, 5)
+            wait_output(page, 5, "STEPPING", timeout=90)  # the script trains: torch imported, maps stored
+            census = page.locator(".memscope-btn-census").last
             census.click()
             wait_text(page, ".memscope-census", "Tensor census of pid", timeout=60_000)
             time.sleep(3)  # the script stores more attention maps, with their graphs
             census.click()
             wait_text(page, ".memscope-census", "since the census at", "(8,4,48,48)", ".detach()", timeout=60_000)
-            page.locator(".memscope-btn-stop").first.click()
-            wait_text(page, ".memscope-verdict", "stopped_by_user", timeout=60_000)
-            run_cell(page, 2)
-            wait_output(page, 2, "CAUSE stopped_by_user")
-            _cell(page, 0).scroll_into_view_if_needed()
+            page.locator(".memscope-btn-stop").last.click()
+            page.wait_for_function("() => { const v = [...document.querySelectorAll('.memscope-verdict')];"
+                                   " return v.length === 2 && v.every(e => e.textContent.includes('stopped_by_user'));"
+                                   " }", timeout=60_000)
+            run_cell(page, 6)
+            wait_output(page, 6, "CAUSE stopped_by_user")
+            _cell(page, 4).scroll_into_view_if_needed()
             page.screenshot(path=os.path.join(shots, "notebook7.png"))
+            browser.close()
+    finally:
+        _shutdown(proc)
+
+
+NARROW_JS = """() => {
+  const out = document.querySelector('.memscope-controls').closest('.jp-OutputArea-output');
+  const right = out.getBoundingClientRect().right + 1;
+  const clipped = [...out.querySelectorAll('*')].filter(e => e.getBoundingClientRect().right > right)
+                                                .map(e => e.tagName + '.' + e.className).slice(0, 10);
+  const frames = [...window.Bokeh.index].filter(v => v.frame).map(v => v.frame.bbox.width);
+  return { notebook: document.querySelector('.jp-NotebookPanel').getBoundingClientRect().width, clipped,
+           cmd_titles: [...out.querySelectorAll('td.memscope-cmd')].filter(td => td.title.includes('python')).length,
+           chart: out.querySelector('.memscope-chart').getBoundingClientRect().width, plot: Math.min(...frames) };
+}"""
+
+
+FALLBACK_CELLS = [
+    f"%load_ext memscope\nrun = %memscope --interval 0.2 --grace 1 {TWO}",
+    "import time\nwhile not any(l.startswith('pids') for l in run.output_tail): time.sleep(0.1)\n"
+    "print('PIDS', *[l for l in run.output_tail if l.startswith('pids')][0].split()[1:])",
+    "import time\ntime.sleep(25)\nprint('BUSY DONE')",
+    "from memscope.ui import dashboard as D\n"
+    "print('CAUSE', run.wait(30)['exit']['cause'], 'CLICKS', D.last.controls.ack)",
+]
+
+
+def test_stop_without_subshells_says_queued_and_how_to_stop_now(tmp_path):
+    """A frontend that sends no comm over subshells (Colab, VS Code; here JupyterLab with commsOverSubshells
+    "disabled"): the click says within a second that Stop is queued and that interrupting the busy cell stops
+    now; interrupting it (■) then stops the run at once."""
+    settings = tmp_path / "lab" / ".cfg" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "kernels-settings.jupyterlab-settings").write_text(json.dumps({"commsOverSubshells": "disabled"}))
+    proc, url = _serve(tmp_path, "lab", FALLBACK_CELLS, PORT + 2)
+    shots = os.environ.get("MEMSCOPE_SCREENSHOTS", str(tmp_path))
+    try:
+        with playwright.sync_playwright() as p:
+            browser = _launch(p)
+            # 1060 px with the file browser open: the notebook is narrower than 800 px.
+            page = browser.new_page(viewport={"width": 1060, "height": 1000})
+            page.goto(url)
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+            run_cell(page, 0)
+            page.wait_for_selector(".memscope-btn-stop", timeout=60_000)
+            pids = run_pids(page, 1)
+            narrow = page.evaluate(NARROW_JS)
+            assert narrow["notebook"] <= 800, narrow
+            assert narrow["clipped"] == [], narrow  # nothing sticks out of the output area
+            assert narrow["cmd_titles"] == 2, narrow  # the command column's cells carry the full command
+            assert narrow["plot"] >= 0.6 * narrow["chart"], narrow  # the legend leaves the plot >= 60 %
+            page.screenshot(path=os.path.join(shots, "narrow.png"))
+            run_cell(page, 2)
+            time.sleep(1.0)
+            stop = page.locator(".memscope-btn-stop")
+            stop.click()
+            assert stop.inner_text() in ("Stop: sent…", "Stop: queued")  # at once, in the browser
+            wait_text(page, ".memscope-controls-note", "Stop is queued", "interrupt that cell (■)", timeout=1_500)
+            assert stop.inner_text() == "Stop: queued"
+            stop.click()  # a second click while the first is pending sends nothing more
+            assert gone_after(pids, 1.0) is None  # it really waits
+            page.screenshot(path=os.path.join(shots, "queued.png"))
+            t0 = time.monotonic()
+            interrupt(page)  # as ■ does
+            assert gone_after(pids, 5.0) is not None, "the queued Stop did not run after the interrupt"
+            wait_text(page, ".memscope-verdict", "stopped_by_user", timeout=15_000)
+            assert time.monotonic() - t0 < 10
+            note = page.locator(".memscope-controls-note").inner_text()
+            assert "queued" not in note, note  # what no longer applies is gone
+            run_cell(page, 3)
+            wait_output(page, 3, "CAUSE stopped_by_user CLICKS 1")  # two clicks, one request
             browser.close()
     finally:
         _shutdown(proc)

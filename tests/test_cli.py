@@ -41,6 +41,22 @@ def test_segfault_exits_139_and_report_reproduces_the_summary(tmp_path):
     assert live["run_id"] in ls.stdout and "segfault" in ls.stdout
 
 
+def test_report_html_without_a_path_writes_run_id_html_here(tmp_path):
+    runs = str(tmp_path / "runs")
+    out = tmp_path / "s.json"
+    p = memscope("run", "--quiet", "--record", runs, "--summary-json", str(out), script("clean.py"), "0.1")
+    assert p.returncode == 0, p.stderr
+    run_id = json.loads(out.read_text())["run_id"]
+    here = tmp_path / "here"
+    here.mkdir()
+    rep = memscope("report", "last", "--record", runs, "--html", cwd=str(here))
+    assert rep.returncode == 0, rep.stderr
+    page = here / f"{run_id}.html"
+    assert rep.stdout.strip() == f"memscope: report written to {page}"
+    assert page.read_text().lstrip().startswith("<!DOCTYPE html>")
+    assert os.listdir(here) == [page.name]
+
+
 def test_command_after_double_dash_and_final_lines(tmp_path):
     p = memscope("run", "--record", str(tmp_path), "--", "bash", script("train_stage_2.sh"), "clean.py", "0.2")
     assert p.returncode == 0, p.stderr

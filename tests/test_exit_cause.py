@@ -53,3 +53,17 @@ def test_wrapper_status_128_plus_n_is_read_as_the_mains_signal():
     assert ex["cause"] == "killed" and ex["signal"] == "SIGKILL" and ex["code"] == 137
     assert fault_signal("Fatal Python error: Bus error\n") == "SIGBUS"
     assert fault_signal("Fatal Python error: Aborted\n") == "SIGABRT"
+
+
+def test_stop_message_names_the_signals_really_sent():
+    def msg(how, *sent):
+        return decide(ExitEvidence(root_pid=1, returncode=-15, stop_requested=how, signals_sent=list(sent)))["message"]
+
+    grp = {"signal": "SIGINT", "to": "group", "pids": [1]}
+    term = {"signal": "SIGTERM", "to": "tree", "pids": [1, 2]}
+    assert "(SIGINT, as Ctrl-C; it ended there)" in msg("stop", grp)
+    assert "(SIGINT, then SIGTERM (each after the grace period))" in msg("stop", grp, term)
+    left = {"signal": "SIGTERM", "to": "leftovers", "pids": [7, 8]}
+    assert "(SIGINT, as Ctrl-C; then SIGTERM to 2 processes left behind)" in msg("stop", grp, left)
+    # A record from before signal_sent events: what a stop sends.
+    assert "SIGINT, then SIGTERM and SIGKILL to what was left" in msg("stop")

@@ -157,6 +157,8 @@ def test_stop_reaches_every_process_even_those_that_ignore_sigterm_or_left_the_s
     pids = [p["pid"] for p in s["processes"]]
     assert len(pids) >= 3
     assert alive(pids) == []
+    # SIGINT ended main; the child that ignores it and the escaped grandchild got SIGTERM, then SIGKILL.
+    assert "(SIGINT, as Ctrl-C; then SIGTERM, SIGKILL to 2 processes left behind)" in s["exit"]["message"], s["exit"]
 
 
 def test_kill_is_immediate_and_leaves_nothing(start):
@@ -167,6 +169,7 @@ def test_kill_is_immediate_and_leaves_nothing(start):
     s = run.summary()
     assert s["exit"]["cause"] == "stopped_by_user" and s["exit"]["signal"] == "SIGKILL"
     assert alive([p["pid"] for p in s["processes"]]) == []
+    assert s["exit"]["message"].startswith("Stopped by you (SIGKILL to every process of the tree")
 
 
 def test_graceful_stop_lets_the_script_handle_ctrl_c(start):
@@ -176,6 +179,7 @@ def test_graceful_stop_lets_the_script_handle_ctrl_c(start):
     s = run.summary()
     assert s["exit"]["cause"] == "stopped_by_user"
     assert run.returncode == -signal.SIGINT  # Python re-raises SIGINT after KeyboardInterrupt: not SIGTERM/SIGKILL
+    assert "(SIGINT, as Ctrl-C; it ended there)" in s["exit"]["message"]  # what was sent, not the whole sequence
 
 
 @pytest.mark.skipif(not has_torch(), reason="needs torch")

@@ -74,20 +74,23 @@ def test_magic_streams_while_idle_and_stop_click_stops_the_run(kernel, tmp_path)
     assert max(last["main_rss"]["y"]) > 64 << 20  # the sleeper holds 64 MiB
     # Tensor census, clicked while the kernel is idle: the census panel fills in (the sleeper has no torch, so
     # it counts Python objects only).
-    kc.session.send(kc.shell_channel.socket, "comm_msg", {
-        "comm_id": controls[0], "data": {"method": "custom", "content": {"action": "census", "clicks": 1}}})
+    for click in (1, 2):  # a second click while the first census runs starts no second one
+        kc.session.send(kc.shell_channel.socket, "comm_msg", {
+            "comm_id": controls[0], "data": {"method": "custom", "content": {"action": "census", "clicks": click}}})
     after = drain(kc, 6.0)
     texts = " ".join(str(m["content"].get("data", {}).get("state", {})) for m in widget_updates(after))
     assert "Tensor census</b> of pid" in texts and "census taken in" in texts
+    assert "the census asked for before is still running" in texts
+    assert "'census': 2" in texts  # the kernel acknowledged both clicks by their ids
     # Click Stop as the browser does: a custom message on the Controls comm.
     kc.session.send(kc.shell_channel.socket, "comm_msg", {
         "comm_id": controls[0], "data": {"method": "custom", "content": {"action": "stop", "clicks": 1}}})
     after = drain(kc, 8.0)
     texts = " ".join(str(m["content"].get("data", {}).get("state", {})) for m in widget_updates(after))
     assert "stopped_by_user" in texts  # the verdict card
-    reply, msgs = execute(kc, "print(run.summary()['exit']['cause'], run.status)")
+    reply, msgs = execute(kc, "print(run.summary()['exit']['cause'], run.status, len(run.summary()['census']))")
     out = "".join(m["content"].get("text", "") for m in msgs if m["msg_type"] == "stream")
-    assert "stopped_by_user ended" in out
+    assert "stopped_by_user ended 1" in out
 
 
 def test_bad_magic_input_is_one_line(kernel, tmp_path):
@@ -131,24 +134,158 @@ def test_terminal_ipython_gets_text_not_widgets(tmp_path):
     assert "VBox" not in p.stdout + p.stderr
 
 
-def test_rerunning_a_cell_retires_its_old_dashboard(kernel, tmp_path):
-    """Re-running the cell (same cellId) closes the dashboard it showed before: no thread keeps writing into old
-    widgets, and the new run gets a dashboard of its own."""
+def _send_in_cell(kc, code, cell_id):
+    """An execute_request as JupyterLab sends it: the cell's id in the metadata."""
+    msg = kc.session.msg("execute_request", {"code": code, "silent": False, "store_history": True,
+                                             "user_expressions": {}, "allow_stdin": False,
+                                             "stop_on_error": True}, metadata={"cellId": cell_id})
+    kc.shell_channel.send(msg)
+    return msg["header"]["msg_id"]
+
+
+def _reply(kc, msg_id, timeout=60):
+    deadline = time.monotonic() + timeout
+    while True:
+        m = kc.get_shell_msg(timeout=max(0.01, deadline - time.monotonic()))
+        if m["parent_header"].get("msg_id") == msg_id:
+            return m
+
+
+def _printed(msgs):
+    return "".join(m["content"].get("text", "") for m in msgs if m["msg_type"] == "stream")
+
+
+def test_rerunning_a_cell_closes_only_its_own_dashboard(kernel, tmp_path):
+    """Re-running a %memscope cell (same cellId) closes the dashboard it showed before, and nothing else: a user
+    widget made before and one made after, and another cell's dashboard, survive three re-runs; the old
+    dashboards' threads (updater, subscriptions) are gone."""
     kc = kernel
-    execute(kc, "%load_ext memscope\nimport memscope.ui.dashboard as D")
-    cell = f"run = %memscope --record {tmp_path}/runs {script('sleeper.py')} 8"
-    for _ in range(2):
-        msg = kc.session.msg("execute_request", {"code": cell, "silent": False, "store_history": True,
-                                                 "user_expressions": {}, "allow_stdin": False,
-                                                 "stop_on_error": True}, metadata={"cellId": "cell-1"})
-        kc.shell_channel.send(msg)
-        kc.get_shell_msg(timeout=60)
-        if _ == 0:
-            execute(kc, "first, first_run = D.last, run")
+    execute(kc, "%load_ext memscope\nimport threading, ipywidgets\nimport memscope.ui.dashboard as D\n"
+                "before = ipywidgets.IntSlider(); display(before)")
+    long_run = f"%memscope --record {tmp_path}/runs {script('sleeper.py')} 8"
+    _reply(kc, _send_in_cell(kc, f"other = {long_run}", "cell-other"))
+    execute(kc, "other_dash = D.last\nafter = ipywidgets.IntSlider(); display(after)\nruns, dashes = [], []")
+    for _ in range(4):  # the first run and three re-runs of the same cell
+        _reply(kc, _send_in_cell(kc, f"run = {long_run}", "cell-1"))
+        execute(kc, "runs.append(run); dashes.append(D.last)")
+    _, msgs = execute(kc, """
+def ours():
+    return [t for t in threading.enumerate() if t.name in ("memscope-dashboard", "memscope-subscriber")]
+import time
+deadline = time.monotonic() + 5
+while len(ours()) > 8 and time.monotonic() < deadline:  # two live dashboards: 1 updater + 3 subscriptions each
+    time.sleep(0.1)
+old = dashes[:-1]
+print('SLIDERS', before.comm is not None, after.comm is not None)
+print('OTHER', other_dash.chart.comm is not None, other_dash.controls.comm is not None, other_dash._thread.is_alive())
+print('OLD', [d.chart.comm is None and d.controls.comm is None and d.widget.comm is None for d in old],
+      [d._thread.is_alive() for d in old])
+print('NEW', dashes[-1].controls.comm is not None, dashes[-1]._thread.is_alive())
+print('THREADS', len([t for t in ours() if t.name == 'memscope-dashboard']), len(ours()), len(D._by_cell))
+for r in runs + [other]:
+    r.kill()
+""")
+    out = _printed(msgs)
+    assert "SLIDERS True True" in out, out
+    assert "OTHER True True True" in out, out
+    assert "OLD [True, True, True] [False, False, False]" in out, out
+    assert "NEW True True" in out, out
+    assert "THREADS 2 8 2" in out, out  # this cell's newest dashboard and the other cell's, nothing more
+    # The kernel never told the browser to close the sliders or the other dashboard.
+    closed = {m["content"]["comm_id"] for m in msgs if m["msg_type"] == "comm_close"}
+    _, ids = execute(kc, "print('IDS', before.model_id, after.model_id, other_dash.controls.model_id)")
+    assert not closed & set(_printed(ids).split()[1:4])
+
+
+def _open_subshell(kc):
+    msg = kc.session.msg("create_subshell_request", {})
+    kc.control_channel.send(msg)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        r = kc.control_channel.get_msg(timeout=30)
+        if r["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+            return r["content"].get("subshell_id")
+
+
+def _click(kc, comm_id, action, subshell_id=None):
+    """A button click as the browser sends it; over a subshell as JupyterLab >= 4.4 sends comm messages."""
+    msg = kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {
+        "method": "custom", "content": {"action": action, "clicks": int(time.time() * 1000)}}})
+    if subshell_id:
+        msg["header"]["subshell_id"] = subshell_id
+    kc.shell_channel.send(msg)
+
+
+def _gone(pids, timeout):
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _start_two_procs(kc, tmp_path):
+    reply, msgs = execute(kc, f"%load_ext memscope\nrun = %memscope --record {tmp_path}/runs --grace 5 "
+                              f"{script('two_procs.py')} 60")
+    assert reply["content"]["status"] == "ok"
+    controls = [m["content"]["comm_id"] for m in msgs if m["msg_type"] == "comm_open"
+                and "ack" in m["content"]["data"].get("state", {})]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        _, out = execute(kc, "print('PIDS', *[int(p) for l in run.output_tail if l.startswith('pids')"
+                             " for p in l.split()[1:]])")
+        pids = [int(x) for x in _printed(out).split()[1:]]
+        if pids:
+            return controls[0], pids
+        time.sleep(0.3)
+    raise AssertionError("the script never printed its pids")
+
+
+def test_stop_acts_while_another_cell_is_busy_over_a_subshell(kernel, tmp_path):
+    """JupyterLab >= 4.4 and Notebook 7 send comm messages over a kernel subshell: a Stop click then ends the run's
+    processes within a second while another cell sleeps, and the verdict is right."""
+    kc = kernel
+    sub = _open_subshell(kc)
+    if sub is None:
+        pytest.skip("this ipykernel has no subshells")
+    comm_id, pids = _start_two_procs(kc, tmp_path)
+    busy = kc.execute("import time; time.sleep(8); print('BUSY DONE')")
     time.sleep(1.0)
-    reply, msgs = execute(kc, "second = D.last\n"
-                              "print('RESULT', first is not second, first._closed.is_set(),"
-                              " first._thread.is_alive(), second._thread.is_alive(), len(D._by_cell))\n"
-                              "first_run.kill(); run.kill()")
-    out = "".join(m["content"].get("text", "") for m in msgs if m["msg_type"] == "stream")
-    assert "RESULT True True False True 1" in out, out
+    t0 = time.monotonic()
+    _click(kc, comm_id, "stop", sub)
+    assert _gone(pids, 2.0), "the processes outlived the click by 2 s"
+    latency = time.monotonic() - t0
+    assert latency < 1.5, latency
+    _reply(kc, busy, 30)
+    _, msgs = execute(kc, "s = run.wait(10)\nprint('CAUSE', s['exit']['cause'], '|', s['exit']['message'])")
+    out = _printed(msgs)
+    assert "CAUSE stopped_by_user | Stopped by you (SIGINT, as Ctrl-C; it ended there)" in out, out
+
+
+def test_stop_click_waits_for_a_busy_cell_without_subshells_and_runs_on_interrupt(tmp_path):
+    """Without subshells (Colab, VS Code): the click waits for the busy cell; interrupting that cell (■) lets the
+    stop run at once, as the button says."""
+    km = jupyter_client.KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(tmp_path), env=dict(os.environ))
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        comm_id, pids = _start_two_procs(kc, tmp_path)
+        busy = kc.execute("import time; time.sleep(30)")
+        time.sleep(1.0)
+        _click(kc, comm_id, "stop")
+        assert not _gone(pids, 1.5)  # queued behind the sleeping cell
+        t0 = time.monotonic()
+        km.interrupt_kernel()
+        assert _gone(pids, 5.0), "the queued stop did not run once the cell was interrupted"
+        assert time.monotonic() - t0 < 5.0
+        assert _reply(kc, busy, 30)["content"]["status"] == "error"  # KeyboardInterrupt in the busy cell
+        _, msgs = execute(kc, "print('CAUSE', run.wait(10)['exit']['cause'])")
+        assert "CAUSE stopped_by_user" in _printed(msgs)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)

@@ -3,6 +3,8 @@
 Each notebook reproduces one seed incident at small scale; CI runs them all, so each stays under about a minute."""
 import glob
 import os
+import shutil
+import subprocess
 
 import pytest
 
@@ -28,6 +30,12 @@ def test_notebook_runs_and_its_checks_pass(path, tmp_path):
     views = [o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
     assert views  # the dashboard was displayed as widgets
     assert os.listdir(tmp_path / ".memscope" / "runs")  # recorded in the notebook's directory
+    # Run in a clone, the notebook leaves the repository clean: what it wrote beside itself is git-ignored.
+    made = sorted(f for f in os.listdir(tmp_path) if f not in (".memscope", "__pycache__", ".ipynb_checkpoints"))
+    if made and shutil.which("git") and os.path.exists(os.path.join(ROOT, ".git")):
+        check = subprocess.run(["git", "check-ignore", "--no-index", *[f"notebooks/{f}" for f in made]],
+                               cwd=ROOT, capture_output=True, text=True)
+        assert sorted(check.stdout.split()) == [f"notebooks/{f}" for f in made], "not ignored: see notebooks/.gitignore"
 
 
 def test_notebooks_are_saved_clean_install_memscope_first_and_end_with_their_checks():

@@ -28,6 +28,7 @@ class ExitEvidence:
     returncode: int | None                 # Popen style: -N = killed by signal N; None = not observed
     main_pid: int | None = None
     stop_requested: str | None = None      # "stop" | "kill"
+    signals_sent: list[dict[str, Any]] = field(default_factory=list)  # "signal_sent" events' data, in order
     exceptions: dict[int, dict[str, Any]] = field(default_factory=dict)  # pid -> type, message, traceback
     faults: dict[int, str] = field(default_factory=dict)                 # pid -> faulthandler text
     roles: dict[int, str] = field(default_factory=dict)
@@ -144,9 +145,8 @@ def decide(e: ExitEvidence) -> dict[str, Any]:
                 "message": message, "traceback": tb}
 
     if e.stop_requested:
-        how = "SIGINT, then SIGTERM and SIGKILL to what was left after the grace period" \
-            if e.stop_requested == "stop" else "SIGKILL to every process of the tree"
-        return out("stopped_by_user", f"Stopped by you ({how}); no process of the run is left.", sig=main_sig)
+        return out("stopped_by_user", f"Stopped by you ({stop_words(e)}); no process of the run is left.",
+                   sig=main_sig)
 
     first = first_rank_failure(e) if failed else None
 
@@ -249,3 +249,23 @@ def _rank_exception(e: ExitEvidence, pid: int, out: Any) -> dict[str, Any]:
         after = f"; {names} failed after it ({e.exceptions[others[0]].get('type', 'Exception')}), a consequence"
     return out("exception", f"{_rank_name(e, pid)} failed first: {name}{first}{at}{after}.", pid=pid,
                tb=exc.get("traceback"))
+
+
+def stop_words(e: ExitEvidence) -> str:
+    """How a stop went, from the signals memscope really sent (a record without them: what a stop sends)."""
+    sent = [d for d in e.signals_sent if d.get("to") != "leftovers"]
+    left = [d for d in e.signals_sent if d.get("to") == "leftovers"]
+    if not sent:
+        return ("SIGINT, then SIGTERM and SIGKILL to what was left after the grace period"
+                if e.stop_requested == "stop" else "SIGKILL to every process of the tree")
+    names = [d.get("signal", "?") for d in sent]
+    if names == ["SIGINT"]:
+        how = "SIGINT, as Ctrl-C" + ("" if left else "; it ended there")
+    elif names == ["SIGKILL"]:
+        how = "SIGKILL to every process of the tree"
+    else:
+        how = ", then ".join(names) + (" (each after the grace period)" if e.stop_requested == "stop" else "")
+    if left:
+        n = max(len(d.get("pids") or []) for d in left)
+        how += f"; then {', '.join(d.get('signal', '?') for d in left)} to {n} process{'es' * (n != 1)} left behind"
+    return how

@@ -61,6 +61,7 @@ def evidence(rd: RunData) -> ExitEvidence:
         returncode=st.get("returncode"),
         main_pid=main_pid(procs, run["root_pid"]),
         stop_requested=st.get("stop_requested"),
+        signals_sent=[e["data"] for e in rd.events("signal_sent")],
         exceptions={e["pid"]: e["data"] for e in rd.events("exception")},
         faults={e["pid"]: e["data"].get("text", "") for e in rd.events("fault")},
         roles={p["pid"]: p["role"] for p in procs},

@@ -84,14 +84,19 @@ def process_table(procs: dict[int, dict[str, Any]]) -> str:
                     + (f"<td>{fmt_bytes(d.get('gpu')) if d.get('gpu') else ''}</td>" if gpu else "")
                     + f"<td>{fmt_bytes(d.get('peak_rss'))}</td>"
                     f"<td>{fmt_bytes(d.get('peak_pss'))}</td><td>{_esc(state)}</td>"
-                    f"<td class='memscope-cmd' title='{cmd}' style='max-width:420px;overflow:hidden;"
-                    f"text-overflow:ellipsis;white-space:nowrap'>{cmd}</td></tr>")
+                    f"<td class='memscope-cmd' title='{cmd}' style='{_CMD_STYLE}'>{cmd}</td></tr>")
     columns = TABLE_COLUMNS[:6] + (("GPU",) if gpu else ()) + TABLE_COLUMNS[6:]
     head = "".join(f"<th style='text-align:left;padding-right:10px'>{h}</th>" for h in columns)
-    return (f"<table class='memscope-procs' style='font-size:12px;font-family:monospace'><tr>{head}</tr>"
+    return (f"<table class='memscope-procs' style='font-size:12px;font-family:monospace;width:100%;"
+            f"white-space:nowrap'><tr>{head}</tr>"
             f"{''.join(rows)}</table><div style='font-size:11px;color:#666'>RSS, private (anonymous resident) "
             "and PSS are of one moment; PSS is read every few seconds and carried to each round by the change "
             "of private memory (hover a PSS cell for its age).</div>")
+
+
+# The command takes what the other columns leave (max-width:0 lets a cell shrink below its text) and ends in an
+# ellipsis; the full command is its tooltip. A narrow notebook (a side panel open) then clips nothing.
+_CMD_STYLE = "max-width:0;width:100%;overflow:hidden;text-overflow:ellipsis;white-space:nowrap"
 
 
 def with_gpu(procs: dict[int, dict[str, Any]], gpu_by_pid: dict[int, int]) -> dict[int, dict[str, Any]]:
@@ -104,8 +109,8 @@ def with_gpu(procs: dict[int, dict[str, Any]], gpu_by_pid: dict[int, int]) -> di
 
 def output_tail(lines: list[str], partial: str = "") -> str:
     text = "\n".join(lines[-200:] + ([partial] if partial else []))
-    return (f"<pre class='memscope-output' style='max-height:220px;overflow:auto;font-size:11px;"
-            f"background:#f8f8f8;padding:4px;margin:0'>{_esc(text)}</pre>")
+    return (f"<pre class='memscope-output' style='max-height:220px;overflow:auto;font-size:11px;white-space:pre-wrap;"
+            f"overflow-wrap:anywhere;background:#f8f8f8;padding:4px;margin:0'>{_esc(text)}</pre>")
 
 
 def verdict_card(summary: dict[str, Any]) -> str:
@@ -123,7 +128,8 @@ def verdict_card(summary: dict[str, Any]) -> str:
         leak_html += f"<div style='margin-top:4px'>what to do next:<ul style='margin:2px 0'>{items}</ul></div>"
     leak_html += snapshot_link(summary)
     return (f"<div class='memscope-verdict' style='border-left:6px solid {color};padding:6px 10px;margin:6px 0;"
-            f"background:#fafafa'><div style='font-weight:bold;color:{color}'>{_esc(ex['cause'])}</div>"
+            f"background:#fafafa;overflow-wrap:anywhere'>"
+            f"<div style='font-weight:bold;color:{color}'>{_esc(ex['cause'])}</div>"
             f"<div>{_esc(ex['message'])}</div>"
             f"<div>peak tree PSS {fmt_bytes(peak.get('tree_pss_bytes'))}, RSS {fmt_bytes(peak.get('tree_rss_bytes'))}"
             f" at {peak.get('at_s', 0):.1f} s; {_plural(len(summary.get('processes', [])), 'process')}</div>{leak_html}"
@@ -161,6 +167,10 @@ class Dashboard:
         self._record_procs = procs or {}
         self._phase_events: list[dict[str, Any]] = []
         self._phase_keys: set[tuple[float, int | None]] = set()  # the record and the subscription overlap
+        self._unsubscribe_phases: Callable[[], None] | None = None
+        self._release_lock = threading.Lock()
+        self._released = False
+        self._thread: threading.Thread | None = None
         if series is None and run is not None:
             # Phases: this view's own subscription, seeded from what the record already holds.
             self._unsubscribe_phases = run.subscribe(self._on_record)
@@ -185,6 +195,7 @@ class Dashboard:
         self.scalene = w.HTML()  # Scalene snapshots, newest first
         self._scalene_snaps: list[dict[str, Any]] = []
         self.controls = Controls(self._action) if run is not None else None
+        self._working: set[str] = set()  # buttons whose slow work (census, Scalene window) is under way
         parts: list[w.Widget] = [self.status, self.card]
         if self.controls is not None:
             parts.append(self.controls)
@@ -236,7 +247,16 @@ class Dashboard:
             if ended:
                 break
             self._closed.wait(period)
-        self._unsubscribe_phases()
+        self._release()
+
+    def _release(self) -> None:
+        """Drop this dashboard's subscriptions to the run (once; from the updater's end or from close())."""
+        with self._release_lock:
+            if self._released:
+                return
+            self._released = True
+        if self._unsubscribe_phases is not None:
+            self._unsubscribe_phases()
         self._probe_feed.close()
         self.series.close()
 
@@ -278,9 +298,11 @@ class Dashboard:
                 from .scalene import snapshots_html
 
                 self.scalene.value = snapshots_html(final_summary["scalene"])
-            if self.controls is not None:
+            if self.controls is not None:  # what the buttons said about the run no longer applies
                 self.controls.disabled = ["stop", "kill", "scalene", "census"]
-                self.controls.labels = {"stop": "Stop", "kill": "Kill"}
+                self.controls.labels = {}
+                if not self._working:
+                    self.controls.note = ""
         return count_points(snap)
 
     def _procs(self) -> dict[int, dict[str, Any]]:
@@ -344,11 +366,14 @@ class Dashboard:
         if action == "stop":
             run.stop(wait=False)
             self.controls.labels = {"stop": "stopping…"}
-            return f"SIGINT sent; SIGTERM, then SIGKILL, follow after {run.options.grace_s:g} s each"
+            return (f"SIGINT sent, as Ctrl-C; if the run is still there {run.options.grace_s:g} s later, SIGTERM, "
+                    f"then SIGKILL")
         if action == "kill":
             run.kill(wait=False)
             self.controls.labels = {"kill": "killing…"}
             return "SIGKILL sent to every process of the run"
+        if action in self._working:
+            return f"the {'census' if action == 'census' else 'Scalene snapshot'} asked for before is still running"
         if action == "scalene":
             if run.scalene is None:
                 from ..scalene import HOW_TO
@@ -378,9 +403,12 @@ class Dashboard:
                 note = f"no {label.lower()}: {exc}"
             except Exception as exc:  # never let a button break the dashboard
                 note = f"{label} failed: {exc!r}"
+            finally:
+                self._working.discard(action)
             self.controls.labels = {action: label}
             self.controls.note = note
 
+        self._working.add(action)
         threading.Thread(target=go, name=f"memscope-{action}", daemon=True).start()
 
     def _take_census(self) -> str:
@@ -406,12 +434,33 @@ class Dashboard:
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop updating and close the widgets (the run itself goes on)."""
+        """Stop updating and close this dashboard's own widgets, threads and subscriptions (the run goes on).
+
+        Only what this dashboard made: ipywidgets 8's ``close_all`` is a class method that would close every widget
+        of the kernel (a slider in another cell, another run's dashboard), and the BokehJS carrier is shared.
+        """
         self._closed.set()
-        try:
-            self.widget.close_all() if hasattr(self.widget, "close_all") else self.widget.close()
-        except Exception:
-            pass
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=10)  # it ends within one push; then it has released its subscriptions
+        self._release()
+        for widget in self._own_widgets():
+            try:
+                widget.close()
+            except Exception:
+                pass
+
+    def _own_widgets(self) -> list[w.Widget]:
+        """Every widget this dashboard made: its box and, depth first, the boxes' children (never the shared
+        BokehJS carrier, which is a trait of the charts, not a child)."""
+        out: list[w.Widget] = []
+        todo: list[Any] = [self.widget]
+        while todo:
+            x = todo.pop()
+            if isinstance(x, w.Widget) and x not in out:
+                out.append(x)
+                todo.extend(getattr(x, "children", ()) or ())
+        return out
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
