@@ -382,3 +382,37 @@ def test_stop_without_subshells_says_queued_and_how_to_stop_now(tmp_path):
             browser.close()
     finally:
         _shutdown(proc)
+
+
+def test_live_leak_verdict_before_the_run_ends(tmp_path):
+    """Issue 12's bar in a real JupyterLab: %memscope of a script that keeps 1.5 MiB per 0.1 s under 250 MiB
+    spikes, with memscope's default intervals; the status line says the memory grows while the run still runs,
+    and the live fast series holds the spikes."""
+    cells = [f"%load_ext memscope\nrun = %memscope {script('leak_spikes.py')} --seconds 60",
+             "print('CAUSE', run.wait(90)['exit']['cause'])"]
+    proc, url = _serve(tmp_path, "lab", cells, PORT + 7)
+    shots = os.environ.get("MEMSCOPE_SCREENSHOTS", str(tmp_path))
+    try:
+        with playwright.sync_playwright() as p:
+            browser = _launch(p)
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page.goto(url)
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+            run_cell(page, 0)
+            page.wait_for_selector(".memscope-status", timeout=60_000)
+            # Not yet: the line says what it still needs.
+            wait_text(page, ".memscope-status", "running", "not yet known", "a verdict needs 20 s", timeout=60_000)
+            # Then the verdict, while the run is still running (it lasts 60 s).
+            wait_text(page, ".memscope-status", "running", "memory grows steadily", timeout=75_000)
+            status = page.locator(".memscope-status").first.inner_text()
+            m = re.search(r"● running (\d+):(\d+):(\d+)", status)
+            assert m and int(m.group(2)) * 60 + int(m.group(3)) < 60, status
+            _cell(page, 0).scroll_into_view_if_needed()
+            page.screenshot(path=os.path.join(shots, "live-leak-verdict.png"))
+            page.locator(".memscope-btn-stop").first.click()
+            run_cell(page, 1)
+            wait_output(page, 1, "CAUSE stopped_by_user", timeout=90)
+            browser.close()
+    finally:
+        _shutdown(proc)
