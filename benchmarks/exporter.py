@@ -26,6 +26,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 sys.path.insert(0, HERE)
 
+from collector_cpu import thread_cpu  # noqa: E402
 from hostinfo import emit  # noqa: E402
 
 TREE = r"""
@@ -43,12 +44,6 @@ for k in kids:
 """
 
 
-def thread_cpu(tid: int) -> float | None:
-    try:
-        with open(f"/proc/self/task/{tid}/schedstat") as f:
-            return int(f.read().split()[0]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def measure(seconds: float) -> dict:

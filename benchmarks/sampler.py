@@ -291,6 +291,13 @@ def machine() -> list[str]:
     ]
 
 
+def _sustained_line(sus: Sustained, what: str, note: str = "") -> str:
+    pct = 100.0 * sus.cpu_s / sus.wall_s
+    parts = ", ".join(f"{k} {sus.rounds[k]} rounds = {100.0 * sus.cpu_by_kind[k] / sus.wall_s:.2f}%"
+                      for k in ("rss", "pss", "discover"))
+    return f"{what}: **{pct:.2f}% of one core** ({note}{sus.cpu_s * 1e3:.0f} ms CPU; {parts})."
+
+
 def report(rows: list[Row], sus: Sustained | None, args: argparse.Namespace, reps: tuple[int, int, int],
            sus_torch: Sustained | None = None) -> str:
     out = ["# memscope tree sampler cost", ""]
@@ -312,21 +319,13 @@ def report(rows: list[Row], sus: Sustained | None, args: argparse.Namespace, rep
             f"{median(r.rss.wall_ms):.3f} / {median(r.pss.wall_ms):.2f} / {median(r.disc.wall_ms):.3f} |")
     out.append("")
     if sus is not None:
-        pct = 100.0 * sus.cpu_s / sus.wall_s
-        parts = ", ".join(f"{k} {sus.rounds[k]} rounds = {100.0 * sus.cpu_by_kind[k] / sus.wall_s:.2f}%"
-                          for k in ("rss", "pss", "discover"))
-        out.append(f"**Sustained** ({sus.n}-process plain tree, 10 Hz RSS + PSS every 2 s + discover every 0.5 s, "
-                   f"{sus.wall_s:.1f} s on one thread): **{pct:.2f}% of one core** "
-                   f"({sus.cpu_s * 1e3:.0f} ms CPU; {parts}).")
-        out.append("")
+        out += [_sustained_line(sus, f"**Sustained** ({sus.n}-process plain tree, 10 Hz RSS + PSS every 2 s + "
+                                     f"discover every 0.5 s, {sus.wall_s:.1f} s on one thread)"), ""]
     if sus_torch is not None:
-        pct = 100.0 * sus_torch.cpu_s / sus_torch.wall_s
-        parts = ", ".join(f"{k} {sus_torch.rounds[k]} rounds = {100.0 * sus_torch.cpu_by_kind[k] / sus_torch.wall_s:.2f}%"
-                          for k in ("rss", "pss", "discover"))
-        out.append(f"**Sustained, as a run samples** ({sus_torch.n}-process torch tree, RSS every 0.2 s with the "
-                   f"fast series, discover every 0.5 s, PSS every 2 s or slower under its 1.5 % budget, "
-                   f"{sus_torch.wall_s:.1f} s): **{pct:.2f}% of one core** (target < 3 %; {parts}).")
-        out.append("")
+        out += [_sustained_line(sus_torch, f"**Sustained, as a run samples** ({sus_torch.n}-process torch tree, "
+                                           "RSS every 0.2 s with the fast series, discover every 0.5 s, PSS every 2 s "
+                                           f"or slower under its 1.5 % budget, {sus_torch.wall_s:.1f} s)",
+                                "target < 3 %; "), ""]
     return "\n".join(out)
 
 

@@ -195,6 +195,15 @@ def lab(tmp_path):
     _shutdown(proc)
 
 
+def open_notebook(browser, url, width, height=1000):
+    """A page on the notebook, its cells drawn and its kernel idle."""
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.goto(url)
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+    return page
+
+
 def _launch(p):
     return p.chromium.launch(executable_path=CHROMIUM, args=[
         "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -347,10 +356,7 @@ def test_stop_without_subshells_says_queued_and_how_to_stop_now(tmp_path):
         with playwright.sync_playwright() as p:
             browser = _launch(p)
             # 1060 px with the file browser open: the notebook is narrower than 800 px.
-            page = browser.new_page(viewport={"width": 1060, "height": 1000})
-            page.goto(url)
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+            page = open_notebook(browser, url, 1060)
             run_cell(page, 0)
             page.wait_for_selector(".memscope-btn-stop", timeout=60_000)
             pids = run_pids(page, 1)
@@ -395,10 +401,7 @@ def test_live_leak_verdict_before_the_run_ends(tmp_path):
     try:
         with playwright.sync_playwright() as p:
             browser = _launch(p)
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
-            page.goto(url)
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+            page = open_notebook(browser, url, 1280)
             run_cell(page, 0)
             page.wait_for_selector(".memscope-status", timeout=60_000)
             # Not yet: the line says what it still needs.

@@ -344,9 +344,7 @@ def test_gpu_chart_draws_in_a_real_browser(tmp_path):
     try:
         with tb.playwright.sync_playwright() as p:
             browser = tb._launch(p)
-            page = browser.new_page(viewport={"width": 1280, "height": 1100})
-            page.goto(url)
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+            page = tb.open_notebook(browser, url, 1280, 1100)
             tb.run_cell(page, 0)
             page.wait_for_function("() => document.querySelectorAll('.memscope-chart').length >= 2",
                                    timeout=90_000)

@@ -418,9 +418,7 @@ def test_open_snapshot_draws_in_a_real_browser(tmp_path):
     try:
         with tb.playwright.sync_playwright() as p:
             browser = tb._launch(p)
-            page = browser.new_page(viewport={"width": 1280, "height": 1100})
-            page.goto(url)
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+            page = tb.open_notebook(browser, url, 1280, 1100)
             tb.run_cell(page, 0)
             tb.wait_text(page, ".memscope-snapshot", "largest allocations", "expandable_segments:True",
                          timeout=90_000)
