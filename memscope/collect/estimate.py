@@ -61,8 +61,10 @@ class PssCarry:
         return h[max(i, 0)][1]
 
     def measured(self, pid: int, t: float, pss: int, anon_pss: int, swap: int, private: int) -> None:
-        """A PSS round read ``pid``: this is the new base."""
-        self._base[pid] = _Base(pss, anon_pss + swap, private, True, t)
+        """A PSS round read ``pid``: this is the new base. A process already forgotten (it exited while the round
+        read it) is not brought back: under churn that would keep a base per process ever seen."""
+        if pid in self._hist or pid in self._base:
+            self._base[pid] = _Base(pss, anon_pss + swap, private, True, t)
 
     def first_seen(self, pid: int, t: float, private: int, parent: int | None = None,
                    born: float | None = None) -> None:

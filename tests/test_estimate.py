@@ -1,0 +1,42 @@
+"""The carried PSS estimate (collect/estimate.py) as pure arithmetic: what the RSS rounds report between PSS rounds."""
+from memscope.collect.estimate import PssCarry
+
+MiB = 1 << 20
+
+
+def test_carried_forward_by_private_memory_and_clamped_to_rss():
+    c = PssCarry()
+    c.observe(1, 0.0, 100 * MiB)
+    c.first_seen(1, 0.0, 100 * MiB)  # an exec'd process: all its private memory counts until a PSS reading
+    assert c.estimate(1, 150 * MiB, 100 * MiB) == (100 * MiB, 100 * MiB)
+    c.measured(1, 1.0, pss=120 * MiB, anon_pss=90 * MiB, swap=0, private=100 * MiB)
+    assert c.age(1, 3.0) == 2.0
+    # +40 MiB allocated since the reading: PSS and private PSS move by as much.
+    assert c.estimate(1, 190 * MiB, 140 * MiB) == (160 * MiB, 130 * MiB)
+    # PSS never exceeds RSS, nor goes below zero.
+    assert c.estimate(1, 130 * MiB, 140 * MiB)[0] == 130 * MiB
+    assert c.estimate(1, 10 * MiB, 0) == (10 * MiB, 0)
+    c.measured(1, 2.0, pss=50 * MiB, anon_pss=40 * MiB, swap=0, private=100 * MiB)
+    assert c.estimate(1, 200 * MiB, 0) == (0, 0)
+
+
+def test_a_fork_adds_only_what_it_allocates_after_its_birth():
+    c = PssCarry()
+    for t, priv in ((0.0, 200 * MiB), (0.2, 200 * MiB), (0.4, 230 * MiB)):  # the parent, over time
+        c.observe(1, t, priv)
+    # The child was born at 0.25 s (the parent held 200 MiB then) and is first seen at 0.5 s holding 215 MiB:
+    # 200 MiB shared copy-on-write with its parent, 15 MiB its own since the fork.
+    c.first_seen(2, 0.5, 215 * MiB, parent=1, born=0.25)
+    assert c.estimate(2, 230 * MiB, 215 * MiB)[0] == 15 * MiB
+    # Without history (or born before it) the child's private memory when first seen is the base.
+    c.first_seen(3, 0.5, 215 * MiB, parent=99, born=0.25)
+    assert c.estimate(3, 230 * MiB, 215 * MiB)[0] == 0
+
+
+def test_an_exited_process_is_forgotten_for_good():
+    c = PssCarry()
+    c.observe(1, 0.0, MiB)
+    c.first_seen(1, 0.0, MiB)
+    c.forget(1)
+    c.measured(1, 1.0, pss=MiB, anon_pss=MiB, swap=0, private=MiB)  # a PSS round that read it as it exited
+    assert len(c) == 0 and c.age(1, 2.0) is None
