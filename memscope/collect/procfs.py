@@ -5,6 +5,7 @@ These are the hot path of the sampler: each reads one small file with one syscal
 """
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 
@@ -12,21 +13,49 @@ PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+class Unreadable(OSError):
+    """/proc could not be read for want of a resource (descriptors, memory): the process may well be alive, so
+    this is never taken for "gone"."""
+
+
+_RESOURCE = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+
+
 def _read(path: str, size: int = 65536) -> bytes | None:
+    """The file's bytes; None if the process is gone or the file is closed to us; Unreadable if memscope itself
+    ran out of a resource."""
     try:
         fd = os.open(path, os.O_RDONLY)
-    except OSError:
+    except OSError as exc:
+        if exc.errno in _RESOURCE:
+            raise Unreadable(exc.errno, os.strerror(exc.errno), path) from None
         return None
     try:
         return os.read(fd, size)
-    except OSError:
+    except OSError as exc:
+        if exc.errno in _RESOURCE:
+            raise Unreadable(exc.errno, os.strerror(exc.errno), path) from None
         return None
     finally:
         os.close(fd)
 
 
+def access_error(pid: int, name: str) -> int | None:
+    """The errno that opening /proc/<pid>/<name> gives (EACCES: another user's process), or None if it opens."""
+    try:
+        os.close(os.open(f"/proc/{pid}/{name}", os.O_RDONLY))
+        return None
+    except OSError as exc:
+        return exc.errno
+
+
 def list_pids() -> list[int]:
-    return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    try:
+        return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError as exc:
+        if exc.errno in _RESOURCE:
+            raise Unreadable(exc.errno, os.strerror(exc.errno), "/proc") from None
+        raise
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,21 @@
 """The agents' meeting point: a Unix socket in a private directory, one JSON line per message.
 
-A connection must open with a hello carrying the run's token, or it is dropped. The server runs on its own
+A connection must open with a hello carrying the run's token, or it is dropped. The peer is who the kernel says
+it is (SO_PEERCRED: its pid in memscope's PID namespace), never the pid its hello claims. The server runs on its own
 thread and never writes back on its own (only a request such as a census, through ``request``), so a slow or dead
 agent cannot stall the collectors.
 """
 from __future__ import annotations
 
+import errno
 import hmac
 import json
 import os
+import resource
 import selectors
 import socket
+import struct
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -18,6 +23,35 @@ from typing import Any, Callable
 from ..agent.protocol import MAX_LINE
 
 OnMessage = Callable[[int, dict[str, Any]], None]
+FD_RESERVE = 24          # descriptors kept free for /proc reads and the record: agents wait in the backlog instead
+ACCEPT_BACKOFF_S = (0.05, 2.0)
+
+
+def peer_pid(conn: socket.socket) -> int | None:
+    """The connecting process's pid as the kernel recorded it at connect(); None where there is no SO_PEERCRED,
+    0 when the peer is in a PID namespace that has no name for it here."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return None
+    try:
+        pid, _uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                             struct.calcsize("3i")))
+    except OSError:
+        return None
+    return pid
+
+
+def _fd_limit() -> int:
+    try:
+        return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (OSError, ValueError):
+        return 1 << 20
+
+
+def _open_fds() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
 
 
 class AgentServer:
@@ -36,6 +70,12 @@ class AgentServer:
         self._thread = threading.Thread(target=self._loop, name="memscope-agent-server", daemon=True)
         self.connections = 0
         self.rejected = 0
+        self.accept_failures = 0
+        self._listening = True
+        self._resume_at = 0.0
+        self._backoff = ACCEPT_BACKOFF_S[0]
+        self._max_conns = max(4, _fd_limit() - FD_RESERVE - _open_fds()) if sys.platform.startswith("linux") \
+            else 1 << 20
         self._by_pid: dict[int, socket.socket] = {}
 
     def start(self) -> None:
@@ -59,6 +99,7 @@ class AgentServer:
             except OSError:
                 pass
         self._sel.close()
+        self._listener.close()  # not in the selector while accepting is paused
         try:
             os.unlink(self.path)
         except OSError:
@@ -85,19 +126,42 @@ class AgentServer:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            for key, _ in self._sel.select(timeout=0.2):
+            if not self._listening and time.monotonic() >= self._resume_at and \
+                    len(self._sel.get_map()) <= self._max_conns:
+                self._sel.register(self._listener, selectors.EVENT_READ, None)
+                self._listening = True
+            for key, _ in self._sel.select(timeout=0.2 if self._listening else 0.05):
                 if key.data is None:
                     self._accept()
                 else:
                     self._read(key)
 
+    def _pause_accepting(self, backoff: float) -> None:
+        # A listener left registered while accept() cannot succeed makes select() return at once, forever.
+        if self._listening:
+            self._sel.unregister(self._listener)
+            self._listening = False
+        self._resume_at = time.monotonic() + backoff
+
     def _accept(self) -> None:
         try:
             conn, _ = self._listener.accept()
-        except OSError:
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                self.accept_failures += 1
+                self._pause_accepting(self._backoff)
+                self._backoff = min(ACCEPT_BACKOFF_S[1], self._backoff * 2)
+            return
+        self._backoff = ACCEPT_BACKOFF_S[0]
+        pid = peer_pid(conn)
+        if pid == 0:  # a peer the kernel cannot name in our PID namespace: it cannot be told apart, refuse
+            self.rejected += 1
+            conn.close()
             return
         conn.setblocking(False)
-        self._sel.register(conn, selectors.EVENT_READ, {"buf": b"", "pid": None})
+        self._sel.register(conn, selectors.EVENT_READ, {"buf": b"", "pid": None, "peer": pid})
+        if len(self._sel.get_map()) > self._max_conns:
+            self._pause_accepting(0.2)  # the others wait in the backlog until a connection closes
 
     def _drop(self, conn: socket.socket) -> None:
         for pid, c in list(self._by_pid.items()):
@@ -140,8 +204,8 @@ class AgentServer:
                     self.rejected += 1
                     self._drop(conn)
                     return
-                state["pid"] = msg["pid"]
-                self._by_pid[msg["pid"]] = conn
+                state["pid"] = state["peer"] if state.get("peer") is not None else msg["pid"]
+                self._by_pid[state["pid"]] = conn
                 self.connections += 1
             try:
                 self._on_message(state["pid"], msg)
