@@ -184,6 +184,7 @@ class Run:
         self._stop_requested: str | None = None
         self._detached = False
         self._cg: host_mod.Cgroup | None = None
+        self._cg_text: bytes | None = None
         self._ended_early = threading.Event()
         self._stop_lock = threading.Lock()
         self._maxrss: int | None = None
@@ -542,14 +543,10 @@ class Run:
                     self.tree.discover()
                     next_discover = start + o.discover_interval_s
                 self.tree.rss_round()
+                self._follow_cgroup()
                 if start >= next_host:
-                    # Looked up at every host sample, not once: a wrapper may move the run into a cgroup later.
-                    cg = host_mod.find_memory_cgroup(self._main_pid()) or self._cg or host_mod.find_memory_cgroup()
-                    if cg != self._cg and cg is not None:
-                        if self._cg is not None:
-                            self._publish(Event(self._clock(), None, "cgroup_changed",
-                                                {"from": self._cg.path, "to": cg.path}))
-                        self._cg = cg
+                    if self._cg is None:
+                        self._cg = host_mod.find_memory_cgroup()
                     self._host_sample(self._cg)
                     next_host = start + o.host_interval_s
                 self._degraded_over("descriptors")
@@ -558,6 +555,29 @@ class Run:
             except Exception as exc:  # a sampler bug must not end the watch
                 self._publish(Event(self._clock(), None, "collector_error", {"where": "rss", "error": repr(exc)}))
             self._sampling_done.wait(max(0.0, o.interval_s - (self._clock() - start)))
+
+    def _follow_cgroup(self) -> None:
+        """The main process's memory cgroup, followed every round, not looked up once: a wrapper may move the
+        run into a cgroup of its own after it started (one small read a round; resolved only on a change)."""
+        pid = self._main_pid()
+        try:
+            with open(f"/proc/{pid}/cgroup", "rb") as f:
+                text = f.read()
+        except OSError:
+            return
+        if text == self._cg_text:
+            return
+        st = _stat(pid)
+        if st is None or st.state in ("Z", "X"):
+            return  # an exited process reads as the root cgroup: not a move
+        self._cg_text = text
+        cg = host_mod.find_memory_cgroup(pid)
+        if cg is None or cg == self._cg:
+            return
+        if self._cg is not None:
+            self._publish(Event(self._clock(), pid, "cgroup_changed", {"from": self._cg.path, "to": cg.path}))
+        self._cg = cg
+        self._host_sample(cg)  # the new counter's first reading: its rise is counted from here
 
     def _degraded(self, what: str, exc: OSError) -> None:
         """Say once per episode that memscope could not see (the summary lists it), not once per round."""

@@ -19,6 +19,7 @@ def test_segfault_names_the_users_frame():
 def test_oom_kill_needs_evidence_and_says_which():
     base = dict(root_pid=10, returncode=-9, main_pid=10, limit_bytes=8 << 30)
     assert decide(ExitEvidence(**base, last_tree_bytes=2 << 30))["cause"] == "killed"
+    # No counter readable at all (macOS): being at the limit is the only evidence there is.
     ex = decide(ExitEvidence(**base, last_tree_bytes=int(7.8 * 2**30)))
     assert ex["cause"] == "oom_kill" and "limit at the last sample" in ex["message"]
     ex = decide(ExitEvidence(**base, last_tree_bytes=1 << 30, cgroup_oom_delta=1))
@@ -29,9 +30,9 @@ def test_worker_killed_by_oom_killer_is_a_worker_crash_pointing_at_oom():
     exc = {"type": "RuntimeError", "message": "DataLoader worker (pid 77) is killed by signal: Killed. ",
            "traceback": "..."}
     ex = decide(ExitEvidence(root_pid=10, returncode=1, main_pid=10, exceptions={10: exc},
-                             roles={10: "main", 77: "dataloader_worker"}, host_oom_delta=1))
+                             roles={10: "main", 77: "dataloader_worker"}, cgroup_oom_delta=1))
     assert ex["cause"] == "worker_crash" and ex["pid"] == 77 and ex["signal"] == "SIGKILL"
-    assert "OOM" in ex["message"] and "host's oom_kill counter rose by 1" in ex["message"]
+    assert "OOM" in ex["message"] and "container's oom_kill counter rose by 1" in ex["message"]
 
 
 def test_cuda_oom_exception():
@@ -53,3 +54,42 @@ def test_wrapper_status_128_plus_n_is_read_as_the_mains_signal():
     assert ex["cause"] == "killed" and ex["signal"] == "SIGKILL" and ex["code"] == 137
     assert fault_signal("Fatal Python error: Bus error\n") == "SIGBUS"
     assert fault_signal("Fatal Python error: Aborted\n") == "SIGABRT"
+
+
+def test_host_counter_alone_is_not_an_oom_kill_on_a_shared_host():
+    # Seed of issue 13 point 3: a person's kill -9 of a 26 MiB run while another process on the host was
+    # OOM-killed. The run's own cgroup counter was read and did not move.
+    base = dict(root_pid=10, returncode=-9, main_pid=10, limit_bytes=8 << 30, last_tree_bytes=26 << 20,
+                host_total_bytes=16 << 30, host_available_bytes=9 << 30)
+    ex = decide(ExitEvidence(**base, host_oom_delta=1, cgroup_oom_delta=0))
+    assert ex["cause"] == "killed", ex
+    assert "cgroup's oom_kill counter did not rise" in ex["message"] and "another process" in ex["message"]
+    # No cgroup counter of its own: the host's rose, but the run was far from any limit.
+    ex = decide(ExitEvidence(**base, host_oom_delta=2))
+    assert ex["cause"] == "killed" and "far from any limit" in ex["message"], ex
+    # Its own counter decides even near the limit: it was read and did not move.
+    near = dict(base, last_tree_bytes=int(7.9 * 2**30))
+    assert decide(ExitEvidence(**near, host_oom_delta=1, cgroup_oom_delta=0))["cause"] == "killed"
+    assert decide(ExitEvidence(**near, cgroup_oom_delta=0))["cause"] == "killed"
+
+
+def test_host_counter_counts_with_the_run_near_a_limit_or_the_host_out_of_memory():
+    base = dict(root_pid=10, returncode=-9, main_pid=10, limit_bytes=8 << 30, host_total_bytes=16 << 30)
+    ex = decide(ExitEvidence(**base, last_tree_bytes=int(7.9 * 2**30), host_available_bytes=4 << 30,
+                             host_oom_delta=1))
+    assert ex["cause"] == "oom_kill" and "host's oom_kill counter rose by 1" in ex["message"], ex
+    ex = decide(ExitEvidence(**base, last_tree_bytes=3 << 30, host_available_bytes=200 << 20, host_oom_delta=1))
+    assert ex["cause"] == "oom_kill" and "available" in ex["message"], ex
+    ex = decide(ExitEvidence(**base, last_tree_bytes=3 << 30, host_available_bytes=200 << 20, cgroup_oom_delta=3))
+    assert ex["cause"] == "oom_kill" and "container's oom_kill counter rose by 3" in ex["message"]
+
+
+def test_counter_rise_is_counted_per_cgroup():
+    from memscope.analysis.exit_cause import counter_rise
+
+    assert counter_rise([(0.0, 5)]) is None
+    assert counter_rise([(0.0, 5), (1.0, None), (2.0, 7)]) == 2
+    # Moved at t=1.5 from a cgroup whose counter read 5 to one reading 0, which then rose to 1.
+    assert counter_rise([(0.0, 5), (1.0, 5), (2.0, 0), (3.0, 1)], breaks=[1.5]) == 1
+    # Moved to a cgroup with a higher count: not a rise.
+    assert counter_rise([(0.0, 0), (1.0, 0), (2.0, 9), (3.0, 9)], breaks=[1.5]) == 0

@@ -12,7 +12,7 @@ from . import phases as phases_mod
 from . import gpu as gpu_mod
 from .advice import advise
 from .census import summary_rows as census_rows
-from .exit_cause import ExitEvidence, decide, fault_signal
+from .exit_cause import ExitEvidence, counter_rise, decide, fault_signal
 from .scalene import summary_rows as scalene_rows
 from .leak import assess_by_role, assess_leak, find_spikes
 from .loads import probe_summary
@@ -40,6 +40,7 @@ def evidence(rd: RunData) -> ExitEvidence:
         return vals[-1] - vals[0] if len(vals) >= 2 else None
 
     limits = [h[5] or h[1] for h in hosts if (h[5] or h[1])]
+    moved = [e["t"] for e in rd.events("cgroup_changed")]  # each cgroup's counter counts on its own
     last = rd.last_tree_total()
     return ExitEvidence(
         root_pid=run["root_pid"],
@@ -51,12 +52,14 @@ def evidence(rd: RunData) -> ExitEvidence:
         roles={p["pid"]: p["role"] for p in procs},
         proc_signals={p["pid"]: p["exit_signal"] for p in procs if p["exit_signal"]},
         host_oom_delta=delta(7),
-        cgroup_oom_delta=delta(8),
+        cgroup_oom_delta=counter_rise([(h[0], h[8]) for h in hosts], moved),
         last_tree_bytes=last[1] if last else None,
         limit_bytes=min(limits) if limits else None,
         maxrss_bytes=st.get("maxrss_bytes"),
         scalene=bool((run.get("meta") or {}).get("scalene")),
         cuda_ooms=gpu_mod.observed_ooms(rd),
+        host_available_bytes=hosts[-1][2] if hosts else None,
+        host_total_bytes=hosts[-1][1] if hosts else None,
     )
 
 
