@@ -25,7 +25,7 @@ from . import supervise
 from .agent import protocol
 from .analysis.summary import summarize
 from .collect import host as host_mod
-from .collect.procfs import Unreadable
+from .collect.procfs import PF_EXITING, Unreadable
 from .collect.tree import TreeSampler, signal_name
 from .model import Event, HostSample, ProcessExited, ProcessSeen, Record, RunEnded, TreeSample
 from .store import Recorder, RunData, default_record_dir
@@ -185,6 +185,7 @@ class Run:
         self._detached = False
         self._cg: host_mod.Cgroup | None = None
         self._cg_text: bytes | None = None
+        self._cg_lock = threading.Lock()
         self._ended_early = threading.Event()
         self._stop_lock = threading.Lock()
         self._maxrss: int | None = None
@@ -519,6 +520,7 @@ class Run:
                     "its root, not in its session, no marker in its environment)"}))
                 return
             self._publish(Event(t, pid, "agent_hello", dict(msg, membership=proof)))
+            self._follow_cgroup()  # a Python main says hello at once: catch a move before it can be OOM-killed
         elif kind == "role":
             self.tree.hint_role(pid, str(msg.get("role")))
         elif kind == "scalene":
@@ -565,19 +567,20 @@ class Run:
                 text = f.read()
         except OSError:
             return
-        if text == self._cg_text:
-            return
-        st = _stat(pid)
-        if st is None or st.state in ("Z", "X"):
-            return  # an exited process reads as the root cgroup: not a move
-        self._cg_text = text
-        cg = host_mod.find_memory_cgroup(pid)
-        if cg is None or cg == self._cg:
-            return
-        if self._cg is not None:
-            self._publish(Event(self._clock(), pid, "cgroup_changed", {"from": self._cg.path, "to": cg.path}))
-        self._cg = cg
-        self._host_sample(cg)  # the new counter's first reading: its rise is counted from here
+        with self._cg_lock:  # the sampler and the agent server both follow it
+            if text == self._cg_text:
+                return
+            st = _stat(pid)
+            if st is None or st.state in ("Z", "X") or st.flags & PF_EXITING:
+                return  # a process on its way out (an OOM kill) reads as the root cgroup: not a move
+            self._cg_text = text
+            cg = host_mod.find_memory_cgroup(pid)
+            if cg is None or cg == self._cg:
+                return
+            if self._cg is not None:
+                self._publish(Event(self._clock(), pid, "cgroup_changed", {"from": self._cg.path, "to": cg.path}))
+            self._cg = cg
+            self._host_sample(cg)  # the new counter's first reading: its rise is counted from here
 
     def _degraded(self, what: str, exc: OSError) -> None:
         """Say once per episode that memscope could not see (the summary lists it), not once per round."""
@@ -673,8 +676,10 @@ class Run:
         left = {p: st for p, st in self.tree.members().items() if p != self.pid}
         if not left or self._detached or self.attached:
             return
+        ours = list(left)
         left = supervise.wait_gone(left, 0.0 if self._stop_requested == "kill" else 2.0)
         if not left:
+            self._reap_members(ours)
             return
         self._publish(Event(self._clock(), None, "leftovers", {
             "pids": sorted(left), "processes": [{"pid": p, "name": self.tree.procs[p].info.name,
@@ -686,7 +691,7 @@ class Run:
         for p, st in left.items():
             supervise.send(p, st, signal.SIGKILL)
         supervise.wait_gone(left, 2.0)
-        self._reap_members(list(left))
+        self._reap_members(ours)
 
     def _reap_members(self, pids: list[int]) -> None:
         # Orphans re-parented to memscope are its children now: collect their statuses (theirs only).
@@ -754,6 +759,10 @@ class Run:
         self._collect_crash_files()
         if self._server is not None:
             self._server.close()
+            if self._server.throttled or self._server.accept_failures:
+                self._publish(Event(self._clock(), None, "collector_degraded", {
+                    "what": "agent_connections", "max": self._server.max_connections,
+                    "accept_failures": self._server.accept_failures}))
         self._publish(Event(t, self.pid, "exit_status", {
             "returncode": self.returncode, "maxrss_bytes": self._maxrss, "stop_requested": self._stop_requested,
             "detached": self._detached}))

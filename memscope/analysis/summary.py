@@ -14,6 +14,7 @@ from .advice import advise
 from .census import summary_rows as census_rows
 from .exit_cause import ExitEvidence, counter_rise, decide, fault_signal
 from .scalene import summary_rows as scalene_rows
+from .supervision import NOTE_EVENTS, notes, process_end
 from .leak import assess_by_role, assess_leak, find_spikes
 from .loads import probe_summary
 
@@ -103,7 +104,9 @@ def summarize(rd: RunData) -> dict[str, Any]:
             # A process that is not memscope's child (a worker) is not reaped by it: its faulthandler dump names
             # the signal when the exit status could not be seen.
             "exit_code": p["exit_code"], "exit_signal": p["exit_signal"] or fault_signal(ev.faults.get(p["pid"])),
+            "end": process_end(p),
         } for p in procs],
+        "warnings": notes(procs, {k: rd.events(k) for k in NOTE_EVENTS}, ev.main_pid, bool(ev.stop_requested)),
         "record": rd.path,
         **diagnosis(rd, ev, float(duration)),
         **gpu_mod.summary_keys(rd),

@@ -9,6 +9,7 @@ import errno
 import os
 from dataclasses import dataclass
 
+PF_EXITING = 0x4
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -68,6 +69,7 @@ class Stat:
     sid: int
     starttime: int           # clock ticks since boot: (pid, starttime) identifies a process across pid reuse
     exit_code: int | None    # wait status, meaningful for zombies (Linux >= 3.5)
+    flags: int = 0           # PF_* flags: PF_EXITING (0x4) while the process is on its way out
 
 
 def parse_stat(data: bytes) -> Stat | None:
@@ -79,7 +81,8 @@ def parse_stat(data: bytes) -> Stat | None:
         comm = text[lp + 1:rp]
         rest = text[rp + 2:].split()
         exit_code = int(rest[49]) if len(rest) > 49 else None
-        return Stat(pid, comm, rest[0], int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]), exit_code)
+        return Stat(pid, comm, rest[0], int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]), exit_code,
+                    int(rest[6]))
     except (ValueError, IndexError):
         return None
 

@@ -71,11 +71,13 @@ class AgentServer:
         self.connections = 0
         self.rejected = 0
         self.accept_failures = 0
+        self.throttled = 0          # times the connection cap was reached (agents then wait in the backlog)
         self._listening = True
         self._resume_at = 0.0
         self._backoff = ACCEPT_BACKOFF_S[0]
         self._max_conns = max(4, _fd_limit() - FD_RESERVE - _open_fds()) if sys.platform.startswith("linux") \
             else 1 << 20
+        self.max_connections = self._max_conns
         self._by_pid: dict[int, socket.socket] = {}
 
     def start(self) -> None:
@@ -161,6 +163,7 @@ class AgentServer:
         conn.setblocking(False)
         self._sel.register(conn, selectors.EVENT_READ, {"buf": b"", "pid": None, "peer": pid})
         if len(self._sel.get_map()) > self._max_conns:
+            self.throttled += 1
             self._pause_accepting(0.2)  # the others wait in the backlog until a connection closes
 
     def _drop(self, conn: socket.socket) -> None:

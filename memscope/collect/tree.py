@@ -168,15 +168,13 @@ class TreeSampler:
                 self._reclassify()
 
     def _prune(self) -> None:
+        # mark_exited has emitted its ProcessExited by now: the record has it, memory need not.
         for pid, t in list(self.procs.items()):
-            if not t.alive and getattr(t, "_recorded", False) and pid != self.root and pid != self.agent_main \
-                    and t.role not in KEEP_ROLES:
+            if not t.alive and pid != self.root and pid != self.agent_main and t.role not in KEEP_ROLES:
                 del self.procs[pid]
                 self._hints.pop(pid, None)
                 if t.start >= 0:
                     self._gone[pid] = t.start
-            elif not t.alive:
-                t._recorded = True  # type: ignore[attr-defined]  # its ProcessExited went out: drop it next time
 
     def adopt(self, pid: int, ppid: int, argv: list[str], runs_script: bool) -> str | None:
         """A process that said hello through the agent. ``pid`` comes from the kernel (SO_PEERCRED), never from
