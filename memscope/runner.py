@@ -520,7 +520,8 @@ class Run:
                     "its root, not in its session, no marker in its environment)"}))
                 return
             self._publish(Event(t, pid, "agent_hello", dict(msg, membership=proof)))
-            self._follow_cgroup()  # a Python main says hello at once: catch a move before it can be OOM-killed
+            if not msg.get("forked"):  # a Python main says hello at once: catch a move before it can be OOM-killed
+                self._follow_cgroup()
         elif kind == "role":
             self.tree.hint_role(pid, str(msg.get("role")))
         elif kind == "scalene":
@@ -545,6 +546,7 @@ class Run:
                     self.tree.discover()
                     next_discover = start + o.discover_interval_s
                 self.tree.rss_round()
+                self.tree.settle()
                 self._follow_cgroup()
                 if start >= next_host:
                     if self._cg is None:

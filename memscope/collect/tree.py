@@ -66,6 +66,7 @@ class TreeSampler:
         self._foreign_checked = -1e18         # time.monotonic() of the last full check of foreign pids
         self.agent_main: int | None = None
         self._hints: dict[int, str] = {}
+        self._dirty = False
         self.refused: list[dict[str, object]] = []  # agents whose membership could not be proven (first 20)
         self._boot = procfs.boot_time()
         with self._lock:
@@ -164,17 +165,14 @@ class TreeSampler:
                         t.info = ProcInfo(t.pid, st.ppid, st.comm, tuple(cmd))
                         changed = True
             self._prune()
-            if changed:
+            if changed or self._dirty:
                 self._reclassify()
 
     def _prune(self) -> None:
-        # mark_exited has emitted its ProcessExited by now: the record has it, memory need not.
-        for pid, t in list(self.procs.items()):
-            if not t.alive and pid != self.root and pid != self.agent_main and t.role not in KEEP_ROLES:
-                del self.procs[pid]
-                self._hints.pop(pid, None)
-                if t.start >= 0:
-                    self._gone[pid] = t.start
+        if self._dirty:
+            self._reclassify()  # announce (ProcessSeen) before forgetting
+        for pid in [p for p, t in self.procs.items() if not t.alive]:
+            self._drop(pid)
 
     def adopt(self, pid: int, ppid: int, argv: list[str], runs_script: bool) -> str | None:
         """A process that said hello through the agent. ``pid`` comes from the kernel (SO_PEERCRED), never from
@@ -210,8 +208,16 @@ class TreeSampler:
                     self._add(pid, st)
             if runs_script and self.agent_main is None:
                 self.agent_main = pid
-            self._reclassify()
+                self._reclassify()
+            else:
+                self._dirty = True  # roles settle at the next round (settle()): one pass for many hellos
             return proof
+
+    def settle(self) -> None:
+        """Classify what joined since the last pass (called every sampling round)."""
+        with self._lock:
+            if self._dirty:
+                self._reclassify()
 
     def hint_role(self, pid: int, role: str) -> None:
         """A role the process told us itself (through the agent): it beats any guess from outside. Only for a
@@ -228,6 +234,7 @@ class TreeSampler:
             return {p: t.start for p, t in self.procs.items() if t.alive and t.start >= 0}
 
     def _reclassify(self) -> None:
+        self._dirty = False
         infos = {pid: t.info for pid, t in self.procs.items()}
         roles = roles_mod.classify(infos, self.root, self._script, self.agent_main)
         roles.update({pid: r for pid, r in self._hints.items() if pid in roles})
@@ -254,7 +261,23 @@ class TreeSampler:
                 return
             t.alive = False
             t.exit_known = code is not None or signal_name is not None
+            if self._dirty:
+                self._reclassify()  # its ProcessSeen goes out before its ProcessExited
         self._emit(ProcessExited(self._clock(), pid, code, signal_name))
+        with self._lock:
+            self._drop(pid)
+
+    def _drop(self, pid: int) -> None:
+        """Forget an exited process once its ProcessExited went out (the record keeps it): a run that forks 50
+        processes a second must not grow memscope. Kept: the root (its status comes later, from wait4) and the
+        processes the roles of the others hang on."""
+        t = self.procs.get(pid)
+        if t is None or t.alive or pid == self.root or pid == self.agent_main or t.role in KEEP_ROLES:
+            return
+        del self.procs[pid]
+        self._hints.pop(pid, None)
+        if t.start >= 0:
+            self._gone[pid] = t.start
 
     # -- measuring -------------------------------------------------------------------------------------------
     def rss_round(self) -> TreeSample:
