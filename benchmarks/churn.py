@@ -88,6 +88,7 @@ def measure(rate: float, seconds: float, life: float = 0.2) -> dict:
             "memscope_rss_growth_bytes_per_birth": round((rss[-1] - rss[0]) / max(1, (births or 1) *
                                                          (steady[-1][0] - steady[0][0]) / seconds))
             if len(steady) >= 2 else None,
+            "memscope_rss_mib_every_5s": [round(pt[2] / 2**20, 1) for pt in points[::5]],
             "processes_in_summary": len(s.get("processes", [])), "exit": s["exit"]["cause"]}
 
 

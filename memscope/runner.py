@@ -7,7 +7,6 @@ sampler, the agent server, the recorder, and one dispatcher per subscriber.
 from __future__ import annotations
 
 import collections
-import errno
 import os
 import queue
 import secrets
@@ -25,7 +24,7 @@ from . import supervise
 from .agent import protocol
 from .analysis.summary import summarize
 from .collect import host as host_mod
-from .collect.procfs import PF_EXITING, Unreadable
+from .collect.procfs import Unreadable
 from .collect.tree import TreeSampler, signal_name
 from .model import Event, HostSample, ProcessExited, ProcessSeen, Record, RunEnded, TreeSample
 from .store import Recorder, RunData, default_record_dir
@@ -184,8 +183,7 @@ class Run:
         self._stop_requested: str | None = None
         self._detached = False
         self._cg: host_mod.Cgroup | None = None
-        self._cg_text: bytes | None = None
-        self._cg_lock = threading.Lock()
+        self._cgf = host_mod.CgroupFollower()
         self._ended_early = threading.Event()
         self._stop_lock = threading.Lock()
         self._maxrss: int | None = None
@@ -561,28 +559,14 @@ class Run:
             self._sampling_done.wait(max(0.0, o.interval_s - (self._clock() - start)))
 
     def _follow_cgroup(self) -> None:
-        """The main process's memory cgroup, followed every round, not looked up once: a wrapper may move the
-        run into a cgroup of its own after it started (one small read a round; resolved only on a change)."""
-        pid = self._main_pid()
-        try:
-            with open(f"/proc/{pid}/cgroup", "rb") as f:
-                text = f.read()
-        except OSError:
+        moved = self._cgf.follow(self._main_pid())
+        if moved is None:
             return
-        with self._cg_lock:  # the sampler and the agent server both follow it
-            if text == self._cg_text:
-                return
-            st = _stat(pid)
-            if st is None or st.state in ("Z", "X") or st.flags & PF_EXITING:
-                return  # a process on its way out (an OOM kill) reads as the root cgroup: not a move
-            self._cg_text = text
-            cg = host_mod.find_memory_cgroup(pid)
-            if cg is None or cg == self._cg:
-                return
-            if self._cg is not None:
-                self._publish(Event(self._clock(), pid, "cgroup_changed", {"from": self._cg.path, "to": cg.path}))
-            self._cg = cg
-            self._host_sample(cg)  # the new counter's first reading: its rise is counted from here
+        cg, before = moved
+        if before is not None:
+            self._publish(Event(self._clock(), None, "cgroup_changed", {"from": before.path, "to": cg.path}))
+        self._cg = cg
+        self._host_sample(cg)  # the new counter's first reading: its rise is counted from here
 
     def _degraded(self, what: str, exc: OSError) -> None:
         """Say once per episode that memscope could not see (the summary lists it), not once per round."""
@@ -627,22 +611,17 @@ class Run:
 
     def _check_pss_readable(self, sample: TreeSample) -> None:
         """Another user's process keeps smaps_rollup closed (ptrace rules): say so once, not a silent null."""
-        have = {p.pid for p in sample.procs}
         from .collect import procfs
 
-        for pid in self.tree.alive_pids():
-            if pid in have:
-                continue
-            err = procfs.access_error(pid, "smaps_rollup")
-            if err in (errno.EACCES, errno.EPERM):
-                self._warned.add("pss_unreadable")
-                self._publish(Event(self._clock(), pid, "pss_unreadable", {
-                    "reason": "permission", "error": os.strerror(err),
-                    "message": f"PSS of pid {pid} is unreadable: permission denied (another user's process; run "
-                               "memscope as that user or as root). RSS is shown instead."}))
-                sys.stderr.write(f"memscope: warning: PSS of pid {pid} is unreadable (permission denied: another "
-                                 "user's process); showing RSS\n")
-                return
+        have = {p.pid for p in sample.procs}
+        pid = procfs.first_denied([p for p in self.tree.alive_pids() if p not in have], "smaps_rollup")
+        if pid is None:
+            return
+        self._warned.add("pss_unreadable")
+        msg = f"PSS of pid {pid} is unreadable: permission denied (another user's process)"
+        self._publish(Event(self._clock(), pid, "pss_unreadable", {
+            "reason": "permission", "message": msg + "; run memscope as that user or as root. RSS is shown instead."}))
+        sys.stderr.write(f"memscope: warning: {msg}; showing RSS\n")
 
     def _main_pid(self) -> int:
         for pid, d in list(self.snapshot.procs.items()):
@@ -673,35 +652,17 @@ class Run:
         return False
 
     def _clean_leftovers(self) -> None:
-        """Once the root is gone, no process of the tree may outlive the run (each checked by start time)."""
+        """Once the root is gone, no process of the tree may outlive the run."""
+        if self._detached or self.attached:
+            return
         self.tree.all_marked()  # one last full discovery: escapees, orphans re-parented to memscope
-        left = {p: st for p, st in self.tree.members().items() if p != self.pid}
-        if not left or self._detached or self.attached:
-            return
-        ours = list(left)
-        left = supervise.wait_gone(left, 0.0 if self._stop_requested == "kill" else 2.0)
-        if not left:
-            self._reap_members(ours)
-            return
-        self._publish(Event(self._clock(), None, "leftovers", {
-            "pids": sorted(left), "processes": [{"pid": p, "name": self.tree.procs[p].info.name,
-                                                  "cmdline": " ".join(self.tree.procs[p].info.cmdline)[:200]}
-                                                 for p in sorted(left) if p in self.tree.procs]}))
-        for p, st in left.items():
-            supervise.send(p, st, signal.SIGTERM)
-        left = supervise.wait_gone(left, 0.0 if self._stop_requested else 2.0)
-        for p, st in left.items():
-            supervise.send(p, st, signal.SIGKILL)
-        supervise.wait_gone(left, 2.0)
-        self._reap_members(ours)
-
-    def _reap_members(self, pids: list[int]) -> None:
-        # Orphans re-parented to memscope are its children now: collect their statuses (theirs only).
-        for pid in pids:
-            status = supervise.reap(pid)
-            if status is not None:
-                code, sig = supervise.decode_status(status)
-                self.tree.mark_exited(pid, code, sig)
+        left = self._sup.clean_leftovers(
+            {p: st for p, st in self.tree.members().items() if p != self.pid}, self._stop_requested,
+            lambda pids: self._publish(Event(self._clock(), None, "leftovers", {"pids": pids, "processes": [
+                {"pid": p, "name": self.tree.procs[p].info.name,
+                 "cmdline": " ".join(self.tree.procs[p].info.cmdline)[:200]} for p in pids if p in self.tree.procs]})))
+        for pid, status in left.items():
+            self.tree.mark_exited(pid, *supervise.decode_status(status))
 
     def _finish(self) -> None:
         # Whatever fails in here, the run must reach "ended": wait() and the views depend on it.

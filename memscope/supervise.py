@@ -267,6 +267,31 @@ class Supervisor:
                 sent.append(pid)
         return sent
 
+    def clean_leftovers(self, left: dict[int, int], stop_requested: str | None,
+                        announce: Callable[[list[int]], None]) -> dict[int, int]:
+        """After the root: what of the run is still alive (pid -> start time) gets a moment to end, then SIGTERM,
+        then SIGKILL (``announce(pids)`` first). Returns pid -> wait status of those memscope could reap (orphans
+        re-parented to it are its children now; only these pids are waited for)."""
+        ours = list(left)
+        if left:
+            left = wait_gone(left, 0.0 if stop_requested == "kill" else 2.0)
+        if left:
+            announce(sorted(left))
+            for p, st in left.items():
+                if send(p, st, signal.SIGTERM):
+                    self._note(p, signal.SIGTERM)
+            left = wait_gone(left, 0.0 if stop_requested else 2.0)
+            for p, st in left.items():
+                if send(p, st, signal.SIGKILL):
+                    self._note(p, signal.SIGKILL)
+            wait_gone(left, 2.0)
+        reaped = {}
+        for pid in ours:
+            status = reap(pid)
+            if status is not None:
+                reaped[pid] = status
+        return reaped
+
     def stop_sequence(self, grace: float, gone: Callable[[float], bool], first: int = signal.SIGINT) -> None:
         """``first`` to the group (SIGINT: Ctrl-C; SIGTERM: what a scheduler sends), SIGTERM to every member after
         ``grace``, SIGKILL after another ``grace``. ``gone(timeout)``: whether the root ended within it."""

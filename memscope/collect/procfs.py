@@ -41,13 +41,16 @@ def _read(path: str, size: int = 65536) -> bytes | None:
         os.close(fd)
 
 
-def access_error(pid: int, name: str) -> int | None:
-    """The errno that opening /proc/<pid>/<name> gives (EACCES: another user's process), or None if it opens."""
-    try:
-        os.close(os.open(f"/proc/{pid}/{name}", os.O_RDONLY))
-        return None
-    except OSError as exc:
-        return exc.errno
+def first_denied(pids: list[int], name: str) -> int | None:
+    """The first of ``pids`` whose /proc/<pid>/<name> is closed to memscope by permission (another user's
+    process: ptrace rules), or None."""
+    for pid in pids:
+        try:
+            os.close(os.open(f"/proc/{pid}/{name}", os.O_RDONLY))
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EPERM):
+                return pid
+    return None
 
 
 def list_pids() -> list[int]:
