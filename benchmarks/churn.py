@@ -97,7 +97,10 @@ def main() -> None:
     ap.add_argument("--rates", type=float, nargs="+", default=[10, 50, 200])
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--out")
+    ap.add_argument("--quick", action="store_true", help="one rate (50/s) for 6 s: the smoke run")
     a = ap.parse_args()
+    if a.quick:
+        a.rates, a.seconds = [50], 6
     rows = [measure(r, a.seconds) for r in a.rates]
     for r in rows:
         print(json.dumps(r))

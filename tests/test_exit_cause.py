@@ -93,3 +93,24 @@ def test_counter_rise_is_counted_per_cgroup():
     assert counter_rise([(0.0, 5), (1.0, 5), (2.0, 0), (3.0, 1)], breaks=[1.5]) == 1
     # Moved to a cgroup with a higher count: not a rise.
     assert counter_rise([(0.0, 0), (1.0, 0), (2.0, 9), (3.0, 9)], breaks=[1.5]) == 0
+
+
+def test_supervision_notes_and_process_ends():
+    from memscope.analysis.supervision import notes, process_end
+
+    assert process_end({"exit_signal": "SIGKILL", "exit_code": None, "exit_t": 3.0}) == "SIGKILL"
+    assert process_end({"exit_signal": None, "exit_code": 0, "exit_t": 3.0}) == "exit 0"
+    assert process_end({"exit_signal": None, "exit_code": None, "exit_t": 3.0}) == "gone, status unseen"
+    assert process_end({"exit_signal": None, "exit_code": None, "exit_t": None}) is None
+    procs = [{"pid": 10, "role": "main", "cmdline": "python train.py", "exit_signal": None},
+             {"pid": 11, "role": "other", "cmdline": "python -c pool", "exit_signal": "SIGKILL"},
+             {"pid": 12, "role": "other", "cmdline": "sleep 600", "exit_signal": "SIGTERM"}]
+    ev = {"leftovers": [{"t": 5.0, "pid": None, "data": {"pids": [12]}}],
+          "agent_refused": [{"t": 1.0, "pid": 99, "data": {"claimed_pid": 1}}],
+          "collector_degraded": [{"t": 2.0, "pid": None, "data": {"what": "descriptors", "error": "Too many"}}] * 2}
+    out = notes(procs, ev, main_pid=10, stopped=False)
+    assert any("outlived its root" in n and "pid 12 (other: sleep 600)" in n for n in out)
+    assert any("pid 99" in n and "never signalled" in n for n in out)
+    assert sum("file descriptors" in n for n in out) == 1
+    assert any("pid 11" in n and "SIGKILL" in n for n in out)
+    assert not any("SIGKILL" in n for n in notes(procs, {}, main_pid=10, stopped=True))

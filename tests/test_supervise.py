@@ -266,10 +266,23 @@ def test_ctrl_z_stops_the_whole_run_and_fg_continues_it(tmp_path):
 
 
 # -- point 7: an escaped daemon is found through the subreaper -------------------------------------------------
+def _subreaper_flag() -> int:
+    import ctypes
+
+    flag = ctypes.c_int(-1)
+    ctypes.CDLL(None, use_errno=True).prctl(37, ctypes.byref(flag), 0, 0, 0)  # PR_GET_CHILD_SUBREAPER
+    return flag.value
+
+
 def test_a_daemon_with_a_cleared_environment_is_found_stopped_and_named(start, guard):
+    # A child of this process that is not the run's (a notebook kernel's other work): memscope must not reap it.
+    other = os.posix_spawn("/bin/sh", ["sh", "-c", "sleep 0.3; exit 7"], dict(os.environ))
     run = start(["bash", "-c", "( setsid env -i sleep 21.5 & ); sleep 1.2; echo parent done"])
+    assert _subreaper_flag() == 1
     s = run.wait(60)
     try:
+        assert _subreaper_flag() == 0  # dropped with the last run: the kernel's other orphans are not ours
+        assert os.waitpid(other, 0)[1] >> 8 == 7  # its status was left to its parent
         daemons = [p for p in s["processes"] if p["cmdline"].startswith("sleep 21.5")]
         assert len(daemons) == 1, s["processes"]
         d = daemons[0]
