@@ -112,6 +112,9 @@ def cmd_run(ns: argparse.Namespace, command: list[str] | None = None) -> int:
         d = os.path.dirname(os.path.abspath(ns.summary_json))
         if not os.path.isdir(d) or not os.access(d, os.W_OK):
             raise LaunchError(f"cannot write the summary to {ns.summary_json}: no writable directory {d}")
+    from . import supervise
+
+    supervise.declare_sole_launcher()  # this process starts nothing but the run: its orphans are the run's
     run = Run(argv or None, attach=attach, options=_options(ns))
     presses = {"n": 0}
     view: TerminalView | None = None

@@ -663,6 +663,10 @@ class Run:
                  "cmdline": " ".join(self.tree.procs[p].info.cmdline)[:200]} for p in pids if p in self.tree.procs]})))
         for pid, status in left.items():
             self.tree.mark_exited(pid, *supervise.decode_status(status))
+        kept = [p for p in self.tree.unsignalled() if p != self.pid]
+        if kept:
+            self._publish(Event(self._clock(), None, "left_running", {"pids": kept, "processes": [
+                {"pid": p, "cmdline": " ".join(self.tree.procs[p].info.cmdline)[:200]} for p in kept]}))
 
     def _finish(self) -> None:
         # Whatever fails in here, the run must reach "ended": wait() and the views depend on it.
@@ -711,10 +715,12 @@ class Run:
         for th in self._threads:
             if th.name in ("memscope-rss", "memscope-pss"):
                 th.join(timeout=5)
+        running = set(self.tree.unsignalled())  # still alive, and said so: not "exited"
         for pid in self.tree.alive_pids():
             if self._detached:
                 break
-            self.tree.mark_exited(pid, None, None)
+            if pid not in running or not supervise.same_process(pid, self.tree.procs[pid].start):
+                self.tree.mark_exited(pid, None, None)
         try:
             self._host_sample(self._cg)  # OOM counters after the end: the evidence for an OOM kill
         except Exception:

@@ -32,6 +32,7 @@ _ANCESTRY_DEPTH = 64  # ppid chains are short; a bound keeps a loop of pid reuse
 _lock = threading.Lock()
 _subreaper_users = 0
 _launched: set[int] = set()   # run roots this process started (they are our children by fork, not orphans)
+_sole_launcher = False        # this process starts nothing but runs (the CLI): every orphan it gets is a run's
 
 
 def _prctl_subreaper(on: bool) -> bool:
@@ -66,6 +67,14 @@ def release_subreaper() -> None:
             _prctl_subreaper(False)
 
 
+def declare_sole_launcher() -> None:
+    """Called by the CLI: this process forks nothing but the run, so a child it did not launch is an orphan of
+    the run and may be stopped with it. A notebook kernel or a library user's script starts other children that
+    look the same (Popen(start_new_session=True)): there such processes are watched but never signalled."""
+    global _sole_launcher
+    _sole_launcher = True
+
+
 def supervised_runs() -> int:
     with _lock:
         return _subreaper_users
@@ -98,6 +107,7 @@ class Membership:
         self.marker = marker
         self.started_ticks = started_ticks   # the root's start time: an orphan of the run is younger
         self.reparented = reparented and LINUX
+        self.signal_orphans = _sole_launcher  # whether a re-parented orphan proves enough to be signalled
 
     def proof(self, pid: int, st: "procfs.Stat", is_member: Callable[[int], bool]) -> str | None:
         """Why ``pid`` (whose /proc stat is ``st``) belongs to the run, or None. ``is_member(pid)``: whether a
@@ -111,7 +121,7 @@ class Membership:
         if self.marker and procfs.environ_has(pid, self.marker):
             return "marker"
         if self.reparented and st.ppid == os.getpid() and st.sid == pid and self._orphan_of_ours(pid, st):
-            return "reparented"
+            return "reparented"  # see signal_orphans: in a kernel it is watched, not signalled
         return None
 
     def _orphan_of_ours(self, pid: int, st: "procfs.Stat") -> bool:

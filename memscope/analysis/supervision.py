@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 # The events these notes are made from (the summary reads only these kinds).
-NOTE_EVENTS = ("leftovers", "agent_refused", "collector_degraded", "pss_unreadable", "cgroup_changed")
+NOTE_EVENTS = ("leftovers", "left_running", "agent_refused", "collector_degraded", "pss_unreadable", "cgroup_changed")
 _BENIGN = {None, "SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE"}
 
 
@@ -39,6 +39,13 @@ def notes(processes: Iterable[Mapping[str, Any]], events: Mapping[str, list[dict
         listed = ", ".join(_who(procs.get(p), p) for p in pids[:5]) + (" …" if len(pids) > 5 else "")
         out.append(f"{len(pids)} process(es) of the run outlived its root and were stopped by memscope at the "
                    f"end: {listed}.")
+    for e in events.get("left_running", []):
+        pids = e["data"].get("pids") or []
+        listed = ", ".join(_who(procs.get(p), p) for p in pids[:5]) + (" …" if len(pids) > 5 else "")
+        out.append(f"{len(pids)} process(es) left the run's session, were re-parented to memscope and are still "
+                   f"running: {listed}. Started from a notebook or a library, memscope cannot prove they are the "
+                   "run's (the kernel's other children look the same), so it did not signal them; `memscope run` "
+                   "from a terminal stops them.")
     refused = events.get("agent_refused", [])
     if refused:
         pids = sorted({e["pid"] for e in refused if e.get("pid") is not None})

@@ -40,6 +40,7 @@ class Tracked:
     create_time: float = 0.0
     alive: bool = True
     exit_known: bool = False
+    proof: str = ""          # how it was found to be the run's (supervise.Membership.proof)
 
 
 # Exited processes are dropped from memory once recorded (a run that forks 50 processes a second must not grow
@@ -74,13 +75,13 @@ class TreeSampler:
             self._reclassify()
 
     # -- membership ------------------------------------------------------------------------------------------
-    def _add(self, pid: int, stat: procfs.Stat | None = None) -> bool:
+    def _add(self, pid: int, stat: procfs.Stat | None = None, proof: str = "") -> bool:
         stat = stat or procfs.read_stat(pid)
         if stat is None:
             return False
         cmd = procfs.read_cmdline(pid) or []
         self.procs[pid] = Tracked(pid, stat.starttime, ProcInfo(pid, stat.ppid, stat.comm, tuple(cmd)),
-                                  create_time=self._boot + stat.starttime / procfs.CLK_TCK)
+                                  create_time=self._boot + stat.starttime / procfs.CLK_TCK, proof=proof)
         return True
 
     def _is_member(self, pid: int) -> bool:
@@ -136,10 +137,11 @@ class TreeSampler:
                             changed |= self._add(pid, st)
                             del new[pid]
                             grew = True
-                found = [pid for pid in new if pid not in tried and self._proof(pid, new[pid], parent_only=False)]
+                found = {pid: how for pid in new if pid not in tried
+                         for how in [self._proof(pid, new[pid], parent_only=False)] if how}
                 tried.update(new)
-                for pid in found:
-                    changed |= self._add(pid, new.pop(pid))
+                for pid, how in found.items():
+                    changed |= self._add(pid, new.pop(pid), how)
                 if not found:
                     break
             for pid, st in new.items():
@@ -205,7 +207,7 @@ class TreeSampler:
                         if len(self.refused) < 20:
                             self.refused.append({"pid": pid, "claimed_pid": None, "name": st.comm})
                         return None
-                    self._add(pid, st)
+                    self._add(pid, st, proof)
             if runs_script and self.agent_main is None:
                 self.agent_main = pid
                 self._reclassify()
@@ -229,9 +231,19 @@ class TreeSampler:
             self._reclassify()
 
     def members(self) -> dict[int, int]:
-        """pid -> start time of every live process of the run (what may be signalled)."""
+        """pid -> start time of every live process of the run that may be signalled. An orphan known only by
+        being re-parented to memscope is left out where that does not prove it is the run's (see
+        ``Membership.signal_orphans``)."""
+        signal_orphans = self._membership is None or self._membership.signal_orphans
         with self._lock:
-            return {p: t.start for p, t in self.procs.items() if t.alive and t.start >= 0}
+            return {p: t.start for p, t in self.procs.items() if t.alive and t.start >= 0
+                    and (signal_orphans or t.proof != "reparented")}
+
+    def unsignalled(self) -> list[int]:
+        """Live processes watched as the run's but never signalled (orphans not proven to be the run's)."""
+        members = self.members()
+        with self._lock:
+            return [p for p, t in self.procs.items() if t.alive and p not in members]
 
     def _reclassify(self) -> None:
         self._dirty = False
