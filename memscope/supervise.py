@@ -252,10 +252,9 @@ class Supervisor:
                 return
             except OSError:
                 pass
-        members = self._members()
-        if self.root in members or self.attached:
-            if send(self.root, members.get(self.root), sig):
-                self._note(self.root, sig)
+        start = self._members().get(self.root)
+        if start is not None and send(self.root, start, sig):  # reaped or not ours: only the recorded process
+            self._note(self.root, sig)
 
     def signal_run(self, sig: int) -> list[int]:
         """Every live process of the run (the group, then each member that left it), checked one by one."""

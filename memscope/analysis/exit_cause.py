@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import signal as _signal
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 FATAL = {"SIGSEGV": "segfault", "SIGABRT": "abort", "SIGBUS": "bus_error", "SIGFPE": "segfault",
          "SIGILL": "segfault"}
@@ -121,7 +121,7 @@ def oom_evidence(e: ExitEvidence) -> list[str]:
     return []
 
 
-def counter_rise(values: list[tuple[float, int | None]], breaks: list[float] = ()) -> int | None:  # type: ignore[assignment]
+def counter_rise(values: list[tuple[float, int | None]], breaks: Sequence[float] = ()) -> int | None:
     """How much a cumulative counter rose over ``values`` ((t, value) in time order); None if it was never read
     twice. A reading after a break (the run moved to another cgroup at that time) starts a new count: the rise
     is summed per stretch, never across two different counters."""
