@@ -114,3 +114,6 @@ def test_supervision_notes_and_process_ends():
     assert sum("file descriptors" in n for n in out) == 1
     assert any("pid 11" in n and "SIGKILL" in n for n in out)
     assert not any("SIGKILL" in n for n in notes(procs, {}, main_pid=10, stopped=True))
+    # One memscope ended itself at the end (a leftover) did not die "while the run went on".
+    ev2 = {"leftovers": [{"t": 5.0, "pid": None, "data": {"pids": [11]}}]}
+    assert not any("while the run went on" in n for n in notes(procs, ev2, main_pid=10, stopped=False))

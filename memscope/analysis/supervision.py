@@ -70,7 +70,9 @@ def notes(processes: Iterable[Mapping[str, Any]], events: Mapping[str, list[dict
         out.append(f"The run moved to memory cgroup {e['data'].get('to')} at {e['t']:.1f} s; its limit and OOM "
                    "counter were read from there on.")
     if not stopped:
-        killed = [p for p in procs.values() if p["pid"] != main_pid and p.get("exit_signal") not in _BENIGN]
+        ended_by_us = {p for e in events.get("leftovers", []) for p in e["data"].get("pids") or []}
+        killed = [p for p in procs.values() if p["pid"] != main_pid and p["pid"] not in ended_by_us
+                  and p.get("exit_signal") not in _BENIGN]
         for p in killed[:5]:
             out.append(f"{_who(p, p['pid'])} died of {p['exit_signal']} while the run went on.")
     return out
