@@ -194,6 +194,7 @@ class Run:
         self._subreaper = False
         self._sup = supervise.Supervisor(0, self.attached, dict, lambda: True)  # replaced at start()
         self._warned: set[str] = set()   # degradations already said once (descriptors, unreadable PSS)
+        self._episodes = 0
         self._exited_order: collections.deque[int] = collections.deque()
         self._server = None
         self._threads: list[threading.Thread] = []
@@ -573,15 +574,20 @@ class Run:
         if what in self._warned:
             return
         self._warned.add(what)
+        self._episodes += 1
+        if self._episodes > 10:
+            return  # a limit that flaps: the first ten episodes tell the story
         self._publish(Event(self._clock(), None, "collector_degraded", {
             "what": what, "error": f"{exc.strerror or exc} ({exc.filename})" if exc.filename else str(exc)}))
-        sys.stderr.write(f"memscope: warning: cannot read /proc: {exc.strerror or exc}; samples are missing until "
-                         "it can again (live processes are not taken for exited)\n")
+        if self._episodes == 1:
+            sys.stderr.write(f"memscope: warning: cannot read /proc: {exc.strerror or exc}; samples are missing "
+                             "until it can again (live processes are not taken for exited)\n")
 
     def _degraded_over(self, what: str) -> None:
         if what in self._warned:
             self._warned.discard(what)
-            self._publish(Event(self._clock(), None, "collector_recovered", {"what": what}))
+            if self._episodes <= 10:
+                self._publish(Event(self._clock(), None, "collector_recovered", {"what": what}))
 
     def _host_sample(self, cg: host_mod.Cgroup | None) -> None:
         h = host_mod.read_host_memory()
