@@ -402,6 +402,61 @@ def test_proc_unreadable_for_want_of_descriptors_is_never_taken_for_exited():
     assert tree.procs[child.pid].alive  # as far as memscope knows: it could not look
 
 
+def test_agent_server_backs_off_instead_of_spinning_when_accept_runs_out_of_descriptors(tmp_path):
+    import resource
+    import threading
+
+    from memscope.collect.server import AgentServer
+
+    seen = []
+    srv = AgentServer(str(tmp_path / "a.sock"), "tok", lambda pid, msg: seen.append(pid))
+    srv.start()
+    clients = ("import json, socket, sys, time\n"
+               "socks = []\n"
+               "for _ in range(6):\n"
+               "    s = socket.socket(socket.AF_UNIX)\n"
+               "    s.connect(sys.argv[1])\n"
+               "    s.sendall((json.dumps(dict(t='hello', token='tok', pid=1)) + '\\n').encode())\n"
+               "    socks.append(s)\n"
+               "time.sleep(6)\n")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held = []
+    tid = next(t.native_id for t in threading.enumerate() if t.name == "memscope-agent-server")
+
+    stat_fd = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)  # opened while it still can be
+
+    def thread_cpu():
+        return int(os.pread(stat_fd, 256, 0).split()[0]) / 1e9
+    helper = None
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 4, hard))
+        helper = subprocess.Popen([PY, "-c", clients, srv.path])  # made before the last descriptors go
+        try:
+            while True:
+                held.append(os.open("/dev/null", os.O_RDONLY))
+        except OSError:
+            pass
+        c0, t0 = thread_cpu(), time.monotonic()
+        time.sleep(1.5)
+        busy = (thread_cpu() - c0) / (time.monotonic() - t0)
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        assert srv.accept_failures >= 1
+        assert busy < 0.2, busy   # a listener left in the poll set while accept() fails is a whole core
+        deadline = time.monotonic() + 5
+        while len(seen) < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert seen == [helper.pid] * 6  # accepted once it could be, each named by the kernel, not by "pid 1"
+    finally:
+        helper.kill()
+        helper.wait()
+        srv.close()
+        os.close(stat_fd)
+
+
 # -- point 12: churn -------------------------------------------------------------------------------------------
 def test_churn_keeps_memscope_memory_bounded(start):
     run = start([script("churn.py"), "60", "3", "0.1"], interval_s=0.1)
