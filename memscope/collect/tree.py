@@ -165,6 +165,7 @@ class TreeSampler:
                     elif st.comm != t.info.name:
                         cmd = procfs.read_cmdline(t.pid) or list(t.info.cmdline)
                         t.info = ProcInfo(t.pid, st.ppid, st.comm, tuple(cmd))
+                        t._announced = False  # type: ignore[attr-defined]  # exec'd: record what it runs now
                         changed = True
             self._prune()
             if changed or self._dirty:
