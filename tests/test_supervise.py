@@ -310,7 +310,9 @@ def test_a_daemon_with_a_cleared_environment_is_found_stopped_and_named_by_the_c
 def test_in_a_library_or_kernel_such_a_daemon_is_named_but_never_signalled(start, guard):
     # A child of this process that is not the run's (a notebook kernel's other work): memscope must not reap it.
     other = os.posix_spawn("/bin/sh", ["sh", "-c", "sleep 0.3; exit 7"], dict(os.environ))
-    run = start(["bash", "-c", DAEMON])
+    # Discovery only at the start and the end: the daemon is met only as an orphan (caught while still its
+    # parent's child, it would be proven the run's by parentage, and stopped).
+    run = start(["bash", "-c", "sleep 0.3; " + DAEMON], discover_interval_s=5.0)
     assert _subreaper_flag() == 1
     s = run.wait(60)
     try:
