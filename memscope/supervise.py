@@ -153,12 +153,13 @@ def same_process(pid: int, start: int) -> bool:
     return st is not None and st.starttime == start and st.state not in ("Z", "X")
 
 
-def send(pid: int, start: int | None, sig: int) -> bool:
+def send(pid: int, start: int | None, sig: int, skip_group: int | None = None) -> bool:
     """Signal ``pid`` if it is still the process that started at ``start`` (clock ticks since boot).
 
     The pidfd is opened first and the start time checked after: if they agree, the pidfd names the process that
     was recorded, and a pid reused in between can never receive the signal. ``start`` None: the root, which
-    cannot be reused before memscope reaps it."""
+    cannot be reused before memscope reaps it. ``skip_group``: a process group just signalled as a whole; a
+    member still in it is not signalled twice (a second SIGTERM can land while its handler is being undone)."""
     if pid <= 1 or pid == os.getpid():
         return False
     fd = None
@@ -172,6 +173,10 @@ def send(pid: int, start: int | None, sig: int) -> bool:
     try:
         if start is not None and not same_process(pid, start):
             return False
+        if skip_group is not None:
+            st = procfs.read_stat(pid)
+            if st is not None and st.pgid == skip_group:
+                return False
         if fd is not None:
             signal.pidfd_send_signal(fd, sig)
         else:
@@ -260,18 +265,19 @@ class Supervisor:
         """Every live process of the run (the group, then each member that left it), checked one by one."""
         if self.root <= 1:
             return []
+        group = None
         if not self.attached and not self._root_reaped():
             try:
                 os.killpg(self.root, sig)
+                group = self.root
+                self._note(self.root, sig)
             except OSError:
                 pass
         sent = []
         for pid, start in self._members().items():
-            if pid == self.root and not self.attached and not self._root_reaped():
-                ok = send(pid, None, sig)
-            else:
-                ok = send(pid, start, sig)
-            if ok:
+            if pid == self.root and group is not None:
+                continue
+            if send(pid, start, sig, skip_group=group):
                 self._note(pid, sig)
                 sent.append(pid)
         return sent

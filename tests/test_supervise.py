@@ -40,12 +40,14 @@ def guard(monkeypatch):
 
     real_send, real_killpg = supervise.send, os.killpg
 
-    def send(pid, start, sig):
+    def send(pid, start, sig, **kw):
         if not ours(pid):
             refused.append((pid, sig))
             return False
-        sent.append(pid)
-        return real_send(pid, start, sig)
+        ok = real_send(pid, start, sig, **kw)
+        if ok:
+            sent.append(pid)
+        return ok
 
     def killpg(pgid, sig):
         if not ours(pgid):
@@ -101,7 +103,7 @@ def test_a_run_in_a_pid_namespace_is_known_by_its_host_pids_and_only_they_are_si
     pids = {p["pid"] for p in s["processes"]}
     assert peers <= pids and pids.isdisjoint(claimed), s["processes"]
     assert all(e["data"]["membership"] in ("parent", "session", "known") for e in hellos)
-    assert guard.refused == [] and set(guard.sent) <= pids
+    assert guard.refused == [] and set(guard.sent) <= pids and set(run._sup.signalled) <= pids
     assert s["exit"]["cause"] == "stopped_by_user"
     assert alive(pids) == []
 
