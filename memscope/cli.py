@@ -180,14 +180,28 @@ def cmd_run(ns: argparse.Namespace, command: list[str] | None = None) -> int:
         raise LaunchError("no command given: memscope run train.py [args] | memscope run -- CMD [args]")
     if ns.summary_json:
         check_summary_path(ns.summary_json)
+    from . import supervise
+
+    supervise.declare_sole_launcher()  # this process starts nothing but the run: its orphans are the run's
     run = Run(argv or None, attach=attach, options=_options(ns))
     presses = {"n": 0}
     view: TerminalView | None = None
 
+    pending: list[int] = []
+
     def on_signal(signum: int, _frame: object) -> None:
-        presses["n"] += 1
+        # Like systemd and docker: SIGTERM is passed on (a training may checkpoint on it), SIGKILL only after the
+        # grace period; Ctrl-C stops gracefully; a second SIGINT or SIGTERM kills.
         if run.status == "starting":
-            return  # acted on right after start(), below
+            pending.append(signum)  # acted on right after start(), below
+            return
+        if signum == signal.SIGHUP:
+            if run.attached:
+                run.detach()
+            else:
+                run.forward(signal.SIGHUP)  # a hangup reaches the foreground group: the run's, not only memscope
+            return
+        presses["n"] += 1
         if run.attached:
             run.detach()
         elif presses["n"] == 1 and signum == signal.SIGINT:
@@ -196,16 +210,36 @@ def cmd_run(ns: argparse.Namespace, command: list[str] | None = None) -> int:
             else:
                 sys.stderr.write("\nmemscope: stopping the run (Ctrl-C again to kill)\n")
             run.stop(wait=False)
+        elif presses["n"] == 1 and signum == signal.SIGTERM:
+            sys.stderr.write(f"\nmemscope: SIGTERM: passing it on to the run, SIGKILL in {ns.grace:g} s\n")
+            run.terminate(wait=False)
         else:
             run.kill(wait=False)
 
-    # Handlers first: a Ctrl-C must never leave the run behind, not even during start-up.
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    def on_tstp(_signum: int, _frame: object) -> None:
+        # Ctrl-Z: the run is in a session of its own, so the terminal's SIGTSTP reached memscope alone. Stop
+        # the run, then memscope itself (the shell's job control sees memscope stopped and says so).
+        if run.status != "starting" and not run.attached:
+            run.suspend()
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    def on_cont(_signum: int, _frame: object) -> None:
+        if run.status != "starting" and not run.attached:
+            run.resume()
+
+    # Handlers first: a Ctrl-C must never leave the run behind, not even during start-up. A SIGHUP that was
+    # ignored when memscope started (nohup) stays ignored, for memscope and the run alike.
+    handled = [signal.SIGINT, signal.SIGTERM]
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+        handled.append(signal.SIGHUP)
+    for sig in handled:
         signal.signal(sig, on_signal)
+    if signal.getsignal(signal.SIGTSTP) != signal.SIG_IGN:
+        signal.signal(signal.SIGTSTP, on_tstp)
+    signal.signal(signal.SIGCONT, on_cont)
     run.start()
-    if presses["n"]:  # Ctrl-C during start-up: now stop, gracefully (a press counts once)
-        presses["n"] -= 1
-        on_signal(signal.SIGINT, None)
+    for signum in dict.fromkeys(pending):  # signals during start-up, each kind once: now act on them
+        on_signal(signum, None)
     if run.exporter is not None and run.exporter.url and not ns.quiet:
         sys.stderr.write(f"memscope: Prometheus metrics at {run.exporter.url}\n")
     view = TerminalView(run).start() if not ns.quiet and TerminalView.wanted() else None

@@ -20,10 +20,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from . import supervise
 from .agent import protocol
 from .analysis.summary import summarize
 from .collect import host as host_mod
-from .collect.tree import TreeSampler, signal_name, wait_gone
+from .collect.procfs import Unreadable
+from .collect.tree import TreeSampler, signal_name
 from .model import Event, HostSample, ProcessExited, ProcessSeen, Record, RunEnded, TreeSample
 from .store import Recorder, RunData, default_record_dir
 
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 
 AGENT_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent", "site")
 PSS_CPU_BUDGET = 0.015  # the PSS thread's share of one core at most (benchmarks/collector_cpu.py measures it)
+SNAPSHOT_EXITED = 200   # exited processes the live snapshot keeps (the record keeps them all)
 
 
 class LaunchError(Exception):
@@ -78,45 +81,56 @@ class Snapshot:
     host: HostSample | None = None
 
 
-def resolve_command(argv: Sequence[str]) -> tuple[list[str], str | None]:
-    """A first argument ending in .py runs with this Python; returns (command, user's script or None)."""
+def resolve_command(argv: Sequence[str], cwd: str | None = None) -> tuple[list[str], str | None]:
+    """A first argument ending in .py runs with this Python; returns (command, user's script or None).
+
+    Relative paths are checked where the command will run (``cwd``), as the child will resolve them."""
     argv = list(argv)
     if not argv:
         raise LaunchError("no command given: memscope run train.py [args] | memscope run -- CMD [args]")
+    here = os.path.abspath(cwd) if cwd else os.getcwd()
+    if cwd is not None and not os.path.isdir(here):
+        raise LaunchError(f"{cwd}: no such directory (cwd)")
+
+    def at(path: str) -> str:
+        return os.path.join(here, path)
+
     first = argv[0]
     if first.endswith(".py"):
-        if not os.path.exists(first):
-            raise LaunchError(f"{first}: no such file")
-        if os.path.isdir(first):
+        if not os.path.exists(at(first)):
+            raise LaunchError(f"{first}: no such file" + (f" in {cwd}" if cwd else ""))
+        if os.path.isdir(at(first)):
             raise LaunchError(f"{first} is a directory, not a script")
         try:
-            with open(first, "rb") as f:
+            with open(at(first), "rb") as f:
                 compile(f.read(), first, "exec")
         except SyntaxError as exc:
             raise LaunchError(f"{first}, line {exc.lineno}: SyntaxError: {exc.msg}") from None
         except (OSError, ValueError) as exc:
             raise LaunchError(f"{first}: cannot read it: {exc}") from None
-        return [sys.executable, *argv], os.path.abspath(first)
-    if os.path.isdir(first):
+        return [sys.executable, *argv], os.path.normpath(at(first))
+    if os.path.isdir(at(first)) and os.sep in first:
         raise LaunchError(f"{first} is a directory, not a command or a script")
     path = shutil.which(first) if os.sep not in first else first
     if os.sep in first:
-        if not os.path.exists(first):
+        if not os.path.exists(at(first)):
             raise LaunchError(f"{first}: no such file")
-        if os.path.isdir(first):
+        if os.path.isdir(at(first)):
             raise LaunchError(f"{first} is a directory, not a command")
-        if not os.access(first, os.X_OK):
+        if not os.access(at(first), os.X_OK):
             raise LaunchError(f"{first} is not executable (chmod +x it, or run it with its interpreter)")
     elif path is None:
+        if os.path.isdir(at(first)):
+            raise LaunchError(f"{first} is a directory, not a command or a script")
         raise LaunchError(f"{first}: command not found")
     # python script.py / bash script.sh: check the script the interpreter is about to run.
     script = None
     base = os.path.basename(first)
     if base.startswith("python") and len(argv) > 1 and argv[1].endswith(".py"):
-        resolve_command(argv[1:])
-        script = os.path.abspath(argv[1])
+        resolve_command(argv[1:], cwd)
+        script = os.path.normpath(at(argv[1]))
     elif base in ("bash", "sh", "zsh") and len(argv) > 1 and not argv[1].startswith("-"):
-        if not os.path.isfile(argv[1]):
+        if not os.path.isfile(at(argv[1])):
             raise LaunchError(f"{argv[1]}: no such file")
     return argv, script
 
@@ -163,7 +177,7 @@ class Run:
                 raise LaunchError(f"cannot watch pid {attach}: {exc}") from None
             self.script = o.script
         else:
-            self.command, detected = resolve_command(command or [])
+            self.command, detected = resolve_command(command or [], o.cwd)
             self.script = o.script or detected
         self.attached = attach is not None
         self.record_dir = os.path.abspath(o.record_dir or default_record_dir())
@@ -194,6 +208,7 @@ class Run:
         self._stop_requested: str | None = None
         self._detached = False
         self._cg: host_mod.Cgroup | None = None
+        self._cgf = host_mod.CgroupFollower()
         self._ended_early = threading.Event()
         self._stop_lock = threading.Lock()
         self._maxrss: int | None = None
@@ -201,6 +216,11 @@ class Run:
         self.output_tail: collections.deque[str] = collections.deque(maxlen=200)
         self._readers: dict[str, Any] = {}  # stream name -> collect.output.LineReader (capture mode)
         self._proc: subprocess.Popen | None = None
+        self._subreaper = False
+        self._sup = supervise.Supervisor(0, self.attached, dict, lambda: True)  # replaced at start()
+        self._warned: set[str] = set()   # degradations already said once (descriptors, unreadable PSS)
+        self._episodes = 0
+        self._exited_order: collections.deque[int] = collections.deque()
         self._server = None
         self._threads: list[threading.Thread] = []
         self._on_end: list[Callable[[Run], None]] = []
@@ -231,14 +251,12 @@ class Run:
                 if o.cuda_history:
                     env["MEMSCOPE_CUDA_HISTORY"] = str(int(o.cuda_history))
                 env["PYTHONPATH"] = os.pathsep.join([AGENT_SITE] + [p for p in [env.get("PYTHONPATH")] if p])
-            stdout = stderr = None
             if o.output == "capture":
-                stdout, stderr = subprocess.PIPE, subprocess.PIPE
                 env.setdefault("PYTHONUNBUFFERED", "1")
+            # The subreaper first: an orphan made in the run's first milliseconds must come to memscope too.
+            self._subreaper = supervise.hold_subreaper()
             try:
-                self._proc = subprocess.Popen(self.command, cwd=o.cwd, env=env, start_new_session=True,
-                                              stdin=subprocess.DEVNULL if o.output == "capture" else None,
-                                              stdout=stdout, stderr=stderr)
+                self._proc = supervise.launch(self.command, o.cwd, env, capture=o.output == "capture")
             except OSError as exc:
                 self._abort()
                 raise LaunchError(f"{self.command[0]}: {exc.strerror or exc}") from None
@@ -251,9 +269,18 @@ class Run:
                               "limit_bytes": o.limit_bytes,
                               "interval_s": o.interval_s, "pss_interval_s": o.pss_interval_s,
                               "scalene": self.scalene.mode if self.scalene else None})
-        self.tree = TreeSampler(self.pid, self._publish, self._clock,
-                                marker=None if self.attached else f"{protocol.ENV_RUN}={marker_value}".encode(),
-                                script=self.script)
+        marker = None if self.attached else f"{protocol.ENV_RUN}={marker_value}".encode()
+        root_stat = _stat(self.pid)
+        # A process we launched owns its session; one we attached to may share its shell's: no session proof then.
+        membership = supervise.Membership(
+            self.pid, session=None if self.attached else self.pid, marker=marker,
+            started_ticks=root_stat.starttime if root_stat else None,
+            reparented=self._subreaper and not self.attached)
+        self.tree = TreeSampler(self.pid, self._publish, self._clock, marker=marker, script=self.script,
+                                membership=membership, reap=supervise.reap)
+        self._sup = supervise.Supervisor(self.pid, self.attached, self.tree.members,
+                                         lambda: self.returncode is not None or self._proc is None,
+                                         on_sent=self._signal_sent)
         self.status = "running"
         self._spawn(self._rss_loop, "memscope-rss")
         self._spawn(self._pss_loop, "memscope-pss")
@@ -289,7 +316,22 @@ class Run:
                 self._stop_requested, first = "stop", True
         if first:
             self._publish(Event(self._clock(), None, "stop_requested", {"how": "stop", "grace_s": grace}))
-            self._spawn(lambda: self._stop_sequence(grace), "memscope-stopper")
+            self._spawn(lambda: self._sup.stop_sequence(grace, self._root_gone), "memscope-stopper")
+        if wait:
+            self._ended.wait()
+
+    def terminate(self, grace_s: float | None = None, wait: bool = True) -> None:
+        """What systemd and docker do on a stop: SIGTERM to every process of the run (a training may save a
+        checkpoint on it), SIGKILL to what is left after the grace period."""
+        grace = self.options.grace_s if grace_s is None else grace_s
+        with self._stop_lock:
+            first = not (self._ended.is_set() or self._stop_requested)
+            if first:
+                self._stop_requested = "terminate"
+        if first:
+            self._publish(Event(self._clock(), None, "stop_requested", {"how": "terminate", "grace_s": grace}))
+            self._spawn(lambda: self._sup.stop_sequence(grace, self._root_gone, first=signal.SIGTERM),
+                        "memscope-stopper")
         if wait:
             self._ended.wait()
 
@@ -298,9 +340,30 @@ class Run:
         with self._stop_lock:
             self._stop_requested = "kill"
         self._publish(Event(self._clock(), None, "stop_requested", {"how": "kill"}))
-        self._signal_sent(signal.SIGKILL, self._signal_tree(signal.SIGKILL))
+        self._sup.signal_run(signal.SIGKILL)
         if wait:
             self._ended.wait()
+
+    def forward(self, sig: int) -> None:
+        """Pass a signal memscope received on to the run, as a terminal would to its foreground group (SIGHUP),
+        and to each member that left the group."""
+        if self._ended.is_set():
+            return
+        self._publish(Event(self._clock(), None, "signal_forwarded", {"signal": signal_name(sig)}))
+        self._sup.signal_run(sig)
+
+    def suspend(self) -> None:
+        """Ctrl-Z: stop every process of the run (SIGSTOP: the run's group is orphaned, so SIGTSTP could be
+        discarded by the kernel)."""
+        if not self._ended.is_set():
+            self._publish(Event(self._clock(), None, "suspended", {}))
+            self._sup.signal_run(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """fg / bg: continue every process of the run."""
+        if not self._ended.is_set():
+            self._sup.signal_run(signal.SIGCONT)
+            self._publish(Event(self._clock(), None, "resumed", {}))
 
     def detach(self) -> None:
         """Stop watching (attach mode): the process goes on; the record ends here."""
@@ -506,16 +569,33 @@ class Run:
             d.update(role=rec.role, name=rec.name, cmdline=rec.cmdline)
         elif isinstance(rec, ProcessExited):
             d = s.procs.setdefault(rec.pid, {"role": "other", "name": ""})
+            if d.get("alive", True):
+                self._exited_order.append(rec.pid)
             d.update(alive=False, exit_code=rec.exit_code, exit_signal=rec.exit_signal)
+            # A run that forks 50 processes a second: the live table keeps the latest exits, the record all.
+            while len(self._exited_order) > SNAPSHOT_EXITED:
+                old = self._exited_order.popleft()
+                if old != self.pid and not s.procs.get(old, {}).get("alive", False):
+                    s.procs.pop(old, None)
 
     def _on_agent_message(self, pid: int, msg: dict[str, Any]) -> None:
         kind = str(msg.pop("t", "message"))
         t = self._clock()
         if kind == "hello":
-            self._publish(Event(t, pid, "agent_hello", msg))
+            # ``pid`` is the kernel's (SO_PEERCRED); the one the message claims is only recorded: in a PID
+            # namespace it is not a host pid, and a token holder could name any process.
             argv = msg.get("orig_argv") or msg.get("argv") or []
-            self.tree.adopt(pid, int(msg.get("ppid") or 0), [str(a) for a in argv],
-                            bool(msg.get("runs_script")) and not msg.get("forked"))
+            ppid = msg.get("ppid") if isinstance(msg.get("ppid"), int) else 0
+            proof = self.tree.adopt(pid, ppid, [str(a) for a in argv] if isinstance(argv, list) else [],
+                                    bool(msg.get("runs_script")) and not msg.get("forked"))
+            if proof is None:
+                self._publish(Event(t, pid, "agent_refused", {
+                    "claimed_pid": msg.get("pid"), "reason": "not proven part of the run (not a descendant of "
+                    "its root, not in its session, no marker in its environment)"}))
+                return
+            self._publish(Event(t, pid, "agent_hello", dict(msg, membership=proof)))
+            if not msg.get("forked"):  # a Python main says hello at once: catch a move before it can be OOM-killed
+                self._follow_cgroup()
         elif kind == "role":
             self.tree.hint_role(pid, str(msg.get("role")))
         elif kind == "scalene":
@@ -533,7 +613,6 @@ class Run:
     def _rss_loop(self) -> None:
         o = self.options
         next_discover = next_host = 0.0
-        cg_pid = None
         while not self._sampling_done.is_set():
             start = self._clock()
             try:
@@ -541,18 +620,54 @@ class Run:
                     self.tree.discover()
                     next_discover = start + o.discover_interval_s
                 self.tree.rss_round()
+                self.tree.settle()
+                self._follow_cgroup()
                 if start >= next_host:
-                    pid = self._main_pid()
-                    if self._cg is None or cg_pid != pid:
-                        self._cg, cg_pid = host_mod.find_memory_cgroup(pid) or host_mod.find_memory_cgroup(), pid
+                    if self._cg is None:
+                        self._cg = host_mod.find_memory_cgroup()
                     self._host_sample(self._cg)
                     next_host = start + o.host_interval_s
+                self._degraded_over("descriptors")
+            except Unreadable as exc:  # out of descriptors: the round is lost, no process is taken for gone
+                self._degraded("descriptors", exc)
             except Exception as exc:  # a sampler bug must not end the watch
                 self._publish(Event(self._clock(), None, "collector_error", {"where": "rss", "error": repr(exc)}))
             self._sampling_done.wait(max(0.0, o.interval_s - (self._clock() - start)))
 
+    def _follow_cgroup(self) -> None:
+        moved = self._cgf.follow(self._main_pid())
+        if moved is None:
+            return
+        cg, before = moved
+        if before is not None:
+            self._publish(Event(self._clock(), None, "cgroup_changed", {"from": before.path, "to": cg.path}))
+        self._cg = cg
+        self._host_sample(cg)  # the new counter's first reading: its rise is counted from here
+
+    def _degraded(self, what: str, exc: OSError) -> None:
+        """Say once per episode that memscope could not see (the summary lists it), not once per round."""
+        if what in self._warned:
+            return
+        self._warned.add(what)
+        self._episodes += 1
+        if self._episodes > 10:
+            return  # a limit that flaps: the first ten episodes tell the story
+        self._publish(Event(self._clock(), None, "collector_degraded", {
+            "what": what, "error": f"{exc.strerror or exc} ({exc.filename})" if exc.filename else str(exc)}))
+        if self._episodes == 1:
+            sys.stderr.write(f"memscope: warning: cannot read /proc: {exc.strerror or exc}; samples are missing "
+                             "until it can again (live processes are not taken for exited)\n")
+
+    def _degraded_over(self, what: str) -> None:
+        if what in self._warned:
+            self._warned.discard(what)
+            if self._episodes <= 10:
+                self._publish(Event(self._clock(), None, "collector_recovered", {"what": what}))
+
     def _host_sample(self, cg: host_mod.Cgroup | None) -> None:
         h = host_mod.read_host_memory()
+        if h.total == 0:
+            return  # /proc/meminfo unreadable (out of descriptors): no sample rather than "0 bytes available"
         cm = host_mod.read_cgroup_memory(cg) if cg else None
         limit = self.options.limit_bytes or (cm.limit if cm else None)
         self._publish(HostSample(self._clock(), h.total, h.available, h.swap_total, h.swap_used,
@@ -563,13 +678,31 @@ class Run:
         while not self._sampling_done.wait(wait):
             c0 = time.thread_time()
             try:
-                self.tree.pss_round()
+                sample = self.tree.pss_round()
+                if "pss_unreadable" not in self._warned:
+                    self._check_pss_readable(sample)
+            except Unreadable as exc:
+                self._degraded("descriptors", exc)
             except Exception as exc:
                 self._publish(Event(self._clock(), None, "collector_error", {"where": "pss", "error": repr(exc)}))
             # smaps_rollup costs ~4 ms per torch-loaded process: on a big tree the rounds space out rather than
             # let memscope take more than PSS_CPU_BUDGET of a core from the training.
             cost = time.thread_time() - c0
             wait = max(self.options.pss_interval_s if self._clock() > 1 else 0.5, cost / PSS_CPU_BUDGET)
+
+    def _check_pss_readable(self, sample: TreeSample) -> None:
+        """Another user's process keeps smaps_rollup closed (ptrace rules): say so once, not a silent null."""
+        from .collect import procfs
+
+        have = {p.pid for p in sample.procs}
+        pid = procfs.first_denied([p for p in self.tree.alive_pids() if p not in have], "smaps_rollup")
+        if pid is None:
+            return
+        self._warned.add("pss_unreadable")
+        msg = f"PSS of pid {pid} is unreadable: permission denied (another user's process)"
+        self._publish(Event(self._clock(), pid, "pss_unreadable", {
+            "reason": "permission", "message": msg + "; run memscope as that user or as root. RSS is shown instead."}))
+        sys.stderr.write(f"memscope: warning: {msg}; showing RSS\n")
 
     def _main_pid(self) -> int:
         for pid, d in list(self.snapshot.procs.items()):
@@ -579,36 +712,17 @@ class Run:
 
     def _wait_loop(self) -> None:
         if self._proc is not None:
-            while True:
-                try:
-                    _, status, ru = os.wait4(self.pid, 0)
-                    break
-                except ChildProcessError:
-                    status, ru = None, None
-                    break
-                except InterruptedError:
-                    continue
-            if status is not None:
-                self.returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-                self._proc.returncode = self.returncode  # keep Popen from reaping again
-                # ru_maxrss: kilobytes on Linux, bytes on macOS.
-                self._maxrss = int(ru.ru_maxrss) * (1 if sys.platform == "darwin" else 1024)
+            rc, maxrss = supervise.wait_root(self.pid)
+            if rc is not None:
+                self.returncode = rc
+                self._proc.returncode = rc  # keep Popen from reaping again
+                self._maxrss = maxrss
         else:
             from .collect.tree import _alive
 
             while _alive(self.pid) and not self._ended_early.wait(self.options.interval_s):
                 pass
         self._finish()
-
-    def _stop_sequence(self, grace: float) -> None:
-        self._signal_group(signal.SIGINT)
-        self._signal_sent(signal.SIGINT, [self.pid], to="process" if self.attached else "group")
-        if self._root_gone(grace):
-            return
-        self._signal_sent(signal.SIGTERM, self._signal_tree(signal.SIGTERM))
-        if self._root_gone(grace):
-            return
-        self._signal_sent(signal.SIGKILL, self._signal_tree(signal.SIGKILL))
 
     def _signal_sent(self, sig: int, pids: list[int], to: str = "tree") -> None:
         # What was really sent, for the verdict's words (SIGINT alone often ends a run).
@@ -623,56 +737,22 @@ class Run:
             time.sleep(0.05)
         return False
 
-    def _signal_group(self, sig: int) -> None:
-        # The terminal's Ctrl-C reaches the whole foreground group: do the same to the run's own session group.
-        if self.pid <= 0:
-            return  # not started: killpg(0) would signal memscope's own group
-        if self.attached:
-            self._send(self.pid, sig)
-            return
-        try:
-            os.killpg(self.pid, sig)
-        except OSError:
-            self._send(self.pid, sig)
-
-    def _signal_tree(self, sig: int) -> list[int]:
-        if self.pid <= 0:
-            return []
-        pids = self.tree.all_marked() if hasattr(self, "tree") else [self.pid]
-        if not self.attached:
-            try:
-                os.killpg(self.pid, sig)
-            except OSError:
-                pass
-        for pid in pids:
-            self._send(pid, sig)
-        return pids
-
-    @staticmethod
-    def _send(pid: int, sig: int) -> None:
-        try:
-            os.kill(pid, sig)
-        except OSError:
-            pass
-
     def _clean_leftovers(self) -> None:
         """Once the root is gone, no process of the tree may outlive the run."""
-        left = [p for p in self.tree.all_marked() if p != self.pid]
-        if not left or self._detached or self.attached:
+        if self._detached or self.attached:
             return
-        left = wait_gone(left, 0.0 if self._stop_requested == "kill" else 2.0)
-        if not left:
-            return
-        self._publish(Event(self._clock(), None, "leftovers", {"pids": left}))
-        for p in left:
-            self._send(p, signal.SIGTERM)
-        self._signal_sent(signal.SIGTERM, left, to="leftovers")
-        left = wait_gone(left, 0.0 if self._stop_requested else 2.0)
-        for p in left:
-            self._send(p, signal.SIGKILL)
-        if left:
-            self._signal_sent(signal.SIGKILL, left, to="leftovers")
-        wait_gone(left, 2.0)
+        self.tree.all_marked()  # one last full discovery: escapees, orphans re-parented to memscope
+        left = self._sup.clean_leftovers(
+            {p: st for p, st in self.tree.members().items() if p != self.pid}, self._stop_requested,
+            lambda pids: self._publish(Event(self._clock(), None, "leftovers", {"pids": pids, "processes": [
+                {"pid": p, "name": self.tree.procs[p].info.name,
+                 "cmdline": " ".join(self.tree.procs[p].info.cmdline)[:200]} for p in pids if p in self.tree.procs]})))
+        for pid, status in left.items():
+            self.tree.mark_exited(pid, *supervise.decode_status(status))
+        kept = [p for p in self.tree.unsignalled() if p != self.pid]
+        if kept:
+            self._publish(Event(self._clock(), None, "left_running", {"pids": kept, "processes": [
+                {"pid": p, "cmdline": " ".join(self.tree.procs[p].info.cmdline)[:200]} for p in kept]}))
 
     def _finish(self) -> None:
         # Whatever fails in here, the run must reach "ended": wait() and the views depend on it.
@@ -691,6 +771,10 @@ class Run:
                     _say(f"memscope: cannot write the summary to {self.options.summary_json}: {exc}")
         finally:
             shutil.rmtree(self._dir, ignore_errors=True)  # the socket and crash files, whatever happened
+            if self._subreaper:
+                self._subreaper = False
+                supervise.release_subreaper()
+            supervise.forget_launched(self.pid)
             self.status = "ended"
             self._ended.set()
         with self._subs_lock:
@@ -718,10 +802,12 @@ class Run:
         for th in self._threads:
             if th.name in ("memscope-rss", "memscope-pss"):
                 th.join(timeout=5)
+        running = set(self.tree.unsignalled())  # still alive, and said so: not "exited"
         for pid in self.tree.alive_pids():
             if self._detached:
                 break
-            self.tree.mark_exited(pid, None, None)
+            if pid not in running or not supervise.same_process(pid, self.tree.procs[pid].start):
+                self.tree.mark_exited(pid, None, None)
         try:
             self._host_sample(self._cg)  # OOM counters after the end: the evidence for an OOM kill
         except Exception:
@@ -729,6 +815,10 @@ class Run:
         self._collect_crash_files()
         if self._server is not None:
             self._server.close()
+            if self._server.throttled or self._server.accept_failures:
+                self._publish(Event(self._clock(), None, "collector_degraded", {
+                    "what": "agent_connections", "max": self._server.max_connections,
+                    "accept_failures": self._server.accept_failures}))
         self._publish(Event(t, self.pid, "exit_status", {
             "returncode": self.returncode, "maxrss_bytes": self._maxrss, "stop_requested": self._stop_requested,
             "detached": self._detached}))
@@ -834,6 +924,9 @@ class Run:
         if self.exporter is not None:
             self.exporter.close()
             self.exporter = None
+        if self._subreaper:
+            self._subreaper = False
+            supervise.release_subreaper()
         if self._server is not None:
             self._server.close()
         self._recorder.close()
@@ -854,6 +947,15 @@ def _say(line: str) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
+
+
+def _stat(pid: int) -> Any:
+    from .collect import procfs
+
+    try:
+        return procfs.read_stat(pid) if pid > 0 else None
+    except OSError:
+        return None
 
 
 class _Subscriber:

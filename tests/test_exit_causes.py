@@ -89,15 +89,21 @@ def test_sigkill_from_outside_is_killed_without_oom_evidence(start):
     assert "no OOM counter rose" in s["exit"]["message"]
 
 
-def test_sigkill_near_the_limit_is_called_oom_kill(start):
-    # A 100 MiB budget and a process holding ~96 MiB: SIGKILL at that point is OOM-shaped evidence.
+def test_sigkill_near_a_budget_is_not_oom_when_its_cgroup_counter_did_not_move(start):
+    # A 100 MiB budget (--limit: memscope's, the kernel does not enforce it) and a process holding ~96 MiB,
+    # killed by this test. Its cgroup's oom_kill counter is readable here and did not rise: not the OOM killer.
+    from memscope.collect.host import find_memory_cgroup, read_cgroup_memory
+
+    cg = find_memory_cgroup()
+    if cg is None or read_cgroup_memory(cg).oom_kills is None:
+        pytest.skip("no readable cgroup oom_kill counter here")
     run = start([script("sleeper.py"), "90"], limit_bytes=100 << 20)
     wait_for_output(run, "ready")
     time.sleep(0.5)
     os.kill(run.pid, signal.SIGKILL)
     s = run.wait(30)
-    assert s["exit"]["cause"] == "oom_kill", s["exit"]
-    assert "of its 100 MiB limit at the last sample" in s["exit"]["message"]
+    assert s["exit"]["cause"] == "killed", s["exit"]
+    assert " of a 100 MiB limit" in s["exit"]["message"]
     assert s["limit_bytes"] == 100 << 20
 
 

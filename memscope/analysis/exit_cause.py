@@ -1,15 +1,17 @@
 """Why the run ended: a pure function of the evidence gathered around it.
 
-SIGKILL leaves nothing inside the process, so the evidence for an OOM kill is outside: an OOM counter that
-rose (host /proc/vmstat, the cgroup's memory.events / memory.oom_control) or a tree that was within 5% of its
-limit at the last sample. dmesg is never needed.
+SIGKILL leaves nothing inside the process, so the evidence for an OOM kill is outside: the run's own cgroup's
+OOM counter (memory.events / memory.oom_control; the kernel counts there the kills of the cgroup's processes by
+any OOM killer, the host's included), or, where the run has no readable cgroup counter, the host's
+/proc/vmstat counter rising while the run was near a limit. The host counter alone proves nothing on a shared
+host (someone else's process was the victim). dmesg is never needed.
 """
 from __future__ import annotations
 
 import re
 import signal as _signal
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 FATAL = {"SIGSEGV": "segfault", "SIGABRT": "abort", "SIGBUS": "bus_error", "SIGFPE": "segfault",
          "SIGILL": "segfault"}
@@ -42,6 +44,8 @@ class ExitEvidence:
     cuda_ooms: dict[int, dict[str, Any]] = field(default_factory=dict)  # pid -> the allocator's OOM observer
     agent_pids: set[int] | None = None     # processes whose agent said hello; None: not known (an old record)
     ranks: dict[int, str] = field(default_factory=dict)  # pid -> its RANK (torchrun), from its agent
+    host_available_bytes: int | None = None  # at the last host sample
+    host_total_bytes: int | None = None
 
 
 def signal_name(n: int) -> str:
@@ -91,15 +95,48 @@ def _last_frame(text: str | None) -> str | None:
     return f"{f[0].rsplit('/', 1)[-1]}, line {f[1]} in {f[2]}"
 
 
-def oom_evidence(e: ExitEvidence) -> list[str]:
+def near_limit(e: ExitEvidence) -> list[str]:
+    """What says the run was close to running out: its tree near its limit, or the host nearly out of memory."""
     out = []
-    if e.cgroup_oom_delta:
-        out.append(f"the container's oom_kill counter rose by {e.cgroup_oom_delta}")
-    if e.host_oom_delta:
-        out.append(f"the host's oom_kill counter rose by {e.host_oom_delta}")
     if e.limit_bytes and e.last_tree_bytes is not None and e.last_tree_bytes >= NEAR_LIMIT * e.limit_bytes:
         out.append(f"the tree used {_gib(e.last_tree_bytes)} of its {_gib(e.limit_bytes)} limit at the last sample")
+    if e.host_total_bytes and e.host_available_bytes is not None and \
+            e.host_available_bytes <= (1 - NEAR_LIMIT) * e.host_total_bytes:
+        out.append(f"the host had {_gib(e.host_available_bytes)} of {_gib(e.host_total_bytes)} available")
     return out
+
+
+def oom_evidence(e: ExitEvidence) -> list[str]:
+    """Why a SIGKILL was the OOM killer's, or [] when the evidence does not say so.
+
+    The run's own cgroup counter decides where it can be read. Without it, the host counter must have risen
+    and the run must have been near a limit; with no counter readable at all, being near the limit is all
+    there is to go on."""
+    if e.cgroup_oom_delta:
+        return [f"the container's oom_kill counter rose by {e.cgroup_oom_delta}"]
+    if e.cgroup_oom_delta is not None:
+        return []  # its own counter was read and did not move: the OOM killer did not take this run
+    near = near_limit(e)
+    if e.host_oom_delta and near:
+        return [f"the host's oom_kill counter rose by {e.host_oom_delta}", *near]
+    if e.host_oom_delta is None:
+        return near
+    return []
+
+
+def counter_rise(values: list[tuple[float, int | None]], breaks: Sequence[float] = ()) -> int | None:
+    """How much a cumulative counter rose over ``values`` ((t, value) in time order); None if it was never read
+    twice. A reading after a break (the run moved to another cgroup at that time) starts a new count: the rise
+    is summed per stretch, never across two different counters."""
+    pts = [(t, v) for t, v in values if v is not None]
+    if len(pts) < 2:
+        return None
+    rise = 0
+    for (t0, v0), (t1, v1) in zip(pts, pts[1:]):
+        if any(t0 < b <= t1 for b in breaks):
+            continue
+        rise += max(0, v1 - v0)
+    return rise
 
 
 def crashed_workers(e: ExitEvidence) -> list[tuple[int, str]]:
@@ -145,6 +182,10 @@ def decide(e: ExitEvidence) -> dict[str, Any]:
                 "message": message, "traceback": tb}
 
     if e.stop_requested:
+        if e.stop_requested == "terminate":
+            return out("stopped_by_user", "memscope was asked to stop (SIGTERM) and passed SIGTERM on to the run, "
+                       "then SIGKILL to what was left after the grace period; no process of the run is left.",
+                       sig=main_sig)
         return out("stopped_by_user", f"Stopped by you ({stop_words(e)}); no process of the run is left.",
                    sig=main_sig)
 
@@ -197,7 +238,15 @@ def decide(e: ExitEvidence) -> dict[str, Any]:
                        f"{'; '.join(ev)}{peak}. Lower its memory use or raise the limit.", sig="SIGKILL")
         at = f" at {_gib(e.last_tree_bytes)}" if e.last_tree_bytes is not None else ""
         lim = f" of a {_gib(e.limit_bytes)} limit" if e.limit_bytes else ""
-        return out("killed", f"The run was killed by SIGKILL from outside{at}{lim}; no OOM counter rose, so look "
+        if e.cgroup_oom_delta is not None and e.host_oom_delta:
+            why = (f"its cgroup's oom_kill counter did not rise (the host's rose by {e.host_oom_delta}: the OOM "
+                   "killer took another process on this host)")
+        elif e.host_oom_delta:
+            why = (f"the host's oom_kill counter rose by {e.host_oom_delta} but the run was far from any limit, "
+                   "so another process was the OOM killer's victim")
+        else:
+            why = "no OOM counter rose"
+        return out("killed", f"The run was killed by SIGKILL from outside{at}{lim}; {why}, so look "
                    "for who sent it (a scheduler, a time limit, a person).", sig="SIGKILL")
 
     if main_sig is not None:

@@ -12,8 +12,9 @@ from . import phases as phases_mod
 from . import gpu as gpu_mod
 from .advice import advise
 from .census import summary_rows as census_rows
-from .exit_cause import ExitEvidence, decide, fault_signal
+from .exit_cause import ExitEvidence, counter_rise, decide, fault_signal
 from .scalene import summary_rows as scalene_rows
+from .supervision import NOTE_EVENTS, notes, process_end
 from .leak import assess_by_role, assess_leak, find_spikes, fit_span, trim_teardown
 from .loads import probe_summary
 
@@ -55,6 +56,7 @@ def evidence(rd: RunData) -> ExitEvidence:
         return vals[-1] - vals[0] if len(vals) >= 2 else None
 
     limits = [h[5] or h[1] for h in hosts if (h[5] or h[1])]
+    moved = [e["t"] for e in rd.events("cgroup_changed")]  # each cgroup's counter counts on its own
     last = rd.last_tree_total()
     return ExitEvidence(
         root_pid=run["root_pid"],
@@ -67,13 +69,15 @@ def evidence(rd: RunData) -> ExitEvidence:
         roles={p["pid"]: p["role"] for p in procs},
         proc_signals={p["pid"]: p["exit_signal"] for p in procs if p["exit_signal"]},
         host_oom_delta=delta(7),
-        cgroup_oom_delta=delta(8),
+        cgroup_oom_delta=counter_rise([(h[0], h[8]) for h in hosts], moved),
         last_tree_bytes=last[1] if last else None,
         limit_bytes=min(limits) if limits else None,
         maxrss_bytes=st.get("maxrss_bytes"),
         scalene=bool((run.get("meta") or {}).get("scalene")),
         cuda_ooms=gpu_mod.observed_ooms(rd),
         **_agents(rd, run),
+        host_available_bytes=hosts[-1][2] if hosts else None,
+        host_total_bytes=hosts[-1][1] if hosts else None,
     )
 
 
@@ -132,7 +136,9 @@ def summarize(rd: RunData) -> dict[str, Any]:
             # A process that is not memscope's child (a worker) is not reaped by it: its faulthandler dump names
             # the signal when the exit status could not be seen.
             "exit_code": p["exit_code"], "exit_signal": p["exit_signal"] or fault_signal(ev.faults.get(p["pid"])),
+            "end": process_end(p),
         } for p in procs],
+        "warnings": notes(procs, {k: rd.events(k) for k in NOTE_EVENTS}, ev.main_pid, bool(ev.stop_requested)),
         "record": rd.path,
         **diagnosis(rd, ev, float(duration)),
         **gpu_mod.summary_keys(rd),

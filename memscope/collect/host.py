@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from dataclasses import dataclass
 
 # v1 reports "no limit" as a huge page-aligned number (9223372036854771712); anything this big is unlimited.
@@ -148,3 +149,38 @@ def read_host_memory(root: str = "/") -> HostMemory:
 
     vm_, sw = psutil.virtual_memory(), psutil.swap_memory()
     return HostMemory(vm_.total, vm_.available, sw.total, sw.used, None)
+
+
+class CgroupFollower:
+    """The memory cgroup of a process followed over time, not looked up once: a wrapper may move the run into
+    a cgroup of its own after it started. One small read of /proc/<pid>/cgroup a call; resolved on a change."""
+
+    def __init__(self) -> None:
+        self.cgroup: Cgroup | None = None
+        self._text: bytes | None = None
+        self._lock = threading.Lock()  # the sampler and the agent server both follow it
+
+    def follow(self, pid: int) -> tuple[Cgroup, Cgroup | None] | None:
+        """(new cgroup, the one before) when ``pid`` is now in another memory cgroup, else None."""
+        from . import procfs
+
+        try:
+            with open(f"/proc/{pid}/cgroup", "rb") as f:
+                text = f.read()
+        except OSError:
+            return None
+        with self._lock:
+            if text == self._text:
+                return None
+            try:
+                st = procfs.read_stat(pid)
+            except OSError:
+                return None
+            if st is None or st.state in ("Z", "X") or st.flags & procfs.PF_EXITING:
+                return None  # a process on its way out (an OOM kill) reads as the root cgroup: not a move
+            self._text = text
+            cg = find_memory_cgroup(pid)
+            if cg is None or cg == self.cgroup:
+                return None
+            before, self.cgroup = self.cgroup, cg
+            return cg, before

@@ -5,28 +5,61 @@ These are the hot path of the sampler: each reads one small file with one syscal
 """
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 
+PF_EXITING = 0x4
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+class Unreadable(OSError):
+    """/proc could not be read for want of a resource (descriptors, memory): the process may well be alive, so
+    this is never taken for "gone"."""
+
+
+_RESOURCE = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+
+
 def _read(path: str, size: int = 65536) -> bytes | None:
+    """The file's bytes; None if the process is gone or the file is closed to us; Unreadable if memscope itself
+    ran out of a resource."""
     try:
         fd = os.open(path, os.O_RDONLY)
-    except OSError:
+    except OSError as exc:
+        if exc.errno in _RESOURCE:
+            raise Unreadable(exc.errno, os.strerror(exc.errno), path) from None
         return None
     try:
         return os.read(fd, size)
-    except OSError:
+    except OSError as exc:
+        if exc.errno in _RESOURCE:
+            raise Unreadable(exc.errno, os.strerror(exc.errno), path) from None
         return None
     finally:
         os.close(fd)
 
 
+def first_denied(pids: list[int], name: str) -> int | None:
+    """The first of ``pids`` whose /proc/<pid>/<name> is closed to memscope by permission (another user's
+    process: ptrace rules), or None."""
+    for pid in pids:
+        try:
+            os.close(os.open(f"/proc/{pid}/{name}", os.O_RDONLY))
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EPERM):
+                return pid
+    return None
+
+
 def list_pids() -> list[int]:
-    return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    try:
+        return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError as exc:
+        if exc.errno in _RESOURCE:
+            raise Unreadable(exc.errno, os.strerror(exc.errno), "/proc") from None
+        raise
 
 
 @dataclass(frozen=True)
@@ -39,6 +72,7 @@ class Stat:
     sid: int
     starttime: int           # clock ticks since boot: (pid, starttime) identifies a process across pid reuse
     exit_code: int | None    # wait status, meaningful for zombies (Linux >= 3.5)
+    flags: int = 0           # PF_* flags: PF_EXITING (0x4) while the process is on its way out
 
 
 def parse_stat(data: bytes) -> Stat | None:
@@ -50,7 +84,8 @@ def parse_stat(data: bytes) -> Stat | None:
         comm = text[lp + 1:rp]
         rest = text[rp + 2:].split()
         exit_code = int(rest[49]) if len(rest) > 49 else None
-        return Stat(pid, comm, rest[0], int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]), exit_code)
+        return Stat(pid, comm, rest[0], int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]), exit_code,
+                    int(rest[6]))
     except (ValueError, IndexError):
         return None
 

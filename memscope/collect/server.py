@@ -1,6 +1,7 @@
 """The agents' meeting point: a Unix socket in a private directory, one JSON line per message.
 
-A connection must open with a hello carrying the run's token, or it is dropped. The server runs on its own
+A connection must open with a hello carrying the run's token, or it is dropped. The peer is who the kernel says
+it is (SO_PEERCRED: its pid in memscope's PID namespace), never the pid its hello claims. The server runs on its own
 thread and never writes back on its own (only a request such as a census, through ``request``), so a slow or dead
 agent cannot stall the collectors.
 
@@ -10,11 +11,15 @@ against ``messages.KINDS``: a refused one is counted and skipped, never passed o
 """
 from __future__ import annotations
 
+import errno
 import hmac
 import json
 import os
+import resource
 import selectors
 import socket
+import struct
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -25,6 +30,35 @@ from .messages import Refused, parse_line, validate
 OnMessage = Callable[[int, dict[str, Any]], None]
 MAX_PENDING = 32        # connections without a valid hello yet
 HELLO_TIMEOUT_S = 2.0   # an agent says hello at once; a silent connection is not one
+FD_RESERVE = 24          # descriptors kept free for /proc reads and the record: agents wait in the backlog instead
+ACCEPT_BACKOFF_S = (0.05, 2.0)
+
+
+def peer_pid(conn: socket.socket) -> int | None:
+    """The connecting process's pid as the kernel recorded it at connect(); None where there is no SO_PEERCRED,
+    0 when the peer is in a PID namespace that has no name for it here."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return None
+    try:
+        pid, _uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                             struct.calcsize("3i")))
+    except OSError:
+        return None
+    return pid
+
+
+def _fd_limit() -> int:
+    try:
+        return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (OSError, ValueError):
+        return 1 << 20
+
+
+def _open_fds() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
 
 
 class AgentServer:
@@ -46,6 +80,14 @@ class AgentServer:
         self.refused = 0    # messages refused after the hello (unknown kind, bad fields)
         self.last_refusal: str | None = None
         self._pending: dict[socket.socket, float] = {}  # unauthenticated connection -> when it opened
+        self.accept_failures = 0
+        self.throttled = 0          # times the connection cap was reached (agents then wait in the backlog)
+        self._listening = True
+        self._resume_at = 0.0
+        self._backoff = ACCEPT_BACKOFF_S[0]
+        self._max_conns = max(4, _fd_limit() - FD_RESERVE - _open_fds()) if sys.platform.startswith("linux") \
+            else 1 << 20
+        self.max_connections = self._max_conns
         self._by_pid: dict[int, socket.socket] = {}
 
     def start(self) -> None:
@@ -69,6 +111,7 @@ class AgentServer:
             except OSError:
                 pass
         self._sel.close()
+        self._listener.close()  # not in the selector while accepting is paused
         try:
             os.unlink(self.path)
         except OSError:
@@ -99,27 +142,47 @@ class AgentServer:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            for key, _ in self._sel.select(timeout=0.2):
+            if not self._listening and time.monotonic() >= self._resume_at and \
+                    len(self._sel.get_map()) <= self._max_conns:
+                self._sel.register(self._listener, selectors.EVENT_READ, None)
+                self._listening = True
+            for key, _ in self._sel.select(timeout=0.2 if self._listening else 0.05):
                 if key.data is None:
                     self._accept()
                 else:
                     self._read(key)
             self._expire()
 
+    def _pause_accepting(self, backoff: float) -> None:
+        # A listener left registered while accept() cannot succeed makes select() return at once, forever.
+        if self._listening:
+            self._sel.unregister(self._listener)
+            self._listening = False
+        self._resume_at = time.monotonic() + backoff
+
     def _accept(self) -> None:
         try:
             conn, _ = self._listener.accept()
-        except OSError:
-            # EMFILE and the like: the backlog stays readable; wait a little rather than spin on it.
-            self._stop.wait(0.05)
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                self.accept_failures += 1
+                self._pause_accepting(self._backoff)
+                self._backoff = min(ACCEPT_BACKOFF_S[1], self._backoff * 2)
             return
-        if len(self._pending) >= MAX_PENDING:
+        self._backoff = ACCEPT_BACKOFF_S[0]
+        pid = peer_pid(conn)
+        # Too many connections waiting for a hello, or a peer the kernel cannot name in our PID namespace (it
+        # cannot be told apart from another): refuse.
+        if len(self._pending) >= MAX_PENDING or pid == 0:
             self.rejected += 1
             conn.close()
             return
         conn.setblocking(False)
         self._pending[conn] = time.monotonic()
-        self._sel.register(conn, selectors.EVENT_READ, {"buf": b"", "pid": None})
+        self._sel.register(conn, selectors.EVENT_READ, {"buf": b"", "pid": None, "peer": pid})
+        if len(self._sel.get_map()) > self._max_conns:
+            self.throttled += 1
+            self._pause_accepting(0.2)  # the others wait in the backlog until a connection closes
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -177,8 +240,8 @@ class AgentServer:
                     self._drop(conn)
                     return
                 self._pending.pop(conn, None)
-                state["pid"] = msg["pid"]
-                self._by_pid[msg["pid"]] = conn
+                state["pid"] = state["peer"] if state.get("peer") is not None else msg["pid"]
+                self._by_pid[state["pid"]] = conn
                 self.connections += 1
             else:
                 try:

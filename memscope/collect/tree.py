@@ -16,12 +16,15 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..model import ProcMem, ProcessExited, ProcessSeen, Record, TreeSample
 from . import roles as roles_mod
 from .estimate import PssCarry
 from .roles import ProcInfo
+
+if TYPE_CHECKING:
+    from ..supervise import Membership
 
 LINUX = sys.platform.startswith("linux")
 FOREIGN_RECHECK_S = 2.0   # how often discovery reads again the processes it found not to be ours
@@ -41,23 +44,35 @@ class Tracked:
     alive: bool = True
     exit_known: bool = False
     forked: bool = False     # a fork of a tracked parent that did not exec: it shares the parent's pages
+    proof: str = ""          # how it was found to be the run's (supervise.Membership.proof)
+
+
+# Exited processes are dropped from memory once recorded (a run that forks 50 processes a second must not grow
+# memscope), except those the roles of the others hang on.
+KEEP_ROLES = ("main", "wrapper", "rank")
 
 
 class TreeSampler:
     def __init__(self, root: int, emit: Callable[[Record], None], clock: Callable[[], float],
-                 marker: bytes | None = None, script: str | None = None) -> None:
+                 marker: bytes | None = None, script: str | None = None, membership: "Membership | None" = None,
+                 reap: Callable[[int], int | None] | None = None) -> None:
         self.root = root
         self._emit = emit
         self._clock = clock
         self._marker = marker
         self._script = script
+        self._membership = membership
+        self._reap = reap
         self._lock = threading.RLock()
         self.procs: dict[int, Tracked] = {}
         self._foreign: dict[int, int] = {}   # pid -> start time of processes checked and found not ours
+        self._gone: dict[int, int] = {}      # pid -> start time of members exited, recorded and dropped
         self._listed: set[int] = set()       # the pids in /proc at the last discovery
         self._foreign_checked = -1e18         # time.monotonic() of the last full check of foreign pids
         self.agent_main: int | None = None
         self._hints: dict[int, str] = {}
+        self._dirty = False
+        self.refused: list[dict[str, object]] = []  # agents whose membership could not be proven (first 20)
         self._boot = procfs.boot_time()
         self._carry = PssCarry()
         self._carry_lock = threading.Lock()
@@ -66,7 +81,7 @@ class TreeSampler:
             self._reclassify()
 
     # -- membership ------------------------------------------------------------------------------------------
-    def _add(self, pid: int, stat: procfs.Stat | None = None) -> bool:
+    def _add(self, pid: int, stat: procfs.Stat | None = None, proof: str = "") -> bool:
         stat = stat or procfs.read_stat(pid)
         if stat is None:
             return False
@@ -74,8 +89,22 @@ class TreeSampler:
         parent = self.procs.get(stat.ppid)
         forked = parent is not None and parent.alive and bool(cmd) and tuple(cmd) == parent.info.cmdline
         self.procs[pid] = Tracked(pid, stat.starttime, ProcInfo(pid, stat.ppid, stat.comm, tuple(cmd)),
-                                  create_time=self._boot + stat.starttime / procfs.CLK_TCK, forked=forked)
+                                  create_time=self._boot + stat.starttime / procfs.CLK_TCK, forked=forked,
+                                  proof=proof)
         return True
+
+    def _is_member(self, pid: int) -> bool:
+        t = self.procs.get(pid)
+        return t is not None and t.alive
+
+    def _proof(self, pid: int, st: procfs.Stat, parent_only: bool) -> str | None:
+        if self._is_member(st.ppid):
+            return "parent"
+        if parent_only:
+            return None
+        if self._membership is not None:
+            return self._membership.proof(pid, st, self._is_member)
+        return "marker" if self._marker and procfs.environ_has(pid, self._marker) else None
 
     def discover(self, full: bool = False) -> None:
         """Find processes that joined the tree since the last call, and refresh roles.
@@ -92,48 +121,56 @@ class TreeSampler:
             recheck = full or now - self._foreign_checked >= FOREIGN_RECHECK_S
             if recheck:
                 self._foreign_checked = now
-            listed, foreign = self._listed, self._foreign
+            listed, foreign, gone = self._listed, self._foreign, self._gone
             for pid in pids:
                 t = self.procs.get(pid)
                 if t is not None and t.alive:
                     continue
-                if not recheck and pid in foreign and pid in listed:
+                if pid in listed and (pid in gone or (not recheck and pid in foreign)):
                     continue
                 st = procfs.read_stat(pid)
-                if st is None or self._foreign.get(pid) == st.starttime:
+                if st is None or foreign.get(pid) == st.starttime or gone.get(pid) == st.starttime:
                     continue
                 if t is not None and t.start == st.starttime:
                     continue  # a known process that exited, seen again as a zombie
                 new[pid] = st
-            # Parentage to a fixed point (a new child of a new child); then the environment marker, which finds
-            # processes that left the tree (their children are then found by parentage in the next pass).
+            # Parentage to a fixed point (a new child of a new child), then the kernel's other proofs (session,
+            # environment marker, re-parented orphan) once for what is left; what they find may have children.
+            tried: set[int] = set()
             while new:
                 grew = True
                 while grew and new:
                     grew = False
                     for pid, st in list(new.items()):
-                        parent = self.procs.get(st.ppid)
-                        if parent is not None and parent.alive:
+                        if self._proof(pid, st, parent_only=True):
                             changed |= self._add(pid, st)
                             del new[pid]
                             grew = True
-                marked = [pid for pid in new if self._marker and procfs.environ_has(pid, self._marker)]
-                for pid in marked:
-                    changed |= self._add(pid, new.pop(pid))
-                if not marked:
+                found = {pid: how for pid in new if pid not in tried
+                         for how in [self._proof(pid, new[pid], parent_only=False)] if how}
+                tried.update(new)
+                for pid, how in found.items():
+                    changed |= self._add(pid, new.pop(pid), how)
+                if not found:
                     break
             for pid, st in new.items():
-                self._foreign[pid] = st.starttime
+                foreign[pid] = st.starttime
             live = self._listed = set(pids)
-            for pid in [p for p in self._foreign if p not in live]:
-                del self._foreign[pid]  # bounded by the processes that exist now
+            for d in (foreign, gone):
+                for pid in [p for p in d if p not in live]:
+                    del d[pid]  # bounded by the processes that exist now
             # Names change after exec (bash -> python) and DataLoader workers rename themselves: refresh comm.
             # A different start time means the pid was reused: ours is gone.
+            me = os.getpid()
             for t in list(self.procs.values()):
                 if t.alive:
                     st = procfs.read_stat(t.pid)
                     if st is None or st.starttime != t.start:
                         self.mark_exited(t.pid, None, None)
+                    elif st.state in ("Z", "X") and st.ppid == me and t.pid != self.root and self._reap:
+                        # An orphan re-parented to memscope (the subreaper): collect its status, free its slot.
+                        code, sig = _decode_wait_status(self._reap(t.pid))
+                        self.mark_exited(t.pid, code, sig)
                     elif st.comm != t.info.name:
                         cmd = procfs.read_cmdline(t.pid) or list(t.info.cmdline)
                         if tuple(cmd) != t.info.cmdline and t.forked:
@@ -143,34 +180,89 @@ class TreeSampler:
                                 if self._carry.age(t.pid, 0.0) is None:
                                     self._carry.forget(t.pid)
                         t.info = ProcInfo(t.pid, st.ppid, st.comm, tuple(cmd))
+                        t._announced = False  # type: ignore[attr-defined]  # exec'd: record what it runs now
                         changed = True
-            if changed:
+            self._prune()
+            if changed or self._dirty:
                 self._reclassify()
 
-    def adopt(self, pid: int, ppid: int, argv: list[str], runs_script: bool) -> None:
-        """A process that said hello through the agent (so it is ours): track it even if it is already gone,
-        which happens to short-lived processes between two discovery rounds."""
+    def _prune(self) -> None:
+        if self._dirty:
+            self._reclassify()  # announce (ProcessSeen) before forgetting
+        for pid in [p for p, t in self.procs.items() if not t.alive]:
+            self._drop(pid)
+
+    def adopt(self, pid: int, ppid: int, argv: list[str], runs_script: bool) -> str | None:
+        """A process that said hello through the agent. ``pid`` comes from the kernel (SO_PEERCRED), never from
+        the message; it is tracked only if the kernel proves it is part of the run (returns the proof, or None:
+        refused). One already gone (short-lived, between two discovery rounds) is kept as exited: it can never
+        be signalled."""
         with self._lock:
             known = self.procs.get(pid)
+            proof: str | None = "known"
             if known is not None and known.alive:
                 # Discovery may have caught it between fork and exec (still "bash"): take what it is now.
-                known.info = ProcInfo(pid, ppid, known.info.name if known.info.cmdline == tuple(argv) else "python",
+                known.info = ProcInfo(pid, known.info.ppid,
+                                      known.info.name if known.info.cmdline == tuple(argv) else "python",
                                       tuple(argv))
-            elif not self._add(pid):
-                self.procs[pid] = Tracked(pid, -1, ProcInfo(pid, ppid, "python", tuple(argv)), alive=False)
+            elif pid in self._gone:
+                return "known"
+            else:
+                st = procfs.read_stat(pid)
+                if st is None:
+                    if known is None:
+                        parent = ppid if ppid in self.procs else 0
+                        self.procs[pid] = Tracked(pid, -1, ProcInfo(pid, parent, "python", tuple(argv)),
+                                                  alive=False)
+                    proof = "gone"
+                else:
+                    proof = self._proof(pid, st, parent_only=False)
+                    if proof is None and self._membership is not None and self._membership.descends(pid, st):
+                        proof = "ancestry"
+                    if proof is None:
+                        if len(self.refused) < 20:
+                            self.refused.append({"pid": pid, "claimed_pid": None, "name": st.comm})
+                        return None
+                    self._add(pid, st, proof)
             if runs_script and self.agent_main is None:
                 self.agent_main = pid
-            self._reclassify()
+                self._reclassify()
+            else:
+                self._dirty = True  # roles settle at the next round (settle()): one pass for many hellos
+            return proof
+
+    def settle(self) -> None:
+        """Classify what joined since the last pass (called every sampling round)."""
+        with self._lock:
+            if self._dirty:
+                self._reclassify()
 
     def hint_role(self, pid: int, role: str) -> None:
-        """A role the process told us itself (through the agent): it beats any guess from outside."""
+        """A role the process told us itself (through the agent): it beats any guess from outside. Only for a
+        process already proven to be ours."""
         with self._lock:
-            self._hints[pid] = role
             if pid not in self.procs:
-                self._add(pid)
+                return
+            self._hints[pid] = role
             self._reclassify()
 
+    def members(self) -> dict[int, int]:
+        """pid -> start time of every live process of the run that may be signalled. An orphan known only by
+        being re-parented to memscope is left out where that does not prove it is the run's (see
+        ``Membership.signal_orphans``)."""
+        signal_orphans = self._membership is None or self._membership.signal_orphans
+        with self._lock:
+            return {p: t.start for p, t in self.procs.items() if t.alive and t.start >= 0
+                    and (signal_orphans or t.proof != "reparented")}
+
+    def unsignalled(self) -> list[int]:
+        """Live processes watched as the run's but never signalled (orphans not proven to be the run's)."""
+        members = self.members()
+        with self._lock:
+            return [p for p, t in self.procs.items() if t.alive and p not in members]
+
     def _reclassify(self) -> None:
+        self._dirty = False
         infos = {pid: t.info for pid, t in self.procs.items()}
         roles = roles_mod.classify(infos, self.root, self._script, self.agent_main)
         roles.update({pid: r for pid, r in self._hints.items() if pid in roles})
@@ -197,9 +289,25 @@ class TreeSampler:
                 return
             t.alive = False
             t.exit_known = code is not None or signal_name is not None
-        with self._carry_lock:
-            self._carry.forget(pid)
+            if self._dirty:
+                self._reclassify()  # its ProcessSeen goes out before its ProcessExited
+            with self._carry_lock:
+                self._carry.forget(pid)
         self._emit(ProcessExited(self._clock(), pid, code, signal_name))
+        with self._lock:
+            self._drop(pid)
+
+    def _drop(self, pid: int) -> None:
+        """Forget an exited process once its ProcessExited went out (the record keeps it): a run that forks 50
+        processes a second must not grow memscope. Kept: the root (its status comes later, from wait4) and the
+        processes the roles of the others hang on."""
+        t = self.procs.get(pid)
+        if t is None or t.alive or pid == self.root or pid == self.agent_main or t.role in KEEP_ROLES:
+            return
+        del self.procs[pid]
+        self._hints.pop(pid, None)
+        if t.start >= 0:
+            self._gone[pid] = t.start
 
     # -- measuring -------------------------------------------------------------------------------------------
     def rss_round(self) -> TreeSample:
@@ -296,5 +404,8 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
 
 
 def _alive(pid: int) -> bool:
-    st = procfs.read_stat(pid)
+    try:
+        st = procfs.read_stat(pid)
+    except OSError:  # procfs.Unreadable: memscope is out of descriptors; not proven gone
+        return True
     return st is not None and st.state not in ("Z", "X")

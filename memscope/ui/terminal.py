@@ -188,5 +188,7 @@ def print_final(summary: dict, file=None) -> None:
                             f"; {limit_text(summary.get('limit'))}"))
     if ex.get("traceback") and ex["cause"] in ("segfault", "abort", "bus_error", "worker_crash"):
         con.print("memscope: stack at the crash:\n" + ex["traceback"].rstrip()[-4000:], markup=False)
+    for w in (summary.get("warnings") or [])[:6]:
+        con.print(Text.assemble(("memscope: note: ", "bold"), w))
     for a in (summary.get("advice") or [])[:4]:
         con.print(Text.assemble(("memscope: next: ", "bold"), a["text"]))

@@ -1,0 +1,348 @@
+"""The supervisor: launch the run, know which processes are its own, signal only those, reap what is ours.
+
+Everything here rests on what the kernel says, never on what a process says about itself:
+
+- **launch**: the command starts in its own session, so its pid is the run's session id, group id and root.
+- **membership** (``Membership.proof``): a process belongs to the run if its parent does, if its session is the
+  run's session (sessions cannot be joined, only left), if its environment carries the run's marker, or if it is
+  an orphan the kernel re-parented to memscope (memscope is the child subreaper while it supervises a run).
+  A pid an agent *claims* (in a PID namespace it is not even a host pid) is never enough.
+- **signals** (``send``): a pid is signalled only after checking its start time is the one recorded when it was
+  found, through a pidfd so that the check and the signal name the same process. The run's group is signalled
+  only while its root is unreaped (until then the group id cannot be reused).
+- **reaping**: ``os.wait4`` on the run's own pids, never ``wait(-1)``: in a notebook kernel the other children's
+  statuses belong to whoever started them.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable, Mapping, Sequence
+
+from .collect.tree import LINUX, procfs
+
+PR_SET_CHILD_SUBREAPER = 36
+_ANCESTRY_DEPTH = 64  # ppid chains are short; a bound keeps a loop of pid reuse from spinning
+
+_lock = threading.Lock()
+_subreaper_users = 0
+_launched: set[int] = set()   # run roots this process started (they are our children by fork, not orphans)
+_sole_launcher = False        # this process starts nothing but runs (the CLI): every orphan it gets is a run's
+
+
+def _prctl_subreaper(on: bool) -> bool:
+    if not LINUX:
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def hold_subreaper() -> bool:
+    """Make this process the child subreaper while at least one run is supervised (refcounted).
+
+    In a notebook kernel this also re-parents to the kernel the orphans of its other children while a run is
+    going; those are never reaped here (``reap`` takes the run's pids only), and the flag is dropped again
+    when the last run ends."""
+    global _subreaper_users
+    with _lock:
+        _subreaper_users += 1
+        return _prctl_subreaper(True) if _subreaper_users == 1 else True
+
+
+def release_subreaper() -> None:
+    global _subreaper_users
+    with _lock:
+        if _subreaper_users <= 0:
+            return
+        _subreaper_users -= 1
+        if _subreaper_users == 0:
+            _prctl_subreaper(False)
+
+
+def declare_sole_launcher() -> None:
+    """Called by the CLI: this process forks nothing but the run, so a child it did not launch is an orphan of
+    the run and may be stopped with it. A notebook kernel or a library user's script starts other children that
+    look the same (Popen(start_new_session=True)): there such processes are watched but never signalled."""
+    global _sole_launcher
+    _sole_launcher = True
+
+
+def supervised_runs() -> int:
+    with _lock:
+        return _subreaper_users
+
+
+def launch(command: Sequence[str], cwd: str | None, env: Mapping[str, str], capture: bool) -> subprocess.Popen:
+    """Start ``command`` in a session of its own (raises OSError as Popen does)."""
+    pipe = subprocess.PIPE if capture else None
+    proc = subprocess.Popen(list(command), cwd=cwd, env=dict(env), start_new_session=True,
+                            stdin=subprocess.DEVNULL if capture else None, stdout=pipe, stderr=pipe)
+    with _lock:
+        _launched.add(proc.pid)
+    return proc
+
+
+def forget_launched(pid: int) -> None:
+    with _lock:
+        _launched.discard(pid)
+
+
+# -- membership ------------------------------------------------------------------------------------------------
+class Membership:
+    """How a process proves it is part of the run. ``session``: the run's session id (its root's pid) when
+    memscope launched it in a session of its own; None when attached to a process it did not start."""
+
+    def __init__(self, root: int, *, session: int | None, marker: bytes | None, started_ticks: int | None,
+                 reparented: bool) -> None:
+        self.root = root
+        self.session = session
+        self.marker = marker
+        self.started_ticks = started_ticks   # the root's start time: an orphan of the run is younger
+        self.reparented = reparented and LINUX
+        self.signal_orphans = _sole_launcher  # whether a re-parented orphan proves enough to be signalled
+
+    def proof(self, pid: int, st: "procfs.Stat", is_member: Callable[[int], bool]) -> str | None:
+        """Why ``pid`` (whose /proc stat is ``st``) belongs to the run, or None. ``is_member(pid)``: whether a
+        pid is already a live, proven member."""
+        if pid == self.root:
+            return "root"
+        if is_member(st.ppid):
+            return "parent"
+        if self.session is not None and st.sid == self.session:
+            return "session"
+        if self.marker and procfs.environ_has(pid, self.marker):
+            return "marker"
+        if self.reparented and st.ppid == os.getpid() and st.sid == pid and self._orphan_of_ours(pid, st):
+            return "reparented"  # see signal_orphans: in a kernel it is watched, not signalled
+        return None
+
+    def _orphan_of_ours(self, pid: int, st: "procfs.Stat") -> bool:
+        # A child of memscope it did not fork itself: an orphan the kernel handed over because memscope is the
+        # subreaper. It left the run's session (setsid) so nothing else ties it to the run; with two runs in one
+        # process it cannot be told whose it is, so it is claimed only when a single run is supervised.
+        with _lock:
+            if pid in _launched or _subreaper_users != 1:
+                return False
+        return self.started_ticks is None or st.starttime >= self.started_ticks
+
+    def descends(self, pid: int, st: "procfs.Stat | None" = None) -> bool:
+        """Whether the ppid chain of ``pid`` reaches the root (or the run's session)."""
+        st = st or procfs.read_stat(pid)
+        for _ in range(_ANCESTRY_DEPTH):
+            if st is None:
+                return False
+            if st.pid == self.root or (self.session is not None and st.sid == self.session):
+                return True
+            if st.ppid <= 1:
+                return False
+            st = procfs.read_stat(st.ppid)
+        return False
+
+
+# -- signals ---------------------------------------------------------------------------------------------------
+def same_process(pid: int, start: int) -> bool:
+    st = procfs.read_stat(pid)
+    return st is not None and st.starttime == start and st.state not in ("Z", "X")
+
+
+def send(pid: int, start: int | None, sig: int, skip_group: int | None = None) -> bool:
+    """Signal ``pid`` if it is still the process that started at ``start`` (clock ticks since boot).
+
+    The pidfd is opened first and the start time checked after: if they agree, the pidfd names the process that
+    was recorded, and a pid reused in between can never receive the signal. ``start`` None: the root, which
+    cannot be reused before memscope reaps it. ``skip_group``: a process group just signalled as a whole; a
+    member still in it is not signalled twice (a second SIGTERM can land while its handler is being undone)."""
+    if pid <= 1 or pid == os.getpid():
+        return False
+    fd = None
+    if LINUX and hasattr(os, "pidfd_open"):
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            fd = None  # no pidfd here (old kernel, out of descriptors): check then kill, the narrower race
+    try:
+        if start is not None and not same_process(pid, start):
+            return False
+        if skip_group is not None:
+            st = procfs.read_stat(pid)
+            if st is not None and st.pgid == skip_group:
+                return False
+        if fd is not None:
+            signal.pidfd_send_signal(fd, sig)
+        else:
+            os.kill(pid, sig)
+        return True
+    except OSError:
+        return False
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+# -- reaping ---------------------------------------------------------------------------------------------------
+def reap(pid: int) -> int | None:
+    """The wait status of ``pid`` if it is our child and has ended (collected now), else None."""
+    try:
+        got, status, _ = os.wait4(pid, os.WNOHANG)
+    except (ChildProcessError, OSError):
+        return None
+    return status if got == pid else None
+
+
+def wait_root(pid: int) -> tuple[int | None, int | None]:
+    """Block until the root ends: (Popen-style returncode, peak RSS in bytes), or (None, None) if not ours."""
+    while True:
+        try:
+            _, status, ru = os.wait4(pid, 0)
+            break
+        except ChildProcessError:
+            return None, None
+        except InterruptedError:
+            continue
+    rc = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    # ru_maxrss: kilobytes on Linux, bytes on macOS.
+    return rc, int(ru.ru_maxrss) * (1 if sys.platform == "darwin" else 1024)
+
+
+def decode_status(status: int | None) -> tuple[int | None, str | None]:
+    """(exit code, signal name) from a wait status."""
+    if status is None:
+        return None, None
+    if os.WIFSIGNALED(status):
+        return None, signal_name(os.WTERMSIG(status))
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status), None
+    return None, None
+
+
+def signal_name(n: int) -> str:
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f"SIG{n}"
+
+
+class Supervisor:
+    """Signals for one run: the group while the root is unreaped, then each member checked by start time."""
+
+    def __init__(self, root: int, attached: bool, members: Callable[[], dict[int, int]],
+                 root_reaped: Callable[[], bool],
+                 on_sent: Callable[[int, list[int], str], None] | None = None) -> None:
+        self.root = root
+        self.attached = attached
+        self._members = members          # pid -> start time of the run's live processes
+        self._root_reaped = root_reaped
+        self.signalled: dict[int, list[str]] = {}   # pid -> signals sent, for the record
+        # (signal, pids, to: "group" | "process" | "tree" | "leftovers"): what was really sent, for the verdict's
+        # words (SIGINT alone often ends a run).
+        self._on_sent = on_sent or (lambda sig, pids, to: None)
+
+    def _note(self, pid: int, sig: int) -> None:
+        self.signalled.setdefault(pid, []).append(signal_name(sig))
+
+    def signal_group(self, sig: int) -> None:
+        """What a terminal does (Ctrl-C, hangup): the run's foreground group, as one."""
+        if self.root <= 1:
+            return  # not started: killpg(0) would signal memscope's own group
+        if not self.attached and not self._root_reaped():
+            try:
+                os.killpg(self.root, sig)
+                self._note(self.root, sig)
+                self._on_sent(sig, [self.root], "group")
+                return
+            except OSError:
+                pass
+        start = self._members().get(self.root)
+        if start is not None and send(self.root, start, sig):  # reaped or not ours: only the recorded process
+            self._note(self.root, sig)
+            self._on_sent(sig, [self.root], "process")
+
+    def signal_run(self, sig: int) -> list[int]:
+        """Every live process of the run (the group, then each member that left it), checked one by one."""
+        if self.root <= 1:
+            return []
+        group = None
+        if not self.attached and not self._root_reaped():
+            try:
+                os.killpg(self.root, sig)
+                group = self.root
+                self._note(self.root, sig)
+            except OSError:
+                pass
+        sent = []
+        for pid, start in self._members().items():
+            if pid == self.root and group is not None:
+                continue
+            if send(pid, start, sig, skip_group=group):
+                self._note(pid, sig)
+                sent.append(pid)
+        if group is not None or sent:
+            self._on_sent(sig, ([group] if group is not None else []) + sent, "tree")
+        return sent
+
+    def clean_leftovers(self, left: dict[int, int], stop_requested: str | None,
+                        announce: Callable[[list[int]], None]) -> dict[int, int]:
+        """After the root: what of the run is still alive (pid -> start time) gets a moment to end, then SIGTERM,
+        then SIGKILL (``announce(pids)`` first). Returns pid -> wait status of those memscope could reap (orphans
+        re-parented to it are its children now; only these pids are waited for)."""
+        ours = list(left)
+        if left:
+            left = wait_gone(left, 0.0 if stop_requested == "kill" else 2.0)
+        if left:
+            announce(sorted(left))
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                if sig == signal.SIGKILL:
+                    left = wait_gone(left, 0.0 if stop_requested else 2.0)
+                sent = [p for p, st in left.items() if send(p, st, sig)]
+                for p in sent:
+                    self._note(p, sig)
+                if sent:
+                    self._on_sent(sig, sent, "leftovers")
+            wait_gone(left, 2.0)
+        reaped = {}
+        for pid in ours:
+            status = reap(pid)
+            if status is not None:
+                reaped[pid] = status
+        return reaped
+
+    def stop_sequence(self, grace: float, gone: Callable[[float], bool], first: int = signal.SIGINT) -> None:
+        """``first`` to the group (SIGINT: Ctrl-C; SIGTERM: what a scheduler sends), SIGTERM to every member after
+        ``grace``, SIGKILL after another ``grace``. ``gone(timeout)``: whether the root ended within it."""
+        if first == signal.SIGINT:
+            self.signal_group(first)
+            if gone(grace):
+                return
+        self.signal_run(signal.SIGTERM)
+        if gone(grace):
+            return
+        self.signal_run(signal.SIGKILL)
+
+
+def wait_gone(pids: Mapping[int, int], timeout: float) -> dict[int, int]:
+    """Wait until none of ``pids`` (pid -> start time) is alive (zombies count as gone); returns the survivors."""
+    deadline = time.monotonic() + timeout
+    left = dict(pids)
+    while left:
+        left = {p: s for p, s in left.items() if _still(p, s)}
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    return left
+
+
+def _still(pid: int, start: int) -> bool:
+    try:
+        return same_process(pid, start)
+    except OSError:
+        return True  # unreadable (out of descriptors): not proven gone
