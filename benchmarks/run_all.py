@@ -70,6 +70,9 @@ BENCHES = [
     Bench("exporter", "exporter.py", "The Prometheus exporter's cost", [], ["--quick"],
           "A 16-process tree (4 ranks) under `memscope.Run(prometheus=...)`, its endpoint scraped over HTTP once a "
           "second for 60 s; CPU of the exporter's threads (the scraping client not counted)."),
+    Bench("churn", "churn.py", "Process churn", [], ["--quick"],
+          "`memscope run --quiet` watching a script that forks 10, 50 and 200 short-lived children a second: "
+          "memscope's own CPU and RSS (read from outside)."),
     Bench("detection", "detection.py", "Leak-versus-spikes detection", ["--real"], ["--seeds", "1", "--real", "--quick"],
           "`analysis.leak.assess_leak` on seeded synthetic traces (leaks, spikes, steps, phases); then real runs "
           "under memscope, on a quiet machine and with both cores kept busy (numpy leaks and spikes, Lightning, "

@@ -674,8 +674,9 @@ class Run:
                                  limit, cm.usage if cm else None, h.oom_kills, cm.oom_kills if cm else None))
 
     def _pss_loop(self) -> None:
-        wait = 0.5
-        while not self._sampling_done.wait(wait):
+        if self._sampling_done.wait(0.5):
+            return
+        while True:
             c0 = time.thread_time()
             try:
                 sample = self.tree.pss_round()
@@ -687,8 +688,17 @@ class Run:
                 self._publish(Event(self._clock(), None, "collector_error", {"where": "pss", "error": repr(exc)}))
             # smaps_rollup costs ~4 ms per torch-loaded process: on a big tree the rounds space out rather than
             # let memscope take more than PSS_CPU_BUDGET of a core from the training.
-            cost = time.thread_time() - c0
-            wait = max(self.options.pss_interval_s if self._clock() > 1 else 0.5, cost / PSS_CPU_BUDGET)
+            soon = (time.thread_time() - c0) / PSS_CPU_BUDGET
+            regular = max(self.options.pss_interval_s if self._clock() > 1 else 0.5, soon)
+            # A fork that lived through that round unseen (forked while it ran) had taken its share of its
+            # parent's pages, which the round did not count: then the next round comes as soon as the budget allows.
+            t0 = time.monotonic()
+            while True:
+                left = (soon if self.tree.pss_wanted else regular) - (time.monotonic() - t0)
+                if left <= 0:
+                    break
+                if self._sampling_done.wait(min(0.1, left)):
+                    return
 
     def _check_pss_readable(self, sample: TreeSample) -> None:
         """Another user's process keeps smaps_rollup closed (ptrace rules): say so once, not a silent null."""

@@ -302,9 +302,11 @@ class RunData:
 
     def peaks_by_pid(self) -> dict[int, tuple[int, int | None]]:
         """pid -> (peak RSS, peak PSS); PSS at every round where the record has the fast series."""
-        col = "COALESCE(est_pss, pss)" if self.has_fast else "pss"
+        # A process whose PSS was never readable (another user's) has no PSS peak, only RSS rounds' guesses.
+        col = "CASE WHEN MAX(pss) IS NULL THEN NULL ELSE MAX(COALESCE(est_pss, pss)) END" if self.has_fast else \
+            "MAX(pss)"
         out: dict[int, tuple[int, int | None]] = {}
-        for pid, rss, pss in self.con.execute(f"SELECT pid, MAX(rss), MAX({col}) FROM samples GROUP BY pid"):
+        for pid, rss, pss in self.con.execute(f"SELECT pid, MAX(rss), {col} FROM samples GROUP BY pid"):
             out[pid] = (rss or 0, pss)
         return out
 

@@ -40,3 +40,21 @@ def test_an_exited_process_is_forgotten_for_good():
     c.forget(1)
     c.measured(1, 1.0, pss=MiB, anon_pss=MiB, swap=0, private=MiB)  # a PSS round that read it as it exited
     assert len(c) == 0 and c.age(1, 2.0) is None
+
+
+def test_an_exiting_fork_hands_its_share_of_shared_pages_to_its_parent():
+    # A PSS round read a parent and two forked workers sharing 300 MiB copy-on-write (100 MiB share each), each
+    # worker with 10 MiB of its own. The tree's PSS: 100 + 2 x (100 + 10) = 320 MiB.
+    c = PssCarry()
+    for pid in (1, 2, 3):
+        c.observe(pid, 0.0, 300 * MiB)
+    c.measured(1, 1.0, pss=100 * MiB, anon_pss=100 * MiB, swap=0, private=300 * MiB, shared=100 * MiB,
+               anon_shared=100 * MiB)
+    for pid in (2, 3):
+        c.measured(pid, 1.0, pss=110 * MiB, anon_pss=110 * MiB, swap=0, private=310 * MiB, shared=100 * MiB,
+                   anon_shared=100 * MiB)
+    # Worker 3 exits: its 10 MiB are freed, its 100 MiB share stays in the tree, now the parent's to carry.
+    c.forget(3, heir=1)
+    total = c.estimate(1, 300 * MiB, 300 * MiB)[0] + c.estimate(2, 310 * MiB, 310 * MiB)[0]
+    assert total == 310 * MiB  # the truth: 300 MiB shared by two (150 each) + worker 2's own 10
+    assert c.estimate(1, 300 * MiB, 300 * MiB)[1] == 200 * MiB

@@ -20,6 +20,7 @@ _local = threading.local()
 _channel = None
 _last_mode = None
 _top = None  # weak reference to the module whose train()/eval() was last called at top level
+_stopped = None  # the top module's flag when its eval phase was ended by its loader (not a switch to report again)
 
 
 def send(kind, **data):
@@ -32,7 +33,8 @@ def send(kind, **data):
 
 
 def _switch(mode):
-    global _last_mode
+    global _last_mode, _stopped
+    _stopped = None
     if mode != _last_mode:
         _last_mode = mode
         send("phase", name="train" if mode else "eval", state="switch", auto=True)
@@ -40,9 +42,9 @@ def _switch(mode):
 
 def _stop():
     """The automatic phase ends with no successor known yet (the next switch starts one)."""
-    global _last_mode
+    global _last_mode, _stopped
     if _last_mode is not None:
-        _last_mode = None
+        _stopped, _last_mode = _last_mode, None
         send("phase", name="eval", state="stop", auto=True)
 
 
@@ -53,7 +55,9 @@ def _check_top():
         m = ref()
         if m is not None:
             mode = getattr(m, "training", None)
-            if mode is not None and bool(mode) != _last_mode:
+            # After a loader ended the eval phase the model is still in eval mode until the framework switches
+            # it back: only a change of the flag is news then.
+            if mode is not None and bool(mode) != _last_mode and bool(mode) != _stopped:
                 _switch(bool(mode))
 
 
@@ -128,6 +132,6 @@ def install(channel):
 
 
 def after_fork():
-    global _last_mode, _top
+    global _last_mode, _top, _stopped
     _last_mode = None  # a forked worker never reports its parent's switches as its own
-    _top = None
+    _top = _stopped = None

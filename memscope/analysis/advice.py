@@ -56,9 +56,11 @@ def _leak_line(leak: dict[str, Any], spikes: list[dict[str, Any]]) -> str | None
         slope = leak.get("slope_bytes_per_s") or 0
         roles = [r for r, d in by_role.items() if d.get("verdict") == "leak"]
         # Copy-on-write: the main's own private memory grows while PSS (which splits shared pages) shows the
-        # growth in the forked workers that map them. The leak is still the main's.
-        main_own = (leak.get("main_private") or {}).get("verdict") == "leak"
-        cow = main_own and "main" not in roles and "dataloader_worker" in roles
+        # growth in the forked workers that map them too. The leak is still the main's.
+        main_own = (leak.get("main_private") or {}).get("verdict") == "leak" or "main" in roles
+        cow = main_own and "dataloader_worker" in roles
+        if cow:
+            roles = [r for r in roles if r != "dataloader_worker"]
         where = (" in the main process (its own private memory grows; forked DataLoader workers share those "
                  "pages copy-on-write, so PSS shows part of it in them)" if cow else
                  " in the DataLoader workers" if roles == ["dataloader_worker"] else
@@ -67,7 +69,7 @@ def _leak_line(leak: dict[str, Any], spikes: list[dict[str, Any]]) -> str | None
         ttl = leak.get("time_to_limit_s")
         eta = f", reaching the limit in about {ttl / 60:.0f} min" if ttl else ""
         what = ("take two tensor censuses a minute apart (the Tensor census button or run.census()) to see what "
-                "accumulates" if "dataloader_worker" not in roles or cow else
+                "accumulates" if "dataloader_worker" not in roles else
                 "workers usually grow by touching Python objects of the Dataset (copy-on-write): keep per-sample "
                 "data in numpy arrays, not lists of Python objects")
         pace = (f"The memory floor rises {_mib(slope * 60)}/min (a slow leak)" if leak.get("pace") == "slow" else

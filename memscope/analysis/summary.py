@@ -191,13 +191,17 @@ def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
         limit = max(1, limit - max(0, y[-1] - py[-1]))
     leak = assess_leak(pt, py, limit_bytes=limit, phases=auto).to_dict()
     leak["series"] = series
-    leak["by_role"] = {role: v.to_dict() for role, v in
-                       assess_by_role(roles, limit_bytes=limit, phases=auto).items()}
-    # The main process's own private memory (statm, not proportional): when it grows while PSS spreads the
-    # growth over forked workers that share those pages, the leak is still the main's.
+    # The main process is judged on its own private memory (statm, not proportional): PSS splits what it keeps
+    # with every forked DataLoader worker alive at the time, so its PSS share saw-tooths as workers come and go
+    # while the leak is the main's all along. Other roles on their PSS share (a worker's private memory counts
+    # the main's pages it maps).
     own = rd.role_fast_totals(column="private").get("main")
     if own:
-        leak["main_private"] = assess_leak(*fit_span(*own, start, ended), phases=auto).to_dict()
+        roles["main"] = fit_span(*own, start, ended)
+    leak["by_role"] = {role: v.to_dict() for role, v in
+                       assess_by_role(roles, limit_bytes=limit, phases=auto).items()}
+    if own:
+        leak["main_private"] = leak["by_role"]["main"]
     return {
         "phases": phases_mod.stats(spans, t, y),
         "marks": [{"t_s": round(e["t"], 3), "text": e["data"].get("text", "")} for e in rd.events("mark")],

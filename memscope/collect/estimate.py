@@ -18,6 +18,12 @@ what it adds after the fork. Its private memory at birth is its parent's at that
 tables, and the counters with them), so the base is the parent's private memory at the child's start time, from a
 few seconds of history kept per process: what the child allocated before discovery found it is counted. Any other
 new process (an exec) contributes its whole private memory; its file-backed pages appear at its first PSS round.
+
+When a process exits, the pages it shared do not leave the tree: the processes still mapping them now hold its
+share of them (a page's shares always add up to one page). Each PSS reading keeps the process's shared share
+(PSS - USS, and its anonymous part), and at its exit that share goes to its parent: without this, every epoch's
+DataLoader workers, exiting, took their share of the dataset and of the main's pages out of the tree's total
+until the next PSS round.
 """
 from __future__ import annotations
 
@@ -35,6 +41,8 @@ class _Base:
     private_at: int       # statm private at the reading
     measured: bool        # False: not yet read by a PSS round (a starting guess)
     t: float
+    shared: int = 0       # PSS - USS at the reading: its share of pages others map too
+    anon_shared: int = 0  # the anonymous part of it
 
 
 class PssCarry:
@@ -60,11 +68,12 @@ class PssCarry:
         i = bisect_right([x[0] for x in h], t) - 1
         return h[max(i, 0)][1]
 
-    def measured(self, pid: int, t: float, pss: int, anon_pss: int, swap: int, private: int) -> None:
+    def measured(self, pid: int, t: float, pss: int, anon_pss: int, swap: int, private: int, shared: int = 0,
+                 anon_shared: int = 0) -> None:
         """A PSS round read ``pid``: this is the new base. A process already forgotten (it exited while the round
         read it) is not brought back: under churn that would keep a base per process ever seen."""
         if pid in self._hist or pid in self._base:
-            self._base[pid] = _Base(pss, anon_pss + swap, private, True, t)
+            self._base[pid] = _Base(pss, anon_pss + swap, private, True, t, shared, anon_shared)
 
     def first_seen(self, pid: int, t: float, private: int, parent: int | None = None,
                    born: float | None = None) -> None:
@@ -95,9 +104,14 @@ class PssCarry:
         b = self._base.get(pid)
         return None if b is None or not b.measured else max(0.0, now - b.t)
 
-    def forget(self, pid: int) -> None:
-        self._base.pop(pid, None)
+    def forget(self, pid: int, heir: int | None = None) -> None:
+        """``pid`` exited; ``heir`` (its parent, if still watched) takes over its share of the pages it shared."""
+        b = self._base.pop(pid, None)
         self._hist.pop(pid, None)
+        h = self._base.get(heir) if heir is not None else None
+        if b is not None and h is not None and (b.shared or b.anon_shared):
+            h.pss += b.shared
+            h.private_pss += b.anon_shared
 
     def __len__(self) -> int:
         return len(self._base)

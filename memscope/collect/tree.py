@@ -76,6 +76,9 @@ class TreeSampler:
         self._boot = procfs.boot_time()
         self._carry = PssCarry()
         self._carry_lock = threading.Lock()
+        self.pss_wanted = False                # a PSS round should come as soon as the budget allows
+        self._pss_started = -1e18              # clock at the last PSS round's start
+        self._pss_measured: set[int] = set()   # the pids that round measured
         with self._lock:
             self._add(root)
             self._reclassify()
@@ -291,8 +294,9 @@ class TreeSampler:
             t.exit_known = code is not None or signal_name is not None
             if self._dirty:
                 self._reclassify()  # its ProcessSeen goes out before its ProcessExited
+            parent = self.procs.get(t.info.ppid)
             with self._carry_lock:
-                self._carry.forget(pid)
+                self._carry.forget(pid, t.info.ppid if parent is not None and parent.alive else None)
         self._emit(ProcessExited(self._clock(), pid, code, signal_name))
         with self._lock:
             self._drop(pid)
@@ -329,6 +333,9 @@ class TreeSampler:
                 tr = self.procs.get(pid)
                 if tr is not None and tr.forked:
                     born = t_now - (procfs.uptime() - tr.start / procfs.CLK_TCK)
+                    if self._carry.age(pid, t_now) is None and born < self._pss_started + 0.5 and \
+                            tr.info.ppid in self._pss_measured and pid not in self._pss_measured:
+                        self.pss_wanted = True  # alive during the last PSS round, which measured its parent only
                     self._carry.first_seen(pid, t_now, private, tr.info.ppid, born)
                 else:
                     self._carry.first_seen(pid, t_now, private)
@@ -340,7 +347,13 @@ class TreeSampler:
         return s
 
     def pss_round(self) -> TreeSample:
+        # Processes forked since the last discovery share their parent's pages: measured without them, the parent's
+        # PSS drops by their share and nobody counts it. Discover first; a fork that still slips through asks for
+        # another round (``pss_wanted``).
+        self.discover()
         out = []
+        self.pss_wanted = False
+        self._pss_started = self._clock()
         for pid in self.alive_pids():
             m = procfs.read_statm(pid)  # read with smaps_rollup: the base the RSS rounds carry PSS from
             d = procfs.read_smaps_rollup(pid)
@@ -353,11 +366,16 @@ class TreeSampler:
             swap = d.get("SwapPss", d.get("Swap", 0))
             private = max(0, m[0] - m[1]) if m else None
             if private is not None:
+                # USS = Private_Clean + Private_Dirty; anonymous private pages are dirty ones.
+                uss = d.get("Private_Clean", 0) + d.get("Private_Dirty", 0)
+                anon_own = min(anon, d.get("Private_Dirty", anon))
                 with self._carry_lock:
-                    self._carry.measured(pid, self._clock(), pss, anon, swap, private)
+                    self._carry.measured(pid, self._clock(), pss, anon, swap, private, max(0, pss - uss),
+                                         max(0, anon - anon_own))
             out.append(ProcMem(pid, d.get("Rss", 0), pss, anon, file_, d.get("Swap", 0), private=private,
                                est_pss=pss, est_private=anon + swap))
         s = TreeSample(self._clock(), "pss", tuple(out))
+        self._pss_measured = {p.pid for p in out}
         self._emit(s)
         return s
 
