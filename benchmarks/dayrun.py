@@ -47,6 +47,7 @@ import tempfile
 import time
 import tracemalloc
 from dataclasses import dataclass, field
+import collections
 from types import SimpleNamespace
 from typing import Any, Callable
 
@@ -290,7 +291,8 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
     series = RunSeries()
     private = MinMaxSeries()   # the dashboard's own series for its live leak verdict (private memory)
     phase_events: list[dict] = []
-    snap_owner = SimpleNamespace(snapshot=Snapshot())   # what Run._update_snapshot updates
+    # What Run._update_snapshot updates: its snapshot, and the order exited processes leave it in.
+    snap_owner = SimpleNamespace(snapshot=Snapshot(), _exited_order=collections.deque())
     update_snapshot = Run._update_snapshot
     gc.collect()
     if trace:
