@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Callable, Mapping, Sequence
 
-from .collect.tree import LINUX, procfs
+from .collect.tree import LINUX, _decode_wait_status, procfs, signal_name  # noqa: F401 (re-exported)
 
 PR_SET_CHILD_SUBREAPER = 36
 _ANCESTRY_DEPTH = 64  # ppid chains are short; a bound keeps a loop of pid reuse from spinning
@@ -214,22 +214,8 @@ def wait_root(pid: int) -> tuple[int | None, int | None]:
     return rc, int(ru.ru_maxrss) * (1 if sys.platform == "darwin" else 1024)
 
 
-def decode_status(status: int | None) -> tuple[int | None, str | None]:
-    """(exit code, signal name) from a wait status."""
-    if status is None:
-        return None, None
-    if os.WIFSIGNALED(status):
-        return None, signal_name(os.WTERMSIG(status))
-    if os.WIFEXITED(status):
-        return os.WEXITSTATUS(status), None
-    return None, None
-
-
-def signal_name(n: int) -> str:
-    try:
-        return signal.Signals(n).name
-    except ValueError:
-        return f"SIG{n}"
+# One decoding of wait statuses and signal numbers, the tree sampler's (a zombie's status reads the same way).
+decode_status = _decode_wait_status
 
 
 class Supervisor:
