@@ -20,29 +20,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-CHILD = r"""
-import os, sys, time
-rate, seconds, life = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
-born, t0, kids = 0, time.monotonic(), set()
-while time.monotonic() - t0 < seconds:
-    due = int((time.monotonic() - t0) * rate)
-    while born < due:
-        pid = os.fork()
-        if pid == 0:
-            time.sleep(life)
-            os._exit(0)
-        kids.add(pid)
-        born += 1
-    while kids:
-        pid, _ = os.waitpid(-1, os.WNOHANG)
-        if pid == 0:
-            break
-        kids.discard(pid)
-    time.sleep(0.005)
-for pid in kids:
-    os.waitpid(pid, 0)
-print("births", born, flush=True)
-"""
+# The forking script the supervisor's churn test runs too.
+CHILD = os.path.join(REPO, "tests", "scripts", "churn.py")
 
 
 def _cpu_rss(pid: int) -> tuple[float, int]:
@@ -57,12 +36,10 @@ def _cpu_rss(pid: int) -> tuple[float, int]:
 
 def measure(rate: float, seconds: float, life: float = 0.2) -> dict:
     tmp = tempfile.mkdtemp(prefix="memscope-churn-")
-    child = os.path.join(tmp, "churn_child.py")
-    with open(child, "w") as f:
-        f.write(CHILD)
+
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     p = subprocess.Popen([sys.executable, "-m", "memscope.cli", "run", "--quiet", "--record", tmp,
-                          "--summary-json", os.path.join(tmp, "s.json"), "--", sys.executable, child,
+                          "--summary-json", os.path.join(tmp, "s.json"), "--", sys.executable, CHILD,
                           str(rate), str(seconds), str(life)], env=env, stdout=subprocess.PIPE, text=True)
     points = []
     t0 = time.monotonic()

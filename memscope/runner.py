@@ -28,6 +28,7 @@ from .collect.procfs import Unreadable
 from .collect.tree import TreeSampler, signal_name
 from .model import Event, HostSample, ProcessExited, ProcessSeen, Record, RunEnded, TreeSample
 from .store import Recorder, RunData, default_record_dir
+from .store import stderr_line as _say
 
 if TYPE_CHECKING:
     from .analysis.census import Census
@@ -948,15 +949,6 @@ class Run:
         except OSError:
             pass
         shutil.rmtree(self._dir, ignore_errors=True)
-
-
-def _say(line: str) -> None:
-    """One line for the user on memscope's stderr (never raises: the run must reach its end)."""
-    try:
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
 
 
 def _stat(pid: int) -> Any:

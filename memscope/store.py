@@ -83,7 +83,7 @@ class Recorder:
         self._con = connect(path)
         self._con.executescript(SCHEMA)
         self._con.commit()
-        self._warn = warn if warn is not None else _stderr_line
+        self._warn = warn if warn is not None else stderr_line
         self.bad_records = 0
         self.lost_records = 0
         self.first_error: str | None = None
@@ -247,7 +247,8 @@ def _apply(c: sqlite3.Connection, rec: Any) -> None:
                    json.dumps(s)))
 
 
-def _stderr_line(text: str) -> None:
+def stderr_line(text: str) -> None:
+    """One line for the user on memscope's stderr (never raises: the run must reach its end)."""
     import sys
 
     try:
