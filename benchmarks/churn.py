@@ -36,7 +36,6 @@ def _cpu_rss(pid: int) -> tuple[float, int]:
 
 def measure(rate: float, seconds: float, life: float = 0.2) -> dict:
     tmp = tempfile.mkdtemp(prefix="memscope-churn-")
-
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     p = subprocess.Popen([sys.executable, "-m", "memscope.cli", "run", "--quiet", "--record", tmp,
                           "--summary-json", os.path.join(tmp, "s.json"), "--", sys.executable, CHILD,

@@ -331,10 +331,12 @@ class TreeSampler:
             rss, private = m[0], max(0, m[0] - m[1])
             with self._carry_lock:
                 tr = self.procs.get(pid)
-                if tr is not None and tr.forked:
+                if tr is not None and tr.forked and self._carry.age(pid, t_now) is None:
+                    # A fork no PSS round has read yet: its base, and whether the last round missed it, hang on
+                    # its birth (once read, neither does: the hot path skips this).
                     born = t_now - (procfs.uptime() - tr.start / procfs.CLK_TCK)
-                    if self._carry.age(pid, t_now) is None and born < self._pss_started + 0.5 and \
-                            tr.info.ppid in self._pss_measured and pid not in self._pss_measured:
+                    if born < self._pss_started + 0.5 and tr.info.ppid in self._pss_measured and \
+                            pid not in self._pss_measured:
                         self.pss_wanted = True  # alive during the last PSS round, which measured its parent only
                     self._carry.first_seen(pid, t_now, private, tr.info.ppid, born)
                 else:
