@@ -58,3 +58,22 @@ def test_an_exiting_fork_hands_its_share_of_shared_pages_to_its_parent():
     total = c.estimate(1, 300 * MiB, 300 * MiB)[0] + c.estimate(2, 310 * MiB, 310 * MiB)[0]
     assert total == 310 * MiB  # the truth: 300 MiB shared by two (150 each) + worker 2's own 10
     assert c.estimate(1, 300 * MiB, 300 * MiB)[1] == 200 * MiB
+
+
+def test_a_share_handed_over_survives_a_reading_of_the_heir_taken_before_the_exit():
+    # A PSS round reads the parent at 2.0 s (sharing 200 MiB with worker 2: 100 MiB each), then commits its bases
+    # after worker 2 was seen alive at 2.1 s and has exited: the reading holds the parent's share with the worker
+    # alive, so the worker's 100 MiB must still be added. A reading taken after the worker was last seen alive
+    # may already hold it, and gets nothing (the next round corrects a miss; a double count would read as a spike).
+    c = PssCarry()
+    for pid in (1, 2):
+        c.observe(pid, 1.0, 200 * MiB)
+        c.measured(pid, 1.0, pss=100 * MiB, anon_pss=100 * MiB, swap=0, private=200 * MiB, shared=100 * MiB,
+                   anon_shared=100 * MiB)
+    c.observe(2, 2.1, 200 * MiB)
+    c.forget(2, heir=1)
+    c.measured(1, 2.0, pss=100 * MiB, anon_pss=100 * MiB, swap=0, private=200 * MiB, shared=100 * MiB,
+               anon_shared=100 * MiB)
+    assert c.estimate(1, 200 * MiB, 200 * MiB) == (200 * MiB, 200 * MiB)
+    c.measured(1, 3.0, pss=200 * MiB, anon_pss=200 * MiB, swap=0, private=200 * MiB)
+    assert c.estimate(1, 200 * MiB, 200 * MiB) == (200 * MiB, 200 * MiB)

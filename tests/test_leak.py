@@ -373,3 +373,43 @@ def test_fit_span_starts_at_the_training_and_drops_the_teardown():
     assert assess_leak(ft, fy).verdict == "no_leak"
     # A start that would leave less than 20 s is ignored rather than leaving nothing to fit.
     assert fit_span(t, y, 30.0)[0][0] == 0.0
+
+
+def _staircase(seed, kept_per_eval, evals_at=(8.0, 19.0), duration=27.0, first_only=False):
+    """A short Trainer-like run: train, then a 1.5 s evaluation that keeps ``kept_per_eval`` (a ramp over its
+    batches) and lifts memory 60 MB while it runs; ``first_only``: only the first evaluation keeps anything
+    (a cache built once)."""
+    phases, s = [], 0.0
+    for e in evals_at:
+        phases += [("train", s, e), ("eval", e, e + 1.5)]
+        s = e + 1.5
+    phases.append(("train", s, duration))
+
+    def extra(x):
+        kept = 0.0
+        for k, e in enumerate(evals_at):
+            if first_only and k:
+                break
+            kept += kept_per_eval * min(1.0, max(0.0, (x - e) / 1.5))
+        live = 60 * MB if any(e <= x < e + 1.5 for e in evals_at) else 0.0
+        return kept + live
+    return trace(seed, duration, base=300 * MB, noise=0.3 * MB, extra=extra), phases
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_memory_kept_by_each_of_two_evaluations_is_a_leak(seed):
+    # Seed 002 on a short run: a staircase with two stairs. Each half of the run holds about one stair, whose
+    # median pairwise slope is about zero, so the halves test alone called this "no_leak, the floor is flat".
+    (t, y), phases = _staircase(seed, 40 * MB)
+    v = assess_leak(t, y, phases=phases)
+    assert v.verdict == "leak", v
+    assert v.baseline_end_bytes - v.baseline_start_bytes > 50 * MB
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_memory_kept_by_the_first_evaluation_only_is_not_a_leak(seed):
+    (t, y), phases = _staircase(seed, 40 * MB, evals_at=(6.0, 13.0, 20.0), first_only=True)
+    assert assess_leak(t, y, phases=phases).verdict == "no_leak"
+    # and evaluations that give everything back are spikes, not stairs
+    (t, y), phases = _staircase(seed, 0, evals_at=(6.0, 13.0, 20.0))
+    assert assess_leak(t, y, phases=phases).verdict == "no_leak"

@@ -27,6 +27,7 @@ until the next PSS round.
 """
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ class PssCarry:
     def __init__(self) -> None:
         self._base: dict[int, _Base] = {}
         self._hist: dict[int, deque[tuple[float, int]]] = {}
+        self._handed: dict[int, list[tuple[float, int, int]]] = {}  # heir -> (t, shared, anon_shared) received
 
     def observe(self, pid: int, t: float, private: int) -> None:
         """Every RSS round's private reading (kept briefly, for the base of a fork of this process)."""
@@ -73,7 +75,12 @@ class PssCarry:
         """A PSS round read ``pid``: this is the new base. A process already forgotten (it exited while the round
         read it) is not brought back: under churn that would keep a base per process ever seen."""
         if pid in self._hist or pid in self._base:
-            self._base[pid] = _Base(pss, anon_pss + swap, private, True, t, shared, anon_shared)
+            # Shares handed over by processes that exited after this reading was taken are not in it yet.
+            late = [h for h in self._handed.pop(pid, ()) if h[0] > t]
+            if late:
+                self._handed[pid] = late
+            self._base[pid] = _Base(pss + sum(h[1] for h in late), anon_pss + swap + sum(h[2] for h in late),
+                                    private, True, t, shared, anon_shared)
 
     def first_seen(self, pid: int, t: float, private: int, parent: int | None = None,
                    born: float | None = None) -> None:
@@ -105,13 +112,23 @@ class PssCarry:
         return None if b is None or not b.measured else max(0.0, now - b.t)
 
     def forget(self, pid: int, heir: int | None = None) -> None:
-        """``pid`` exited; ``heir`` (its parent, if still watched) takes over its share of the pages it shared."""
+        """``pid`` exited; ``heir`` (its parent, if still watched) takes over its share of the pages it shared.
+
+        A PSS reading of the heir taken while ``pid`` was still alive, but committed after this, does not hold the
+        share either: ``measured`` adds it. The last moment ``pid`` was seen alive (its last statm or PSS reading)
+        decides; a reading taken between that and the exit's discovery may already hold the share, and is left
+        as it is (the next round corrects it): a share counted twice would read as a spike."""
         b = self._base.pop(pid, None)
-        self._hist.pop(pid, None)
-        h = self._base.get(heir) if heir is not None else None
-        if b is not None and h is not None and (b.shared or b.anon_shared):
-            h.pss += b.shared
-            h.private_pss += b.anon_shared
+        h = self._hist.pop(pid, None)
+        self._handed.pop(pid, None)
+        base = self._base.get(heir) if heir is not None else None
+        if b is not None and base is not None and (b.shared or b.anon_shared):
+            base.pss += b.shared
+            base.private_pss += b.anon_shared
+            alive = max(h[-1][0] if h else -math.inf, b.t if b.measured else -math.inf)
+            log = self._handed.setdefault(heir, [])  # type: ignore[arg-type]
+            log.append((alive, b.shared, b.anon_shared))
+            del log[:-HISTORY]
 
     def __len__(self) -> int:
         return len(self._base)

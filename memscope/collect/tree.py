@@ -315,8 +315,11 @@ class TreeSampler:
 
     # -- measuring -------------------------------------------------------------------------------------------
     def rss_round(self) -> TreeSample:
-        out = []
+        # Read every process first, then estimate: a process found gone hands its share of shared pages to its
+        # parent (``mark_exited``), and the parent's estimate must come after that, in the same round, or the
+        # tree's total dips for a round at every DataLoader worker's exit.
         t_now = self._clock()
+        read = []
         for pid in self.alive_pids():
             m = procfs.read_statm(pid)
             if m is None or m[0] == 0:
@@ -328,8 +331,10 @@ class TreeSampler:
                     continue
                 if m is None:
                     continue
-            rss, private = m[0], max(0, m[0] - m[1])
-            with self._carry_lock:
+            read.append((pid, m[0], max(0, m[0] - m[1])))
+        out = []
+        with self._carry_lock:
+            for pid, rss, private in read:
                 tr = self.procs.get(pid)
                 if tr is not None and tr.forked and self._carry.age(pid, t_now) is None:
                     # A fork no PSS round has read yet: its base, and whether the last round missed it, hang on
@@ -343,7 +348,7 @@ class TreeSampler:
                     self._carry.first_seen(pid, t_now, private)
                 self._carry.observe(pid, t_now, private)
                 est, est_private = self._carry.estimate(pid, rss, private)
-            out.append(ProcMem(pid, rss, private=private, est_pss=est, est_private=est_private))
+                out.append(ProcMem(pid, rss, private=private, est_pss=est, est_private=est_private))
         s = TreeSample(t_now, "rss", tuple(out))
         self._emit(s)
         return s
@@ -354,6 +359,7 @@ class TreeSampler:
         # another round (``pss_wanted``).
         self.discover()
         out = []
+        bases = []
         self.pss_wanted = False
         self._pss_started = self._clock()
         for pid in self.alive_pids():
@@ -371,11 +377,16 @@ class TreeSampler:
                 # USS = Private_Clean + Private_Dirty; anonymous private pages are dirty ones.
                 uss = d.get("Private_Clean", 0) + d.get("Private_Dirty", 0)
                 anon_own = min(anon, d.get("Private_Dirty", anon))
-                with self._carry_lock:
-                    self._carry.measured(pid, self._clock(), pss, anon, swap, private, max(0, pss - uss),
-                                         max(0, anon - anon_own))
+                bases.append((pid, self._clock(), pss, anon, swap, private, max(0, pss - uss),
+                              max(0, anon - anon_own)))
             out.append(ProcMem(pid, d.get("Rss", 0), pss, anon, file_, d.get("Swap", 0), private=private,
                                est_pss=pss, est_private=anon + swap))
+        # All bases at once: an RSS round in the middle of this one would otherwise add processes already re-read
+        # to processes not yet re-read. When a fork appears, the parent's PSS falls by what the children now
+        # share, and the children's rises by it: half of that change is a dip (seen: -120 MiB on a HF Trainer).
+        with self._carry_lock:
+            for b in bases:
+                self._carry.measured(*b)
         s = TreeSample(self._clock(), "pss", tuple(out))
         self._pss_measured = {p.pid for p in out}
         self._emit(s)

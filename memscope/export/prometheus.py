@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 import urllib.parse
+from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from ..model import Event, HostSample, ProcessExited, ProcessSeen, Record, RunEnded, TreeSample
@@ -45,6 +46,7 @@ __all__ = ["Exporter", "parse_listen", "check_pushgateway", "COMMAND_MAX"]
 COMMAND_MAX = 512          # characters of the command kept in memscope_run_info's label
 LEAK_EVERY_S = 5.0         # the live leak slope is refitted at most this often (on a scrape), not per scrape
 LEAK_CPU_BUDGET = 0.002    # ... and further apart when the fits would take more than this share of a core
+PHASES_MAX = 2048          # train/eval switches kept per rank
 SERIES_MAX = 256           # points kept per (rank, role) for the fit (~4 ms each; 512 points cost ~40 ms): past
                            # it, pairs fold to their minimum
 PUSH_TIMEOUT_S = 10.0
@@ -138,6 +140,9 @@ class Exporter:
         self._leak_at = -math.inf
         self._leak_dirty = False
         self._train_start: float | None = None
+        # Each rank's train/eval switches (its main process's), for the fit: the summary's verdict splits the floor by
+        # phase, and so does this one. The last PHASES_MAX a rank: a day-long run's fit reads a folded series anyway.
+        self._phases: dict[str, deque[dict[str, Any]]] = {}
         self._leak_every = LEAK_EVERY_S
         self.record_cpu_s = 0.0  # thread CPU spent on records (the subscriber thread) ...
         self.scrape_cpu_s = 0.0  # ... and answering scrapes (collect and the text format): what we cost the run
@@ -177,6 +182,11 @@ class Exporter:
             elif isinstance(rec, Event):
                 if self._train_start is None and (rec.kind == "epoch" or (rec.kind == "phase" and rec.data.get("auto"))):
                     self._train_start = rec.t  # the leak fit starts here: imports and set-up are no leak
+                if rec.kind == "phase" and rec.data.get("auto") and rec.pid in self._procs:
+                    d = self._procs[rec.pid]
+                    if d["role"] in ("main", "rank"):
+                        q = self._phases.setdefault(d["rank"], deque(maxlen=PHASES_MAX))
+                        q.append({"t": rec.t, "pid": None, "data": rec.data})
                 if rec.kind == "gpu":
                     self._on_gpu(rec.data)
                 elif rec.kind == "torch_alloc" and rec.pid is not None and rec.data.get("backend", "cuda") == "cuda":
@@ -333,18 +343,21 @@ class Exporter:
         now = self._clock()
         if not self._leak_dirty or now - self._leak_at < self._leak_every:
             return
+        from ..analysis import phases as phases_mod
         from ..analysis.leak import assess_leak, fit_span
 
         c0 = time.thread_time()
         limit = self._host.limit if self._host is not None else None
-        for g in self._groups.values():
+        for key, g in self._groups.items():
             t, y = g.t, g.y
             if self._exit is not None and t:
                 # The final fit leaves out each group's last seconds: a teardown frees what leaked, and the fit
                 # would read the whole run as one long spike.
                 n = bisect.bisect_right(t, t[-1] - TEARDOWN_S)
                 t, y = t[:n], y[:n]
-            v = assess_leak(*fit_span(t, y, self._train_start), limit_bytes=limit)
+            events = self._phases.get(key[0]) if t else None
+            auto = phases_mod.automatic_only(phases_mod.intervals(events, t[-1])) if events else ()
+            v = assess_leak(*fit_span(t, y, self._train_start), limit_bytes=limit, phases=auto)
             g.verdict, g.slope = v.verdict, v.slope_bytes_per_s
         self._leak_at, self._leak_dirty = now, False
         self._leak_every = max(LEAK_EVERY_S, (time.thread_time() - c0) / LEAK_CPU_BUDGET)

@@ -350,8 +350,10 @@ class Dashboard:
                 limit = max(1, limit - max(0, self.run.snapshot.tree_pss - y[-1]))  # file-backed pages count too
             if t:
                 main = next((pid for pid, d in self._procs().items() if d.get("role") == "main"), None)
-                start = phases_mod.training_start([dict(e, kind="phase") for e in self._phase_events], main)
-                self._leak = assess_leak(*fit_span(t, y, start), limit_bytes=limit).to_dict()
+                events = sorted(self._phase_events, key=lambda e: e["t"])
+                start = phases_mod.training_start([dict(e, kind="phase") for e in events], main)
+                auto = phases_mod.automatic_only(phases_mod.intervals(events, t[-1], main))
+                self._leak = assess_leak(*fit_span(t, y, start), limit_bytes=limit, phases=auto).to_dict()
             with self.series._lock:
                 tt, ty = self.series.pss_by_role.total()
             self._spikes = [sp.to_dict() for sp in find_spikes(tt, ty)] if len(tt) >= 3 else []
