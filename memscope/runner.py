@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 AGENT_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent", "site")
 PSS_CPU_BUDGET = 0.015  # the PSS thread's share of one core at most (benchmarks/collector_cpu.py measures it)
 SNAPSHOT_EXITED = 200   # exited processes the live snapshot keeps (the record keeps them all)
+SUMMARY_SYNC_S = 60.0  # how long the end waits for the record writer to catch up before summarizing
 
 
 class LaunchError(Exception):
@@ -847,8 +848,9 @@ class Run:
                 _say(f"memscope: cannot write the summary to {self.options.summary_json}: {exc}")
 
     def _summarize_record(self) -> dict[str, Any]:
-        """The summary as the record says it now (everything published so far is flushed first)."""
-        self._recorder_sync()
+        """The summary as the record says it now (everything published so far is flushed first: a summary of a
+        record the writer had not caught up with read a 36 s run as "a verdict needs 20 s; 12 s so far")."""
+        synced = self._recorder_sync(SUMMARY_SYNC_S)
         from .store import record_health
 
         # A record the disk refused in part: the summary reads it as memscope knows it (file + memory).
@@ -858,6 +860,9 @@ class Run:
         finally:
             rd.close()
         health = record_health(self._recorder, self._server)
+        if not synced:
+            health = dict(health or {}, unsynced=f"the record's writer was still behind after {SUMMARY_SYNC_S:g} s: "
+                                                 "this summary may miss the run's last records")
         if health:
             s["record_errors"] = health
         return s
@@ -913,8 +918,8 @@ class Run:
         else:
             _say(text.rstrip("\n"))
 
-    def _recorder_sync(self, timeout: float = 5.0) -> None:
-        self._recorder.sync(timeout)
+    def _recorder_sync(self, timeout: float = 5.0) -> bool:
+        return self._recorder.sync(timeout)
 
     def _read_output(self, stream: Any, name: str) -> None:
         from .collect.output import LineReader, pump

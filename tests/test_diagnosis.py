@@ -22,8 +22,8 @@ def test_validation_spikes_are_not_a_leak_but_a_growing_list_is(start):
     assert max(p["peak_bytes"] for p in val) > max(p["peak_bytes"] for p in train) + (20 << 20)
     assert s_spiky["marks"][0]["text"] == "epoch 0 done"
 
-    assert s_spiky["leak"]["verdict"] == "no_leak", s_spiky["leak"]
-    assert s_leaky["leak"]["verdict"] == "leak", s_leaky["leak"]
+    assert s_spiky["leak"]["verdict"] == "no_leak", (s_spiky["leak"]["reason"], s_spiky["record"])
+    assert s_leaky["leak"]["verdict"] == "leak", (s_leaky["leak"]["reason"], s_leaky["record"])
     slope = s_leaky["leak"]["slope_bytes_per_s"]
     assert 0.8e6 < slope < 4e6  # about 3 MiB per ~1.6 s epoch
     assert s_leaky["leak"]["by_role"]["main"]["verdict"] == "leak"

@@ -77,3 +77,16 @@ def test_a_share_handed_over_survives_a_reading_of_the_heir_taken_before_the_exi
     assert c.estimate(1, 200 * MiB, 200 * MiB) == (200 * MiB, 200 * MiB)
     c.measured(1, 3.0, pss=200 * MiB, anon_pss=200 * MiB, swap=0, private=200 * MiB)
     assert c.estimate(1, 200 * MiB, 200 * MiB) == (200 * MiB, 200 * MiB)
+
+
+def test_a_share_is_not_handed_to_a_reading_taken_after_the_exit():
+    # The workers exit just before a PSS round reads their parent alone (its reading holds every page now), and
+    # their exit is found only after that round was committed: adding their shares again would count them twice.
+    c = PssCarry()
+    for pid in (1, 2):
+        c.observe(pid, 1.0, 200 * MiB)
+        c.measured(pid, 1.0, pss=100 * MiB, anon_pss=100 * MiB, swap=0, private=200 * MiB, shared=100 * MiB,
+                   anon_shared=100 * MiB)
+    c.measured(1, 1.5, pss=200 * MiB, anon_pss=200 * MiB, swap=0, private=200 * MiB)
+    c.forget(2, heir=1)
+    assert c.estimate(1, 200 * MiB, 200 * MiB) == (200 * MiB, 200 * MiB)

@@ -86,8 +86,9 @@ def test_short_run_says_what_it_needs(record_dir):
 
 def test_the_fast_tree_total_follows_pss_read_every_200_ms(record_dir, busy):
     """The chart's series (PSS carried forward at the RSS rate) against PSS read every 0.2 s on a forked tree of
-    4 workers that share a dataset copy-on-write and allocate on their own rhythms."""
-    r = memscope.run([script("forked_tree.py"), "14"], record_dir=record_dir, output="capture")
+    4 workers that share a dataset copy-on-write and allocate on their own rhythms; two epochs, so the workers
+    are born, exit (handing their share back to the main) and are born again while the main allocates."""
+    r = memscope.run([script("forked_tree.py"), "16", "--epochs", "2"], record_dir=record_dir, output="capture")
     ref: list[tuple[float, int]] = []
 
     def reference():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from bisect import bisect_left
 
 import pytest
 
@@ -371,8 +372,16 @@ def test_fit_span_starts_at_the_training_and_drops_the_teardown():
     ft, fy = fit_span(t, y, 4.2, ended=True)
     assert ft[0] >= 4.2 and fy[-1] > 100 * MB  # the ramp and the teardown are out
     assert assess_leak(ft, fy).verdict == "no_leak"
-    # A start that would leave less than 20 s is ignored rather than leaving nothing to fit.
+    # A start that would leave less than 20 s is ignored rather than leaving nothing to fit; so is one whose first
+    # sample comes later than it, leaving 19.9 s (a verdict once given fell back to "needs 20 s").
     assert fit_span(t, y, 30.0)[0][0] == 0.0
+    gap = [x for x in t if not 15.7 <= x < 16.0]
+    assert fit_span(gap, gap, 15.7)[0][0] == 0.0
+    # A teardown that frees over a few rounds: its descent goes with it (it read as the end of a spike).
+    y2 = list(y)
+    y2[-6:] = [150 * MB, 120 * MB, 90 * MB, 60 * MB, 5 * MB, 5 * MB]
+    ft, fy = fit_span(t, y2, 4.2, ended=True)
+    assert len(ft) == len(t) - 6 - bisect_left(t, 4.2) and min(fy) > 150 * MB
 
 
 def _staircase(seed, kept_per_eval, evals_at=(8.0, 19.0), duration=27.0, first_only=False):

@@ -63,6 +63,12 @@ _MAX_PAIRS = 20_000  # Theil-Sen pair budget
 _NOISE_SIGMAS = 7.0  # r is a difference of noisy samples: 7 sigma keeps noise out
 _MIN_SPIKE_BYTES = 1024 * 1024  # excursions smaller than 1 MiB are noise
 _MIN_SPIKE_FRACTION = 0.0025  # ... or 0.25% of the floor (jitter scales with size)
+# For the floor only: a wobble smaller than the growth a verdict calls material (MIN_GROWTH_FRACTION) is floor, not
+# an excursion. statm moves in exact steps, so between allocations most successive differences are zero and so is
+# the noise estimate; every 1-4 MiB allocator wobble of a 310 MiB main then counted as an excursion, and a clean
+# staircase kept 2 floor points of 106 (HF Trainer, busy machine).
+_FLOOR_WOBBLE_FRACTION = MIN_GROWTH_FRACTION
+_STAIR_FRACTION = 0.005  # each stair of a staircase rises by more than this share of the floor
 _SEED = 0x5EED  # pair subsampling is seeded: same input, same verdict
 
 
@@ -207,7 +213,8 @@ def _fwd_min(t: list, y: list, w: float) -> list:
     return out
 
 
-def _excursions(ft: list, fmin: list, fval: list, w0: float) -> tuple[list, list, float]:
+def _excursions(ft: list, fmin: list, fval: list, w0: float,
+                min_fraction: float = _MIN_SPIKE_FRACTION) -> tuple[list, list, float]:
     """Floor, residual of ``fval`` above the floor, and an adaptive "high" threshold.
 
     The floor is max(past-min, future-min): a point is only "above the floor" if memory
@@ -226,7 +233,7 @@ def _excursions(ft: list, fmin: list, fval: list, w0: float) -> tuple[list, list
     level = abs(_median(fmin))
     # Well above noise, and above a tenth of the typical excursion so that slow
     # wander under big spikes is not cut into many short "spikes".
-    thr = q10 + max(_NOISE_SIGMAS * sigma, 0.1 * (q95 - q10), _MIN_SPIKE_BYTES, _MIN_SPIKE_FRACTION * level)
+    thr = q10 + max(_NOISE_SIGMAS * sigma, 0.1 * (q95 - q10), _MIN_SPIKE_BYTES, min_fraction * level)
     return floor, r, thr
 
 
@@ -292,7 +299,7 @@ def _floor_points(ft: list, fy: list) -> tuple[list, list]:
     # W0 must exceed the longest spike or its middle would not look high; a quarter of
     # the span is safe for periodic spikes and harmless for trends (see _excursions).
     w0 = max(span / 4.0, 4.0 * dt)
-    _, r, thr = _excursions(ft, fy, fy, w0)
+    _, r, thr = _excursions(ft, fy, fy, w0, _FLOOR_WOBBLE_FRACTION)
     runs = _runs(r, thr)
     # A window 1.5x the typical excursion contains a trough (also for saw-teeth). Typical, not longest: two spikes
     # merged over a one-sample trough (or an excursion still open at the last sample, which has no known length)
@@ -397,9 +404,10 @@ def fit_span(t: Sequence[float], y: Sequence[float], start_s: float | None = Non
     reads as a leak) to the end, without an ended run's teardown (``trim_teardown``). Without ``start_s`` the
     whole series; a start that would leave less than MIN_DURATION_S is ignored."""
     tl, yl = _prepare(t, y)
-    if start_s is not None and tl and tl[-1] - start_s >= MIN_DURATION_S:
+    if start_s is not None and tl:
         i = bisect_left(tl, start_s)
-        tl, yl = tl[i:], yl[i:]
+        if i < len(tl) and tl[-1] - tl[i] >= MIN_DURATION_S:  # its first sample, not start_s: a verdict once
+            tl, yl = tl[i:], yl[i:]                          # given must not fall back to "needs 20 s"
     if ended:
         tl, yl = trim_teardown(tl, yl)
     return tl, yl
@@ -408,7 +416,7 @@ def fit_span(t: Sequence[float], y: Sequence[float], start_s: float | None = Non
 def trim_teardown(t: Sequence[float], y: Sequence[float], window_s: float = 5.0,
                   max_s: float = 10.0) -> tuple[list, list]:
     """An ended run's series without its teardown: the longest tail (of at most ``max_s``) that lies wholly below
-    everything of the ``window_s`` before it (the interpreter freeing at exit). A floor that ends in a fall it
+    everything of the ``window_s`` before it (the interpreter freeing at exit), with the descent into it. A floor that ends in a fall it
     never had before is no floor: it would make the run's last seconds look like one long spike."""
     tl, yl = _prepare(t, y)
     n = len(tl)
@@ -423,6 +431,10 @@ def trim_teardown(t: Sequence[float], y: Sequence[float], window_s: float = 5.0,
         if a < j and tail_max < min(yl[a:j]):
             cut = j
         j -= 1
+    # The fall into it, too: freeing takes a few rounds, and a descent left in would read as the end of a spike
+    # (the last stair of a staircase, cut short by it, was taken for an excursion).
+    while n > cut > 1 and yl[cut - 1] > yl[cut] and tl[-1] - tl[cut - 1] <= max_s:
+        cut -= 1
     return tl[:cut], yl[:cut]
 
 
@@ -519,7 +531,7 @@ def assess_leak(
     sustained = all(
         f.slope > 0 and f.slope >= HALF_SLOPE_RATIO * slope and f.confidence >= HALF_CONFIDENCE
         for f in fits
-    ) or (index is not None and _retained_at_every_switch(bt, by, index, dominant))
+    ) or (index is not None and _retained_at_every_switch(*by_phase[dominant], index, dominant))
 
     # Levels from the dominant phase type (the one covering most samples): the median
     # of its floor points in the first/last fifth of the run. Local medians (not a
@@ -532,7 +544,12 @@ def assess_leak(
     start_level = _median([v - trend * (x - t0) for x, v in zip(bt[:k0], by[:k0])])
     end_level = _median([v - trend * (x - t1) for x, v in zip(bt[k1:], by[k1:])])
 
-    material = slope * span > max(MIN_GROWTH_BYTES, MIN_GROWTH_FRACTION * abs(end_level))
+    # Material: the fitted growth over the run, and the floor's own rise from its first fifth to its last, carried
+    # to the whole span (a slope fitted over a ramp at the training's start can exceed what the floor gained).
+    least = max(MIN_GROWTH_BYTES, MIN_GROWTH_FRACTION * abs(end_level))
+    apart = _median(bt[k1:]) - _median(bt[:k0])
+    rise = (_median(by[k1:]) - _median(by[:k0])) * (span / apart if apart > 0 else 1.0)
+    material = slope * span > least and rise > least
     is_leak = slope > 0 and confidence >= LEAK_CONFIDENCE and material and sustained
 
     ttl = None
@@ -548,24 +565,26 @@ def assess_leak(
     )
 
 
-def _retained_at_every_switch(bt: list, by: list, index, name: str | None) -> bool:
-    """A staircase: the floor of each stretch of the dominant phase (training) stands higher than the one before,
-    at every switch, at least twice. That is memory kept by each validation (seed 002), and a one-time step rises
-    once. The halves test misses it when a short run holds two or three evaluations: a half with one stair in it
-    has a median pairwise slope of about zero."""
+def _retained_at_every_switch(gt: list, gy: list, index, name: str | None) -> bool:
+    """A staircase: each stretch of the dominant phase (training) stands higher than the one before, at every
+    switch, at least twice. That is memory kept by each validation (seed 002); a one-time step rises once. The
+    halves test misses it when a short run holds two or three evaluations: a half with one stair in it has a
+    median pairwise slope of about zero. A stretch's level is the lower quartile of its own samples (``gt``, ``gy``:
+    all of the phase's, not its floor points): its last stretch may be a second long before the run ends, too short
+    for a floor window, and the quartile ignores a spike or the first of the teardown."""
     if name is None:
         return False
     starts, ends, names, _ = index
-    stretches = [(a, b) for a, b, n in zip(starts, ends, names) if n == name]
     levels = []
-    for a, b in stretches:
-        pts = by[bisect_left(bt, a):bisect_left(bt, b)]
-        if pts:
-            levels.append(_median(pts))
+    for a, b, n in zip(starts, ends, names):
+        if n == name:
+            pts = sorted(gy[bisect_left(gt, a):bisect_left(gt, b)])
+            if len(pts) >= 3:
+                levels.append(pts[len(pts) // 4])
     if len(levels) < 3:
         return False
-    jitter = max(_MIN_SPIKE_BYTES, _MIN_SPIKE_FRACTION * abs(levels[-1]))
-    return all(b - a > jitter for a, b in zip(levels, levels[1:]))
+    step = max(_MIN_SPIKE_BYTES, _STAIR_FRACTION * abs(levels[-1]))
+    return all(b - a > step for a, b in zip(levels, levels[1:]))
 
 
 def find_spikes(

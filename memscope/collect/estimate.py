@@ -76,7 +76,7 @@ class PssCarry:
         read it) is not brought back: under churn that would keep a base per process ever seen."""
         if pid in self._hist or pid in self._base:
             # Shares handed over by processes that exited after this reading was taken are not in it yet.
-            late = [h for h in self._handed.pop(pid, ()) if h[0] > t]
+            late = [h for h in self._handed.pop(pid, ()) if h[0] >= t]
             if late:
                 self._handed[pid] = late
             self._base[pid] = _Base(pss + sum(h[1] for h in late), anon_pss + swap + sum(h[2] for h in late),
@@ -114,21 +114,24 @@ class PssCarry:
     def forget(self, pid: int, heir: int | None = None) -> None:
         """``pid`` exited; ``heir`` (its parent, if still watched) takes over its share of the pages it shared.
 
-        A PSS reading of the heir taken while ``pid`` was still alive, but committed after this, does not hold the
-        share either: ``measured`` adds it. The last moment ``pid`` was seen alive (its last statm or PSS reading)
-        decides; a reading taken between that and the exit's discovery may already hold the share, and is left
-        as it is (the next round corrects it): a share counted twice would read as a spike."""
+        What decides is the last moment ``pid`` was seen alive (its last statm or PSS reading). A reading of the heir
+        taken before it does not hold the share: the share is added to it, now or when the reading is committed
+        (``measured``). A reading taken after it may already hold the share (the kernel moved it at the exit),
+        and gets nothing: the next round corrects a miss, while a share counted twice reads as a spike (seen:
+        +169 MiB for the rest of a HF Trainer run, whose eval workers exited just before a PSS round)."""
         b = self._base.pop(pid, None)
         h = self._hist.pop(pid, None)
         self._handed.pop(pid, None)
         base = self._base.get(heir) if heir is not None else None
-        if b is not None and base is not None and (b.shared or b.anon_shared):
+        if b is None or base is None or not (b.shared or b.anon_shared):
+            return
+        alive = max(h[-1][0] if h else -math.inf, b.t if b.measured else -math.inf)
+        if base.measured and base.t <= alive:
             base.pss += b.shared
             base.private_pss += b.anon_shared
-            alive = max(h[-1][0] if h else -math.inf, b.t if b.measured else -math.inf)
-            log = self._handed.setdefault(heir, [])  # type: ignore[arg-type]
-            log.append((alive, b.shared, b.anon_shared))
-            del log[:-HISTORY]
+        log = self._handed.setdefault(heir, [])  # type: ignore[arg-type]
+        log.append((alive, b.shared, b.anon_shared))
+        del log[:-HISTORY]
 
     def __len__(self) -> int:
         return len(self._base)
