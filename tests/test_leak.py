@@ -381,7 +381,8 @@ def test_fit_span_starts_at_the_training_and_drops_the_teardown():
     y2 = list(y)
     y2[-6:] = [150 * MB, 120 * MB, 90 * MB, 60 * MB, 5 * MB, 5 * MB]
     ft, fy = fit_span(t, y2, 4.2, ended=True)
-    assert len(ft) == len(t) - 6 - bisect_left(t, 4.2) and min(fy) > 150 * MB
+    kept = len(t) - 6 - bisect_left(t, 4.2)  # (and a few samples of noise that happen to descend into it)
+    assert kept - 6 <= len(ft) <= kept and min(fy) > 150 * MB
 
 
 def _staircase(seed, kept_per_eval, evals_at=(8.0, 19.0), duration=27.0, first_only=False):
