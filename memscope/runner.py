@@ -848,8 +848,10 @@ class Run:
                 _say(f"memscope: cannot write the summary to {self.options.summary_json}: {exc}")
 
     def _summarize_record(self) -> dict[str, Any]:
-        """The summary as the record says it now (everything published so far is flushed first: a summary of a
-        record the writer had not caught up with read a 36 s run as "a verdict needs 20 s; 12 s so far")."""
+        """The summary as the record says it now. Everything published so far is flushed first: a summary read
+        from a record its writer has not caught up with would judge a shorter run than the one that ran, so the
+        wait is long (a loaded machine can put the writer seconds behind), and a summary that had to go without
+        says so in ``record_errors``."""
         synced = self._recorder_sync(SUMMARY_SYNC_S)
         from .store import record_health
 

@@ -416,8 +416,9 @@ def fit_span(t: Sequence[float], y: Sequence[float], start_s: float | None = Non
 def trim_teardown(t: Sequence[float], y: Sequence[float], window_s: float = 5.0,
                   max_s: float = 10.0) -> tuple[list, list]:
     """An ended run's series without its teardown: the longest tail (of at most ``max_s``) that lies wholly below
-    everything of the ``window_s`` before it (the interpreter freeing at exit), with the descent into it. A floor that ends in a fall it
-    never had before is no floor: it would make the run's last seconds look like one long spike."""
+    everything of the ``window_s`` before it (the interpreter freeing at exit), with the descent into it. A floor
+    that ends in a fall it never had before is no floor: it would make the run's last seconds look like one long
+    spike."""
     tl, yl = _prepare(t, y)
     n = len(tl)
     if n < 4 or tl[-1] - tl[0] < 2 * window_s + max_s:
