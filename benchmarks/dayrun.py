@@ -291,8 +291,9 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
     series = RunSeries()
     private = MinMaxSeries()   # the dashboard's own series for its live leak verdict (private memory)
     phase_events: list[dict] = []
-    # What Run._update_snapshot updates: its snapshot, and the order exited processes leave it in.
-    snap_owner = SimpleNamespace(snapshot=Snapshot(), _exited_order=collections.deque())
+    # What Run._update_snapshot reads and updates: its snapshot, the order exited processes leave it in, and the
+    # root's pid (kept in the snapshot whatever exits).
+    snap_owner = SimpleNamespace(snapshot=Snapshot(), _exited_order=collections.deque(), pid=day.wrapper.pid)
     update_snapshot = Run._update_snapshot
     gc.collect()
     if trace:
