@@ -60,16 +60,22 @@ def test_an_exiting_fork_hands_its_share_of_shared_pages_to_its_parent():
     assert c.estimate(1, 300 * MiB, 300 * MiB)[1] == 200 * MiB
 
 
-def test_a_share_handed_over_survives_a_reading_of_the_heir_taken_before_the_exit():
-    # A PSS round reads the parent at 2.0 s (sharing 200 MiB with worker 2: 100 MiB each), then commits its bases
-    # after worker 2 was seen alive at 2.1 s and has exited: the reading holds the parent's share with the worker
-    # alive, so the worker's 100 MiB must still be added. A reading taken after the worker was last seen alive
-    # may already hold it, and gets nothing (the next round corrects a miss; a double count would read as a spike).
+def _parent_and_worker_sharing_200_mib() -> PssCarry:
+    """Parent 1 and worker 2, read at 1.0 s sharing 200 MiB copy-on-write (100 MiB each)."""
     c = PssCarry()
     for pid in (1, 2):
         c.observe(pid, 1.0, 200 * MiB)
         c.measured(pid, 1.0, pss=100 * MiB, anon_pss=100 * MiB, swap=0, private=200 * MiB, shared=100 * MiB,
                    anon_shared=100 * MiB)
+    return c
+
+
+def test_a_share_handed_over_survives_a_reading_of_the_heir_taken_before_the_exit():
+    # A PSS round reads the parent at 2.0 s (sharing 200 MiB with worker 2: 100 MiB each), then commits its bases
+    # after worker 2 was seen alive at 2.1 s and has exited: the reading holds the parent's share with the worker
+    # alive, so the worker's 100 MiB must still be added. A reading taken after the worker was last seen alive
+    # may already hold it, and gets nothing (the next round corrects a miss; a double count would read as a spike).
+    c = _parent_and_worker_sharing_200_mib()
     c.observe(2, 2.1, 200 * MiB)
     c.forget(2, heir=1)
     c.measured(1, 2.0, pss=100 * MiB, anon_pss=100 * MiB, swap=0, private=200 * MiB, shared=100 * MiB,
@@ -82,11 +88,7 @@ def test_a_share_handed_over_survives_a_reading_of_the_heir_taken_before_the_exi
 def test_a_share_is_not_handed_to_a_reading_taken_after_the_exit():
     # The workers exit just before a PSS round reads their parent alone (its reading holds every page now), and
     # their exit is found only after that round was committed: adding their shares again would count them twice.
-    c = PssCarry()
-    for pid in (1, 2):
-        c.observe(pid, 1.0, 200 * MiB)
-        c.measured(pid, 1.0, pss=100 * MiB, anon_pss=100 * MiB, swap=0, private=200 * MiB, shared=100 * MiB,
-                   anon_shared=100 * MiB)
+    c = _parent_and_worker_sharing_200_mib()
     c.measured(1, 1.5, pss=200 * MiB, anon_pss=200 * MiB, swap=0, private=200 * MiB)
     c.forget(2, heir=1)
     assert c.estimate(1, 200 * MiB, 200 * MiB) == (200 * MiB, 200 * MiB)
