@@ -90,5 +90,5 @@ def test_a_share_is_not_handed_to_a_reading_taken_after_the_exit():
     # their exit is found only after that round was committed: adding their shares again would count them twice.
     c = _parent_and_worker_sharing_200_mib()
     c.measured(1, 1.5, pss=200 * MiB, anon_pss=200 * MiB, swap=0, private=200 * MiB)
-    c.forget(2, heir=1)
+    assert c.forget(2, heir=1)  # not handed over: the caller asks for a PSS round soon
     assert c.estimate(1, 200 * MiB, 200 * MiB) == (200 * MiB, 200 * MiB)

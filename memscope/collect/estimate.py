@@ -111,27 +111,30 @@ class PssCarry:
         b = self._base.get(pid)
         return None if b is None or not b.measured else max(0.0, now - b.t)
 
-    def forget(self, pid: int, heir: int | None = None) -> None:
+    def forget(self, pid: int, heir: int | None = None) -> bool:
         """``pid`` exited; ``heir`` (its parent, if still watched) takes over its share of the pages it shared.
 
         What decides is the last moment ``pid`` was seen alive (its last statm or PSS reading). A reading of the heir
         taken before it does not hold the share: the share is added to it, now or when the reading is committed
         (``measured``). A reading taken after it may already hold the share (the kernel moved it at the exit),
         and gets nothing: the next round corrects a miss, while a share counted twice reads as a spike (seen:
-        +169 MiB for the rest of a HF Trainer run, whose eval workers exited just before a PSS round)."""
+        +169 MiB for the rest of a HF Trainer run, whose eval workers exited just before a PSS round). Returns True
+        in that case: the caller asks for the next PSS round as soon as its budget allows."""
         b = self._base.pop(pid, None)
         h = self._hist.pop(pid, None)
         self._handed.pop(pid, None)
         base = self._base.get(heir) if heir is not None else None
         if b is None or base is None or not (b.shared or b.anon_shared):
-            return
+            return False
         alive = max(h[-1][0] if h else -math.inf, b.t if b.measured else -math.inf)
-        if base.measured and base.t <= alive:
+        handed = base.measured and base.t <= alive
+        if handed:
             base.pss += b.shared
             base.private_pss += b.anon_shared
         log = self._handed.setdefault(heir, [])  # type: ignore[arg-type]
         log.append((alive, b.shared, b.anon_shared))
         del log[:-HISTORY]
+        return not handed
 
     def __len__(self) -> int:
         return len(self._base)

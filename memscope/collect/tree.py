@@ -296,7 +296,8 @@ class TreeSampler:
                 self._reclassify()  # its ProcessSeen goes out before its ProcessExited
             parent = self.procs.get(t.info.ppid)
             with self._carry_lock:
-                self._carry.forget(pid, t.info.ppid if parent is not None and parent.alive else None)
+                if self._carry.forget(pid, t.info.ppid if parent is not None and parent.alive else None):
+                    self.pss_wanted = True  # its parent's last reading may lack its share: read again soon
         self._emit(ProcessExited(self._clock(), pid, code, signal_name))
         with self._lock:
             self._drop(pid)
