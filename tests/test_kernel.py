@@ -80,7 +80,10 @@ def test_magic_streams_while_idle_and_stop_click_stops_the_run(kernel, tmp_path)
     after = drain(kc, 6.0)
     texts = " ".join(str(m["content"].get("data", {}).get("state", {})) for m in widget_updates(after))
     assert "Tensor census</b> of pid" in texts and "census taken in" in texts
-    assert "the census asked for before is still running" in texts
+    if "the census asked for before is still running" not in texts:
+        # The first census had already ended (the sleeper's few objects count in milliseconds; seen once in CI
+        # under Colab's pins): then the second click started a census of its own, after it, not alongside.
+        assert texts.count("counting the main process") == 2, texts
     assert "'census': 2" in texts  # the kernel acknowledged both clicks by their ids
     # Click Stop as the browser does: a custom message on the Controls comm.
     kc.session.send(kc.shell_channel.socket, "comm_msg", {
