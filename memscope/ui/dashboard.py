@@ -268,10 +268,7 @@ class Dashboard:
             snap["phases"] = [{"name": p["name"], "start_s": p["start_s"], "end_s": p["end_s"]}
                               for p in final_summary["phases"]]
         else:
-            main = next((pid for pid, d in self._procs().items() if d.get("role") == "main"), None)
-            snap["phases"] = [{"name": n, "start_s": a, "end_s": b}
-                              for n, a, b in phases_mod.intervals(sorted(self._phase_events, key=lambda e: e["t"]),
-                                                                  end, main)]
+            snap["phases"] = [{"name": n, "start_s": a, "end_s": b} for n, a, b in self._main_phases(end)[2]]
         self.chart.data = snap
         if self.gpu.has_data and self.gpu.version != self._gpu_version:
             self._gpu_version = self.gpu.version
@@ -335,6 +332,12 @@ class Dashboard:
                 f"<b style='color:{color}'>● {_esc(state)}</b> {fmt_elapsed(elapsed)} · {now}"
                 f"peak {fmt_bytes(peak)} · {_esc(head)} · {_esc(leak_line(leak, spikes))}</div>")
 
+    def _main_phases(self, end: float) -> tuple[int | None, list[dict[str, Any]], list[tuple[str, float, float]]]:
+        """The main process's pid, the phase events in time order, and the main's phases up to ``end``."""
+        main = next((pid for pid, d in self._procs().items() if d.get("role") == "main"), None)
+        events = sorted(self._phase_events, key=lambda e: e["t"])
+        return main, events, phases_mod.intervals(events, end, main)
+
     def _live_leak(self, snap: dict[str, Any], limit: int | None) -> dict[str, Any]:
         """The leak verdict as the summary will give it: fitted on the tree's private memory (anonymous PSS +
         swap) at every RSS round, recomputed every LEAK_PERIOD_S."""
@@ -349,10 +352,9 @@ class Dashboard:
             elif limit and self.run is not None and self.run.snapshot.tree_pss:
                 limit = max(1, limit - max(0, self.run.snapshot.tree_pss - y[-1]))  # file-backed pages count too
             if t:
-                main = next((pid for pid, d in self._procs().items() if d.get("role") == "main"), None)
-                events = sorted(self._phase_events, key=lambda e: e["t"])
+                main, events, spans = self._main_phases(t[-1])
                 start = phases_mod.training_start([dict(e, kind="phase") for e in events], main)
-                auto = phases_mod.automatic_only(phases_mod.intervals(events, t[-1], main))
+                auto = phases_mod.automatic_only(spans)
                 self._leak = assess_leak(*fit_span(t, y, start), limit_bytes=limit, phases=auto).to_dict()
             with self.series._lock:
                 tt, ty = self.series.pss_by_role.total()
