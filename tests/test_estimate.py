@@ -22,7 +22,7 @@ def test_carried_forward_by_private_memory_and_clamped_to_rss():
 
 def test_a_fork_adds_only_what_it_allocates_after_its_birth():
     c = PssCarry()
-    for t, priv in ((0.0, 200 * MiB), (0.2, 200 * MiB), (0.4, 230 * MiB)):  # the parent, over time
+    for t, priv in ((0.0, 200 * MiB), (0.2, 200 * MiB), (0.4, 200 * MiB), (0.6, 230 * MiB)):  # the parent
         c.observe(1, t, priv)
     # The child was born at 0.25 s (the parent held 200 MiB then) and is first seen at 0.5 s holding 215 MiB:
     # 200 MiB shared copy-on-write with its parent, 15 MiB its own since the fork.
@@ -31,6 +31,25 @@ def test_a_fork_adds_only_what_it_allocates_after_its_birth():
     # Without history (or born before it) the child's private memory when first seen is the base.
     c.first_seen(3, 0.5, 215 * MiB, parent=99, born=0.25)
     assert c.estimate(3, 230 * MiB, 215 * MiB)[0] == 0
+
+
+def test_a_fork_while_its_parent_grew_never_counts_the_pages_it_shares():
+    # The main builds a 160 MiB dataset and forks at once, between two readings: 59 MiB, then 178 MiB. Whether the
+    # child (175 MiB when first seen) was born at 59 MiB and allocated 116 of its own, or at 178 MiB and freed 3,
+    # cannot be told from the counters; the second is what a DataLoader does, and the first guess counted the
+    # dataset once per worker (+170 % for a round on a 4-worker tree).
+    c = PssCarry()
+    c.observe(1, 0.0, MiB)
+    c.observe(1, 0.2, 59 * MiB)
+    c.observe(1, 0.4, 178 * MiB)
+    assert c.first_seen(2, 0.4, 175 * MiB, parent=1, born=0.27)
+    assert not c.first_seen(2, 0.6, 175 * MiB, parent=1, born=0.27)  # once only
+    assert c.estimate(2, 181 * MiB, 175 * MiB)[0] == 0
+    # A parent that freed right after the fork: the child still holds what it inherited.
+    c.observe(3, 0.0, 500 * MiB)
+    c.observe(3, 0.2, 100 * MiB)
+    c.first_seen(4, 0.2, 505 * MiB, parent=3, born=0.1)
+    assert c.estimate(4, 510 * MiB, 505 * MiB)[0] == 5 * MiB
 
 
 def test_an_exited_process_is_forgotten_for_good():
@@ -92,3 +111,13 @@ def test_a_share_is_not_handed_to_a_reading_taken_after_the_exit():
     c.measured(1, 1.5, pss=200 * MiB, anon_pss=200 * MiB, swap=0, private=200 * MiB)
     assert c.forget(2, heir=1)  # not handed over: the caller asks for a PSS round soon
     assert c.estimate(1, 200 * MiB, 200 * MiB) == (200 * MiB, 200 * MiB)
+
+
+
+def test_a_process_read_by_a_pss_round_before_any_rss_round_keeps_that_reading():
+    # The PSS round's own discovery found a worker just forked: its reading holds its share of the dataset (the
+    # parent's reading in the same round lacks it), so it must be the worker's base, not a fork's guess later.
+    c = PssCarry()
+    c.measured(2, 1.0, pss=69 * MiB, anon_pss=69 * MiB, swap=0, private=288 * MiB, alive=True)
+    assert not c.first_seen(2, 1.2, 303 * MiB, parent=1, born=0.9)
+    assert c.estimate(2, 309 * MiB, 303 * MiB)[0] == 84 * MiB

@@ -101,7 +101,10 @@ def test_the_fast_tree_total_follows_pss_read_every_200_ms(record_dir, load, req
     4 workers that share a dataset copy-on-write and allocate on their own rhythms; two epochs, so the workers
     are born, exit (handing their share back to the main) and are born again while the main allocates."""
     r = memscope.run([script("forked_tree.py"), "16", "--epochs", "2"], record_dir=record_dir, output="capture")
-    ref: list[tuple[float, int]] = []
+    ref: list[tuple[float, int, int, int]] = []  # (t, PSS, statm private before and after) of the tree
+
+    def private_of(pids):
+        return sum(max(0, m[0] - m[1]) for m in map(procfs.read_statm, pids) if m)
 
     def reference():
         # Its own view of the tree (psutil), not memscope's: workers forked since memscope's last discovery hold
@@ -112,11 +115,12 @@ def test_the_fast_tree_total_follows_pss_read_every_200_ms(record_dir, load, req
                 pids = [root.pid] + [c.pid for c in root.children(recursive=True)]
             except psutil.Error:
                 break
+            t0, before = r._clock(), private_of(pids)
             total = 0
             for pid in pids:
                 d = procfs.read_smaps_rollup(pid)
                 total += d["Pss"] if d else 0
-            ref.append((r._clock(), total))
+            ref.append(((t0 + r._clock()) / 2, total, before, private_of(pids)))
             time.sleep(0.2)
 
     th = threading.Thread(target=reference, daemon=True)
@@ -126,22 +130,36 @@ def test_the_fast_tree_total_follows_pss_read_every_200_ms(record_dir, load, req
     assert s is not None and s["exit"]["cause"] == "ok", s and s["exit"]
     rd = RunData(s["record"])
     fast = rd.fast_totals()
+    fast_private = dict(rd.con.execute("SELECT t, SUM(private) FROM samples WHERE kind=0 GROUP BY t"))
     rd.close()
     ts = [t for t, _ in fast]
     import bisect
 
-    errors = []
-    for t, v in ref:
+    # A reference reading and the round matched to it are up to 50 ms apart. Where the tree's memory moved in
+    # between, or while the reference read (statm says so: a 160 MiB dataset filled, 3 workers exiting, a 40 MiB
+    # spike), the pair measures the move, not the estimate: such pairs are counted and reported, and the bound on
+    # the 90th percentile is on the others. The estimate's own faults (a fork's base, a share handed over twice,
+    # a reading dropped) move no statm.
+    still, moving = [], []
+    for t, v, before, after in ref:
         if v < 100 * MIB:  # before the dataset exists, or after the workers left
             continue
         i = bisect.bisect_left(ts, t)
         near = [j for j in (i - 1, i) if 0 <= j < len(ts) and abs(ts[j] - t) <= MATCH_S]
         if near:
             j = min(near, key=lambda j: abs(ts[j] - t))
-            errors.append(abs(fast[j][1] - v) / v)
-    assert len(errors) >= 15, f"only {len(errors)} reference points matched"
-    med, p90 = statistics.median(errors), sorted(errors)[int(0.9 * len(errors))]
+            err = abs(fast[j][1] - v) / v
+            moved = max(abs(x - fast_private[ts[j]]) for x in (before, after)) > 0.05 * v
+            (moving if moved else still).append(err)
+    errors = still + moving
+    assert len(still) >= 15, f"only {len(still)} reference points matched a round of the same memory"
+    assert len(moving) <= 0.3 * len(errors), f"{len(moving)} of {len(errors)} pairs saw memory move"
+
+    def pct(xs, q):
+        return sorted(xs)[int(q * len(xs))] if xs else 0.0
+
     print(f"fast tree PSS vs 0.2 s PSS reference on a 5-process forked tree ({request.node.callspec.id}): "
-          f"median error {med:.1%}, "
-          f"90th percentile {p90:.1%}, {len(errors)} points")
-    assert med <= 0.05 and p90 <= 0.15
+          f"median error {statistics.median(errors):.1%}, 90th percentile {pct(errors, 0.9):.1%} on "
+          f"{len(errors)} points; {pct(still, 0.9):.1%} (max {max(still):.1%}) on the {len(still)} where statm "
+          f"did not move between the two readings, {pct(moving, 0.5):.1%} median on the {len(moving)} others")
+    assert statistics.median(errors) <= 0.05 and pct(still, 0.9) <= 0.10

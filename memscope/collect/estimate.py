@@ -16,7 +16,8 @@ A process without a PSS reading yet starts from a base too. A fork that did not 
 forkserver's children) shares its parent's pages: at fork the tree's PSS does not change, so it contributes only
 what it adds after the fork. Its private memory at birth is its parent's at that moment (fork copies the page
 tables, and the counters with them), so the base is the parent's private memory at the child's start time, from a
-few seconds of history kept per process: what the child allocated before discovery found it is counted. Any other
+few seconds of history kept per process (``private_around``): what the child allocated before discovery found it is
+counted, unless the parent's memory moved around the fork and the two cannot be told apart. Any other
 new process (an exec) contributes its whole private memory; its file-backed pages appear at its first PSS round.
 
 When a process exits, the pages it shared do not leave the tree: the processes still mapping them now hold its
@@ -61,20 +62,27 @@ class PssCarry:
             h = self._hist[pid] = deque(maxlen=HISTORY)
         h.append((t, private))
 
-    def private_at(self, pid: int, t: float) -> int | None:
-        """``pid``'s private memory at time ``t`` (its last reading at or before ``t``; its first if ``t`` is
-        older than the history), None if it has none."""
+    def private_around(self, pid: int, t: float) -> int | None:
+        """The larger of ``pid``'s private readings just before and just after time ``t`` (its nearest one if ``t``
+        is outside its history); None if it has none.
+
+        A fork's base: the child inherits its parent's counters at birth, somewhere between those two readings.
+        Too low a base counts the pages it shares whole (a main that builds a 160 MiB dataset and forks 4 workers
+        between two readings: +170 % for a round); too high a base misses what the child allocated before it was
+        first seen (bounded, and the PSS round its birth asks for corrects it). So the higher one."""
         h = self._hist.get(pid)
         if not h:
             return None
-        i = bisect_right([x[0] for x in h], t) - 1
-        return h[max(i, 0)][1]
+        i = bisect_right([x[0] for x in h], t)
+        return max(h[j][1] for j in (i - 1, i) if 0 <= j < len(h))
 
     def measured(self, pid: int, t: float, pss: int, anon_pss: int, swap: int, private: int, shared: int = 0,
-                 anon_shared: int = 0) -> None:
+                 anon_shared: int = 0, alive: bool = False) -> None:
         """A PSS round read ``pid``: this is the new base. A process already forgotten (it exited while the round
-        read it) is not brought back: under churn that would keep a base per process ever seen."""
-        if pid in self._hist or pid in self._base:
+        read it) is not brought back: under churn that would keep a base per process ever seen. ``alive``: the
+        caller knows it is still alive, so it is taken even if no RSS round saw it yet (a worker the PSS round's
+        own discovery found: dropping its reading lost its share of the dataset, -18 % until the next round)."""
+        if alive or pid in self._hist or pid in self._base:
             # Shares handed over by processes that exited after this reading was taken are not in it yet.
             late = [h for h in self._handed.pop(pid, ()) if h[0] >= t]
             if late:
@@ -83,19 +91,20 @@ class PssCarry:
                                     private, True, t, shared, anon_shared)
 
     def first_seen(self, pid: int, t: float, private: int, parent: int | None = None,
-                   born: float | None = None) -> None:
+                   born: float | None = None) -> bool:
         """A process seen for the first time (before any PSS reading of it). ``parent``: the tracked process it
-        forked from without exec; ``born``: its start time on the same clock as ``t``."""
+        forked from without exec; ``born``: its start time on the same clock as ``t``. Returns whether it was new."""
         if pid in self._base:
-            return
+            return False
         at = 0
         if parent is not None:
             at = private
             if born is not None:
-                p = self.private_at(parent, born)
+                p = self.private_around(parent, born)
                 if p is not None:
                     at = min(p, private)
         self._base[pid] = _Base(0, 0, at, False, t)
+        return True
 
     def estimate(self, pid: int, rss: int, private: int) -> tuple[int, int]:
         """(est_pss, est_private) for a process whose statm reads (rss, private) now."""

@@ -344,7 +344,11 @@ class TreeSampler:
                     if born < self._pss_started + 0.5 and tr.info.ppid in self._pss_measured and \
                             pid not in self._pss_measured:
                         self.pss_wanted = True  # alive during the last PSS round, which measured its parent only
-                    self._carry.first_seen(pid, t_now, private, tr.info.ppid, born)
+                    if self._carry.first_seen(pid, t_now, private, tr.info.ppid, born):
+                        # Its base is the parent's reading nearest its birth, a guess where the parent's memory
+                        # moved around the fork; the first PSS round after it ends the guess. Forks come in
+                        # bursts (a DataLoader's workers at each epoch), so this is one round a burst.
+                        self.pss_wanted = True
                 else:
                     self._carry.first_seen(pid, t_now, private)
                 self._carry.observe(pid, t_now, private)
@@ -387,7 +391,7 @@ class TreeSampler:
         # share, and the children's rises by it: half of that change is a dip (seen: -120 MiB on a HF Trainer).
         with self._carry_lock:
             for b in bases:
-                self._carry.measured(*b)
+                self._carry.measured(*b, alive=self._is_member(b[0]))
         s = TreeSample(self._clock(), "pss", tuple(out))
         self._pss_measured = {p.pid for p in out}
         self._emit(s)
