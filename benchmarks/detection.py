@@ -219,8 +219,7 @@ def _busy(on: bool):
 def _prefix_times(record: str, truth: str) -> tuple[float | None, float | None]:
     """(first verdict, settled on the truth) in seconds of the run, from the record's prefixes every 1 s, fitted
     as the summary fits (fast private series, train/eval phases, from the training's start)."""
-    from memscope.analysis import phases as phases_mod
-    from memscope.analysis.leak import fit_span
+    from memscope.analysis.leak import fit_plan
     from memscope.analysis.summary import main_pid
     from memscope.store import RunData
 
@@ -228,16 +227,14 @@ def _prefix_times(record: str, truth: str) -> tuple[float | None, float | None]:
     try:
         rows = rd.fast_totals(private=True)
         main = main_pid(rd.processes(), rd.run_row()["root_pid"])
-        events = rd.events("phase")
-        start = phases_mod.training_start(rd.events("epoch") + events, main)
+        events = sorted(rd.events("epoch") + rd.events("phase"), key=lambda e: e["t"])
     finally:
         rd.close()
     t, y = [r[0] for r in rows], [r[1] or 0 for r in rows]
     first, verdicts, end = None, [], 1.0
     while t and end <= t[-1] + 1:
         k = bisect_right(t, end)
-        auto = phases_mod.automatic_only(phases_mod.intervals([e for e in events if e["t"] <= end], end, main))
-        v = assess_leak(*fit_span(t[:k], y[:k], start), phases=auto).verdict
+        v = fit_plan([e for e in events if e["t"] <= end], end, main).verdict(t[:k], y[:k]).verdict
         if first is None and v != "insufficient_data":
             first = end
         verdicts.append((end, v))

@@ -3,7 +3,6 @@ private memory read every RSS round, with PSS carried forward between PSS rounds
 intervals (RSS every 0.2 s, PSS every 2 s or slower) and both cores kept busy by two spinning processes, as a
 training keeps them: that is where a verdict fitted on PSS rounds alone found no floor. The chart's error against
 PSS is measured on a quiet machine too."""
-import os
 import re
 import statistics
 import subprocess

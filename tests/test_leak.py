@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import random
 from bisect import bisect_left
 
@@ -10,12 +9,14 @@ import pytest
 
 from memscope.analysis.leak import (
     LEAK_CONFIDENCE,
+    FitPlan,
     LeakVerdict,
     Spike,
     assess_by_role,
     assess_leak,
     baseline,
     find_spikes,
+    fit_plan,
 )
 
 MB = 1_000_000
@@ -423,3 +424,32 @@ def test_memory_kept_by_the_first_evaluation_only_is_not_a_leak(seed):
     # and evaluations that give everything back are spikes, not stairs
     (t, y), phases = _staircase(seed, 0, evals_at=(6.0, 13.0, 20.0))
     assert assess_leak(t, y, phases=phases).verdict == "no_leak"
+
+
+
+def test_the_fit_plan_every_view_shares():
+    # The main (pid 1) starts its first epoch at 3 s, switches to eval at 10 s and back at 12 s; a worker's own
+    # switch and a user's manual phase split no floor.
+    events = [
+        {"t": 3.0, "pid": 1, "kind": "epoch", "data": {"loader": "train"}},
+        {"t": 3.0, "pid": 1, "kind": "phase", "data": {"name": "train", "state": "switch", "auto": True}},
+        {"t": 5.0, "pid": 7, "kind": "phase", "data": {"name": "eval", "state": "switch", "auto": True}},
+        {"t": 6.0, "pid": 1, "kind": "phase", "data": {"name": "warmup", "state": "start"}},
+        {"t": 8.0, "pid": 1, "kind": "phase", "data": {"name": "warmup", "state": "end"}},
+        {"t": 10.0, "pid": 1, "kind": "phase", "data": {"name": "eval", "state": "switch", "auto": True}},
+        {"t": 12.0, "pid": 1, "kind": "phase", "data": {"name": "train", "state": "switch", "auto": True}},
+    ]
+    plan = fit_plan(events, 40.0, main_pid=1)
+    assert plan == FitPlan(3.0, (("train", 3.0, 10.0), ("eval", 10.0, 12.0), ("train", 12.0, 40.0)), False)
+    # Set-up grows memory once, before the training: the plan fits from the first epoch, so no leak.
+    t = [i * 0.2 for i in range(200)]
+    y = [100 * MB + (0 if x < 3 else 50 * MB) for x in t]
+    assert plan.span(t, y)[0][0] == 3.0
+    assert plan.verdict(t, y).verdict == "no_leak"
+    # An ended run's plan leaves out the teardown (the interpreter freeing at exit); a running one keeps all.
+    down = y[:-10] + [20 * MB] * 10
+    assert plan.span(t, down)[0][-1] == t[-1]
+    assert t[-15] <= fit_plan(events, 40.0, main_pid=1, ended=True).span(t, down)[0][-1] < t[-10]
+    # The exporter tracks the training's start itself, and its events carry no kind nor pid: the same phases.
+    bare = [{"t": e["t"], "pid": None, "data": e["data"]} for e in events if e["pid"] == 1 and e["kind"] == "phase"]
+    assert fit_plan(bare, 40.0, start_s=3.0, ended=True) == FitPlan(3.0, plan.phases, True)

@@ -32,7 +32,9 @@ from collections import deque
 from dataclasses import asdict, dataclass, replace
 from itertools import islice
 from operator import gt
-from typing import Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
+
+from . import phases as phases_mod
 
 __all__ = [
     "Spike",
@@ -411,6 +413,35 @@ def fit_span(t: Sequence[float], y: Sequence[float], start_s: float | None = Non
     if ended:
         tl, yl = trim_teardown(tl, yl)
     return tl, yl
+
+
+@dataclass(frozen=True)
+class FitPlan:
+    """How a run's series is fitted, the same in every view (the summary, the live card, the Prometheus exporter,
+    the benchmarks), so that the verdict a user watched live is the one the run ends with: from the training's
+    start, without an ended run's teardown, the floor split by the main process's automatic train/eval phases."""
+
+    start_s: float | None
+    phases: tuple[tuple[str, float, float], ...]
+    ended: bool = False
+
+    def span(self, t: Sequence[float], y: Sequence[float]) -> tuple[list, list]:
+        return fit_span(t, y, self.start_s, self.ended)
+
+    def verdict(self, t: Sequence[float], y: Sequence[float], limit_bytes: int | None = None) -> LeakVerdict:
+        return assess_leak(*self.span(t, y), limit_bytes=limit_bytes, phases=self.phases)
+
+
+def fit_plan(events: Iterable[dict[str, Any]], end_s: float, main_pid: int | None = None, *, ended: bool = False,
+             start_s: float | None = None) -> FitPlan:
+    """The plan for a run whose "epoch" and "phase" events (in time order) are ``events``, up to ``end_s``.
+    ``start_s``: the training's start where the caller tracked it itself (else the first DataLoader epoch or
+    automatic switch of ``main_pid`` in ``events``)."""
+    events = list(events)
+    if start_s is None:
+        start_s = phases_mod.training_start(events, main_pid)
+    spans = phases_mod.intervals([e for e in events if e.get("kind", "phase") == "phase"], end_s, main_pid)
+    return FitPlan(start_s, tuple(phases_mod.automatic_only(spans)), ended)
 
 
 def trim_teardown(t: Sequence[float], y: Sequence[float], window_s: float = 5.0,

@@ -15,7 +15,7 @@ from .census import summary_rows as census_rows
 from .exit_cause import ExitEvidence, counter_rise, decide, fault_signal
 from .scalene import summary_rows as scalene_rows
 from .supervision import NOTE_EVENTS, notes, process_end
-from .leak import assess_by_role, assess_leak, find_spikes, fit_span, trim_teardown
+from .leak import assess_by_role, assess_leak, find_spikes, fit_plan, trim_teardown
 from .loads import probe_summary
 
 SCHEMA = "memscope.summary/1"
@@ -178,13 +178,14 @@ def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
         roles = rd.role_totals(kind, private=private)
         series = "tree_private_pss_rounds" if private else "tree_rss"
     ended = bool(rd.events("exit_status"))  # an ended run: its teardown is no part of the floor or of a spike
-    start = phases_mod.training_start(rd.events("epoch") + rd.events("phase"), ev.main_pid)
+    events = sorted(rd.events("epoch") + rd.events("phase"), key=lambda e: e["t"])
+    plan = fit_plan(events, duration, ev.main_pid, ended=ended)
     if ended:
         t, y = trim_teardown(t, y)
-    pt, py = fit_span(pt, py, start, ended)
-    roles = {r: fit_span(*ty, start, ended) for r, ty in roles.items()}
+    pt, py = plan.span(pt, py)
+    roles = {r: plan.span(*ty) for r, ty in roles.items()}
     spans = phases_mod.intervals(rd.events("phase"), duration, ev.main_pid)
-    auto = phases_mod.automatic_only(spans)
+    auto = list(plan.phases)
     # The time to the limit keeps the file-backed pages in: they count against the limit too.
     limit = ev.limit_bytes
     if limit and y and py and series != "tree_rss":
@@ -197,7 +198,7 @@ def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
     # the main's pages it maps).
     own = rd.role_fast_totals(column="private").get("main")
     if own:
-        roles["main"] = fit_span(*own, start, ended)
+        roles["main"] = plan.span(*own)
     leak["by_role"] = {role: v.to_dict() for role, v in
                        assess_by_role(roles, limit_bytes=limit, phases=auto).items()}
     if own:

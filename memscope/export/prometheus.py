@@ -20,7 +20,6 @@ command line above all) are escaped by prometheus_client's exposition.
 """
 from __future__ import annotations
 
-import bisect
 import math
 import shlex
 import socket
@@ -50,7 +49,6 @@ PHASES_MAX = 2048          # train/eval switches kept per rank
 SERIES_MAX = 256           # points kept per (rank, role) for the fit (~4 ms each; 512 points cost ~40 ms): past
                            # it, pairs fold to their minimum
 PUSH_TIMEOUT_S = 10.0
-TEARDOWN_S = 2.0           # left out of the final leak fit
 REREAD_ROUNDS = 10         # sampling rounds in which an unreadable environment is tried again
 PUSH_JOB = "memscope"
 
@@ -343,21 +341,16 @@ class Exporter:
         now = self._clock()
         if not self._leak_dirty or now - self._leak_at < self._leak_every:
             return
-        from ..analysis import phases as phases_mod
-        from ..analysis.leak import assess_leak, fit_span
+        from ..analysis.leak import fit_plan
 
         c0 = time.thread_time()
         limit = self._host.limit if self._host is not None else None
         for key, g in self._groups.items():
             t, y = g.t, g.y
-            if self._exit is not None and t:
-                # The final fit leaves out each group's last seconds: a teardown frees what leaked, and the fit
-                # would read the whole run as one long spike.
-                n = bisect.bisect_right(t, t[-1] - TEARDOWN_S)
-                t, y = t[:n], y[:n]
-            events = self._phases.get(key[0]) if t else None
-            auto = phases_mod.automatic_only(phases_mod.intervals(events, t[-1])) if events else ()
-            v = assess_leak(*fit_span(t, y, self._train_start), limit_bytes=limit, phases=auto)
+            # Fitted as the summary fits: an ended run's teardown (it frees what leaked) is left out the same way.
+            plan = fit_plan(self._phases.get(key[0], ()), t[-1] if t else 0.0, ended=self._exit is not None,
+                            start_s=self._train_start)
+            v = plan.verdict(t, y, limit)
             g.verdict, g.slope = v.verdict, v.slope_bytes_per_s
         self._leak_at, self._leak_dirty = now, False
         self._leak_every = max(LEAK_EVERY_S, (time.thread_time() - c0) / LEAK_CPU_BUDGET)

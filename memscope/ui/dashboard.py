@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING, Any, Callable
 import ipywidgets as w
 
 from ..analysis import phases as phases_mod
-from ..analysis.leak import assess_leak
+from ..analysis.leak import find_spikes, fit_plan
 from .chart import MemoryChart, count_points
 from .controls import Controls
 from .gpu_chart import GpuSeries
 from .probes_panel import ProbesFeed
-from ..analysis.leak import find_spikes, fit_span
 from .series import RunSeries
 from .terminal import fmt_bytes, fmt_elapsed, limit_text, verdict_text
 
@@ -166,7 +165,7 @@ class Dashboard:
         self._gpu_version = -1
         self._record_procs = procs or {}
         self._phase_events: list[dict[str, Any]] = []
-        self._phase_keys: set[tuple[float, int | None]] = set()  # the record and the subscription overlap
+        self._phase_keys: set[tuple[float, int | None, str]] = set()  # the record and the subscription overlap
         self._unsubscribe_phases: Callable[[], None] | None = None
         self._release_lock = threading.Lock()
         self._released = False
@@ -219,12 +218,12 @@ class Dashboard:
     # -- data in ---------------------------------------------------------------------------------------------
     def _on_record(self, rec: Any) -> None:
         name = type(rec).__name__
-        if name == "Event" and rec.kind == "phase":
-            self._add_phase_event({"t": rec.t, "pid": rec.pid, "data": rec.data})
+        if name == "Event" and rec.kind in ("phase", "epoch"):  # epochs: where the training starts
+            self._add_phase_event({"t": rec.t, "pid": rec.pid, "kind": rec.kind, "data": rec.data})
         self.gpu.add(rec)
 
     def _add_phase_event(self, e: dict[str, Any]) -> None:
-        key = (round(e["t"], 6), e["pid"])
+        key = (round(e["t"], 6), e["pid"], e["kind"])
         if key not in self._phase_keys:
             self._phase_keys.add(key)
             self._phase_events.append(e)
@@ -333,7 +332,7 @@ class Dashboard:
                 f"peak {fmt_bytes(peak)} · {_esc(head)} · {_esc(leak_line(leak, spikes))}</div>")
 
     def _main_phases(self, end: float) -> tuple[int | None, list[dict[str, Any]], list[tuple[str, float, float]]]:
-        """The main process's pid, the phase events in time order, and the main's phases up to ``end``."""
+        """The main process's pid, the phase and epoch events in time order, and the main's phases up to ``end``."""
         main = next((pid for pid, d in self._procs().items() if d.get("role") == "main"), None)
         events = sorted(self._phase_events, key=lambda e: e["t"])
         return main, events, phases_mod.intervals(events, end, main)
@@ -352,10 +351,8 @@ class Dashboard:
             elif limit and self.run is not None and self.run.snapshot.tree_pss:
                 limit = max(1, limit - max(0, self.run.snapshot.tree_pss - y[-1]))  # file-backed pages count too
             if t:
-                main, events, spans = self._main_phases(t[-1])
-                start = phases_mod.training_start([dict(e, kind="phase") for e in events], main)
-                auto = phases_mod.automatic_only(spans)
-                self._leak = assess_leak(*fit_span(t, y, start), limit_bytes=limit, phases=auto).to_dict()
+                main, events, _ = self._main_phases(t[-1])
+                self._leak = fit_plan(events, t[-1], main).verdict(t, y, limit).to_dict()
             with self.series._lock:
                 tt, ty = self.series.pss_by_role.total()
             self._spikes = [sp.to_dict() for sp in find_spikes(tt, ty)] if len(tt) >= 3 else []
@@ -473,14 +470,15 @@ class Dashboard:
 
 
 def _recorded_phases(path: str) -> list[dict[str, Any]]:
-    """The phase events the record already holds when a dashboard starts following a run (empty if the record
-    cannot be read yet)."""
+    """The phase and epoch events the record already holds when a dashboard starts following a run (empty if the
+    record cannot be read yet)."""
     from ..store import RunData
 
     try:
         rd = RunData(path)
         try:
-            return [{"t": e["t"], "pid": e["pid"], "data": e["data"]} for e in rd.events("phase")]
+            return [{"t": e["t"], "pid": e["pid"], "kind": kind, "data": e["data"]}
+                    for kind in ("phase", "epoch") for e in rd.events(kind)]
         finally:
             rd.close()
     except Exception:
