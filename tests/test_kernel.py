@@ -20,8 +20,28 @@ def kernel(tmp_path):
     kc.start_channels()
     kc.wait_for_ready(timeout=60)
     yield kc
-    kc.stop_channels()
-    km.shutdown_kernel(now=True)
+    _close(km, kc)
+
+
+# A kernel killed outright leaves its runs going (memscope never kills a training because its kernel died: the
+# run can be attached again). A test that failed half-way must not leave its run behind on the machine: the
+# kernel kills what it started, through memscope (its own tree only), before it goes.
+_KILL_RUNS = ("import gc, memscope\n"
+              "for _r in [o for o in gc.get_objects() if isinstance(o, memscope.Run)]:\n"
+              "    _r.ended or _r.kill(wait=False)\n"
+              "for _r in [o for o in gc.get_objects() if isinstance(o, memscope.Run)]:\n"
+              "    _r.wait(10)")
+
+
+def _close(km, kc):
+    try:
+        if km.is_alive():
+            execute(kc, _KILL_RUNS, timeout=20)
+    except Exception as exc:  # a kernel that cannot answer any more: say so, the test's own failure stands
+        print(f"could not stop the kernel's runs: {exc!r}")
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
 
 
 def execute(kc, code, timeout=60):
@@ -290,5 +310,4 @@ def test_stop_click_waits_for_a_busy_cell_without_subshells_and_runs_on_interrup
         _, msgs = execute(kc, "print('CAUSE', run.wait(10)['exit']['cause'])")
         assert "CAUSE stopped_by_user" in _printed(msgs)
     finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
+        _close(km, kc)
