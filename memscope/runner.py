@@ -217,6 +217,11 @@ class Run:
         self.snapshot = Snapshot()
         self.output_tail: collections.deque[str] = collections.deque(maxlen=200)
         self._readers: dict[str, Any] = {}  # stream name -> collect.output.LineReader (capture mode)
+        # Capture mode: the run writes its output to these files beside the record, removed once read at the end.
+        # A run that outlives its kernel keeps writing there (no pipe to break), and its output stays findable.
+        base = self.record_path[:-len(".sqlite")] if self.record_path.endswith(".sqlite") else self.record_path
+        self.output_files = (base + ".stdout", base + ".stderr") if o.output == "capture" else None
+        self._output_done = threading.Event()  # every writer of the output files is gone
         self._proc: subprocess.Popen | None = None
         self._subreaper = False
         self._sup = supervise.Supervisor(0, self.attached, dict, lambda: True)  # replaced at start()
@@ -258,7 +263,7 @@ class Run:
             # The subreaper first: an orphan made in the run's first milliseconds must come to memscope too.
             self._subreaper = supervise.hold_subreaper()
             try:
-                self._proc = supervise.launch(self.command, o.cwd, env, capture=o.output == "capture")
+                self._proc = supervise.launch(self.command, o.cwd, env, self.output_files)
             except OSError as exc:
                 self._abort()
                 raise LaunchError(f"{self.command[0]}: {exc.strerror or exc}") from None
@@ -293,9 +298,9 @@ class Run:
         if nvml is not None:
             self._spawn(lambda: gpu_mod.sample_loop(nvml, self._publish, self._clock, self.tree.alive_pids,
                                                     self._sampling_done, o.host_interval_s), "memscope-gpu")
-        if self._proc is not None and o.output == "capture":
-            self._spawn(lambda: self._read_output(self._proc.stdout, "stdout"), "memscope-stdout")
-            self._spawn(lambda: self._read_output(self._proc.stderr, "stderr"), "memscope-stderr")
+        if self._proc is not None and self.output_files:
+            for name, path in zip(("stdout", "stderr"), self.output_files):
+                self._spawn(lambda name=name, path=path: self._read_output(path, name), f"memscope-{name}")
         return self
 
     @property
@@ -783,6 +788,7 @@ class Run:
                     _say(f"memscope: cannot write the summary to {self.options.summary_json}: {exc}")
         finally:
             shutil.rmtree(self._dir, ignore_errors=True)  # the socket and crash files, whatever happened
+            self._output_done.set()
             if self._subreaper:
                 self._subreaper = False
                 supervise.release_subreaper()
@@ -814,6 +820,8 @@ class Run:
         for th in self._threads:
             if th.name in ("memscope-rss", "memscope-pss"):
                 th.join(timeout=5)
+        if not self._detached:
+            self._end_output()
         running = set(self.tree.unsignalled())  # still alive, and said so: not "exited"
         for pid in self.tree.alive_pids():
             if self._detached:
@@ -923,15 +931,29 @@ class Run:
     def _recorder_sync(self, timeout: float = 5.0) -> bool:
         return self._recorder.sync(timeout)
 
-    def _read_output(self, stream: Any, name: str) -> None:
-        from .collect.output import LineReader, pump
+    def _read_output(self, path: str, name: str) -> None:
+        from .collect.output import LineReader, follow
 
         def on_text(text: str) -> None:
             self._publish(Event(self._clock(), self.pid, "output", {"stream": name, "text": text}))
 
         reader = LineReader(on_text, self.output_tail)
         self._readers[name] = reader
-        pump(stream, reader)
+        follow(path, reader, self._output_done)
+
+    def _end_output(self) -> None:
+        """Once every process of the run is gone: read the output files to their end, then remove them (what they
+        held is in the record)."""
+        self._output_done.set()
+        readers = [th for th in self._threads if th.name in ("memscope-stdout", "memscope-stderr")]
+        for th in readers:
+            th.join(timeout=10)
+        if self.output_files and not any(th.is_alive() for th in readers):
+            for path in self.output_files:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
 
     @property
     def output_partial(self) -> str:
@@ -950,9 +972,9 @@ class Run:
         self._recorder.close()
         try:
             os.unlink(self.record_path)
-            for suffix in ("-wal", "-shm"):
-                if os.path.exists(self.record_path + suffix):
-                    os.unlink(self.record_path + suffix)
+            for path in [self.record_path + "-wal", self.record_path + "-shm", *(self.output_files or ())]:
+                if os.path.exists(path):
+                    os.unlink(path)
         except OSError:
             pass
         shutil.rmtree(self._dir, ignore_errors=True)

@@ -80,11 +80,21 @@ def supervised_runs() -> int:
         return _subreaper_users
 
 
-def launch(command: Sequence[str], cwd: str | None, env: Mapping[str, str], capture: bool) -> subprocess.Popen:
-    """Start ``command`` in a session of its own (raises OSError as Popen does)."""
-    pipe = subprocess.PIPE if capture else None
-    proc = subprocess.Popen(list(command), cwd=cwd, env=dict(env), start_new_session=True,
-                            stdin=subprocess.DEVNULL if capture else None, stdout=pipe, stderr=pipe)
+def launch(command: Sequence[str], cwd: str | None, env: Mapping[str, str],
+           output_files: tuple[str, str] | None = None) -> subprocess.Popen:
+    """Start ``command`` in a session of its own (raises OSError as Popen does). ``output_files``: its stdout and
+    stderr go to these files (appended to), not to a pipe: a pipe's reader is memscope, and a notebook kernel that
+    dies or restarts takes it along; the training's next print then raised BrokenPipeError (measured: a run that
+    outlived its kernel died at its first print after it). A file has no reader to lose."""
+    fds = [os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+           for p in output_files] if output_files else [None, None]
+    try:
+        proc = subprocess.Popen(list(command), cwd=cwd, env=dict(env), start_new_session=True,
+                                stdin=subprocess.DEVNULL if output_files else None, stdout=fds[0], stderr=fds[1])
+    finally:
+        for fd in fds:
+            if fd is not None:
+                os.close(fd)
     with _lock:
         _launched.add(proc.pid)
     return proc

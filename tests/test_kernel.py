@@ -4,6 +4,7 @@ import os
 import queue
 import time
 
+import psutil
 import pytest
 
 from conftest import script
@@ -176,6 +177,38 @@ def _reply(kc, msg_id, timeout=60):
 
 def _printed(msgs):
     return "".join(m["content"].get("text", "") for m in msgs if m["msg_type"] == "stream")
+
+
+def test_a_run_outlives_its_killed_kernel_and_keeps_printing(tmp_path):
+    """A kernel that dies (or is restarted) must not take the training along. Its output went to a pipe memscope
+    read: the training's first print after the kernel's death raised BrokenPipeError and ended it. Now it writes
+    to a file beside the record, finishes, and what it printed unwatched is there."""
+    import glob
+
+    km = jupyter_client.KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(tmp_path), env=dict(os.environ))
+    kc = km.client()
+    kc.start_channels()
+    done = tmp_path / "done"
+    try:
+        kc.wait_for_ready(timeout=60)
+        execute(kc, f"%load_ext memscope\nrun = %memscope --record {tmp_path}/runs "
+                    f"{script('outlives_kernel.py')} {done} 5")
+        _, msgs = execute(kc, "import time; time.sleep(1.5); print('PID', run.pid)")
+        pid = int(_printed(msgs).split("PID")[1].split()[0])
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)  # SIGKILL: no atexit, no goodbye
+    try:
+        proc = psutil.Process(pid)
+        proc.wait(30)
+    except psutil.NoSuchProcess:
+        pass
+    assert done.read_text() == "finished"
+    out = glob.glob(f"{tmp_path}/runs/*.stdout")
+    assert len(out) == 1
+    lines = open(out[0]).read().splitlines()
+    assert lines[-1].startswith("done ") and len(lines) >= 15, lines
 
 
 def test_rerunning_a_cell_closes_only_its_own_dashboard(kernel, tmp_path):

@@ -1,4 +1,5 @@
-"""The run's own output in capture mode (notebook, API): read as it comes, kept as lines, recorded.
+"""The run's own output in capture mode (notebook, API): read as it comes, kept as lines, recorded. The child
+writes to files, read as they grow (``follow``).
 
 Linear in what the child writes, whatever it writes: bytes are decoded by one incremental UTF-8 decoder per
 stream (a character split across two reads stays whole), and a line is held only up to ``MAX_LINE`` characters;
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 import codecs
 import collections
-from typing import IO, Callable
+import os
+import threading
+from typing import Callable
 
 MAX_LINE = 64 * 1024   # characters of one line kept (in the tail and in the record)
 READ_SIZE = 65536
@@ -80,16 +83,23 @@ class LineReader:
         return note + ("\n" if newline else "")
 
 
-def pump(stream: IO[bytes], reader: LineReader) -> None:
-    """Read ``stream`` to its end into ``reader`` (a thread's whole job: the child never waits on us long)."""
-    read = stream.read1 if hasattr(stream, "read1") else stream.read
-    while True:
-        try:
-            chunk = read(READ_SIZE)
-        except (OSError, ValueError):
-            chunk = b""
-        if not chunk:
-            break
-        reader.feed(chunk)
+def follow(path: str, reader: LineReader, done: threading.Event, poll_s: float = 0.05) -> None:
+    """Read the file the child writes its output to, as it grows, into ``reader``, until ``done`` is set (every
+    writer is gone) and all that was written is read. A file never says "no more writers" as a pipe does:
+    ``done`` does."""
+    try:
+        f = open(path, "rb", buffering=0)
+    except OSError:
+        return
+    with f:
+        while True:
+            finished = done.is_set()  # before the read: all that was written before it is in this read
+            chunk = f.read(READ_SIZE)
+            if chunk:
+                reader.feed(chunk)
+            elif finished:
+                break
+            else:
+                done.wait(poll_s)
     reader.feed(b"", final=True)
     reader.partial = ""
