@@ -17,7 +17,9 @@ from memscope.analysis.leak import (
     baseline,
     find_spikes,
     fit_plan,
+    floor_step,
 )
+from memscope.ui.terminal import verdict_text
 
 MB = 1_000_000
 KB = 1_000
@@ -115,6 +117,18 @@ def test_one_time_step_is_not_a_leak(step_at):
     # the step still shows as different floor levels at the start and end
     assert abs(v.baseline_start_bytes - 600 * MB) < 20 * MB or step_at < 100
     assert abs(v.baseline_end_bytes - 1100 * MB) < 20 * MB
+    # ...and is said as a step, not as a flat floor (the first stair of a staircase reads the same, live).
+    if step_at >= 120:  # a step inside the first fifth leaves both fifths' medians on the upper level
+        assert abs(floor_step(v.to_dict()) - 500 * MB) < 40 * MB
+        assert verdict_text(v.to_dict()).startswith("no leak: the floor stepped up 4")
+
+
+def test_a_flat_floor_and_a_leak_have_no_step():
+    t, y = trace(7, 600, base=1000 * MB, extra=lambda x: 200 * MB * ((x % 30.0) / 30.0))
+    assert floor_step(assess_leak(t, y).to_dict()) is None
+    assert verdict_text(assess_leak(t, y).to_dict()) == "no leak: the floor is flat"
+    t, y = trace(4, 600, base=1000 * MB, slope=100 * KB, noise=1 * MB)
+    assert floor_step(assess_leak(t, y).to_dict()) is None
 
 
 def test_gc_sawtooth_is_not_a_leak():

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .leak import floor_step
+
 WORKER_SHARE = 0.5       # workers holding more than half the tree's PSS is worth a line
 MANY_WORKERS = 8
 
@@ -84,7 +86,9 @@ def _leak_line(leak: dict[str, Any], spikes: list[dict[str, Any]]) -> str | None
                "label the step that makes it (with memscope.phase(\"name\"): ...) to see which one it is"
                if not phase else f"it comes with '{phase}'")
         n = len(spikes)
-        return (f"No leak: the floor is flat; {n} spike{'s' if n != 1 else ''}, the highest{ph} "
+        step = floor_step(leak)
+        floor = f"the floor stepped up {_mib(step)} once, then held" if step else "the floor is flat"
+        return (f"No leak: {floor}; {n} spike{'s' if n != 1 else ''}, the highest{ph} "
                 f"{_mib(top.get('height_bytes'))} above the floor. Budget for the spike, not a leak: {fix}.")
     return None
 

@@ -597,6 +597,17 @@ def assess_leak(
     )
 
 
+def floor_step(verdict: Mapping[str, object]) -> int | None:
+    """For a ``no_leak`` verdict (``LeakVerdict.to_dict()``): how much the floor rose between the run's first
+    and last fifth when that is more than growth a verdict would call material, else None. A floor that stepped
+    up once and held is no leak, and no flat floor either (nor is a staircase's first stair, live)."""
+    a, b = verdict.get("baseline_start_bytes"), verdict.get("baseline_end_bytes")
+    if verdict.get("verdict") != "no_leak" or not isinstance(a, int) or not isinstance(b, int):
+        return None
+    step = b - a
+    return step if step > max(MIN_GROWTH_BYTES, MIN_GROWTH_FRACTION * abs(b)) else None
+
+
 def _retained_at_every_switch(gt: list, gy: list, index, name: str | None) -> bool:
     """A staircase: each stretch of the dominant phase (training) stands higher than the one before, at every
     switch, at least twice. That is memory kept by each validation (seed 002); a one-time step rises once. The
