@@ -345,9 +345,9 @@ class TreeSampler:
                             pid not in self._pss_measured:
                         self.pss_wanted = True  # alive during the last PSS round, which measured its parent only
                     if self._carry.first_seen(pid, t_now, private, tr.info.ppid, born):
-                        # Its base is the parent's reading nearest its birth, a guess where the parent's memory
-                        # moved around the fork; the first PSS round after it ends the guess. Forks come in
-                        # bursts (a DataLoader's workers at each epoch), so this is one round a burst.
+                        # Its base is the higher of the parent's readings around its birth, a guess where the
+                        # parent's memory moved around the fork; the first PSS round after it ends the guess. Forks
+                        # come in bursts (a DataLoader's workers at each epoch), so this is one round a burst.
                         self.pss_wanted = True
                 else:
                     self._carry.first_seen(pid, t_now, private)
