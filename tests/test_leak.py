@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import random
 from bisect import bisect_left
 
@@ -440,6 +442,36 @@ def test_memory_kept_by_the_first_evaluation_only_is_not_a_leak(seed):
     assert assess_leak(t, y, phases=phases).verdict == "no_leak"
 
 
+
+
+def test_a_recorded_trainer_staircase_is_a_leak_though_the_tree_falls_when_workers_exit():
+    # A real Hugging Face Trainer run under load (the fixture says how it was recorded): quick evaluations first,
+    # then a long training stretch and one more, each keeping its outputs. The tree's floor also falls 111 MiB
+    # when an eval loader's workers exit, and the second half of the run holds one stair: "higher at every
+    # switch" and the halves test both called the tree no_leak while its main leaked (+243 MiB).
+    with open(os.path.join(os.path.dirname(__file__), "fixtures", "hf_trainer_busy_leak_fit.json")) as f:
+        fit = json.load(f)
+    phases = [tuple(p) for p in fit["phases"]]
+    assert assess_leak(fit["main_t"], fit["main_private"], phases=phases).verdict == "leak"
+    v = assess_leak(fit["t"], fit["tree_private"], phases=phases)
+    assert v.verdict == "leak", v
+    assert v.baseline_end_bytes - v.baseline_start_bytes > 200 << 20
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_staircase_with_a_fall_between_stairs_is_a_leak(seed):
+    # The same shape, synthetic: 100 MB of workers leave after the fourth of six evaluations, each keeping 40 MB.
+    (t, y), phases = _staircase(seed, 40 * MB, evals_at=(3.0, 5.0, 7.0, 9.0, 11.0, 22.0))
+    y = [v + (100 * MB if x < 10.5 else 0.0) for x, v in zip(t, y)]
+    assert assess_leak(t, y, phases=phases).verdict == "leak"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_warm_up_that_settles_is_not_a_staircase(seed):
+    # Caches filled over the first two evaluations, then nothing more kept over three: growth that stopped.
+    (t, y), phases = _staircase(seed, 0, evals_at=(4.0, 8.0, 12.0, 16.0, 20.0))
+    y = [v + 20 * MB * min(2, sum(x >= e + 1.5 for e in (4.0, 8.0))) for x, v in zip(t, y)]
+    assert assess_leak(t, y, phases=phases).verdict == "no_leak"
 
 def test_the_fit_plan_every_view_shares():
     # The main (pid 1) starts its first epoch at 3 s, switches to eval at 10 s and back at 12 s; a worker's own

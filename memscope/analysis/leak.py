@@ -563,7 +563,7 @@ def assess_leak(
     sustained = all(
         f.slope > 0 and f.slope >= HALF_SLOPE_RATIO * slope and f.confidence >= HALF_CONFIDENCE
         for f in fits
-    ) or (index is not None and _retained_at_every_switch(*by_phase[dominant], index, dominant))
+    ) or (index is not None and _staircase(*by_phase[dominant], index, dominant))
 
     # Levels from the dominant phase type (the one covering most samples): the median
     # of its floor points in the first/last fifth of the run. Local medians (not a
@@ -608,13 +608,19 @@ def floor_step(verdict: Mapping[str, object]) -> int | None:
     return step if step > max(MIN_GROWTH_BYTES, MIN_GROWTH_FRACTION * abs(b)) else None
 
 
-def _retained_at_every_switch(gt: list, gy: list, index, name: str | None) -> bool:
-    """A staircase: each stretch of the dominant phase (training) stands higher than the one before, at every
-    switch, at least twice. That is memory kept by each validation (seed 002); a one-time step rises once. The
-    halves test misses it when a short run holds two or three evaluations: a half with one stair in it has a
-    median pairwise slope of about zero. A stretch's level is the lower quartile of its own samples (``gt``, ``gy``:
-    all of the phase's, not its floor points): its last stretch may be a second long before the run ends, too short
-    for a floor window, and the quartile ignores a spike or the first of the teardown."""
+def _staircase(gt: list, gy: list, index, name: str | None) -> bool:
+    """A staircase: memory kept at phase switches (seed 002: each validation keeps its outputs), seen in the
+    levels of the dominant phase's (training's) stretches. The halves test misses it when a short run holds two or
+    three evaluations: a half with one stair in it has a median pairwise slope of about zero.
+
+    It is one when the floor rose at two switches or more, still rose at the last one, and what it gained from
+    the first stretch to the last is material without its largest stair (a one-time step, or a warm-up that
+    settled, is not a leak). Falls between stretches are allowed: the tree's floor drops whenever a DataLoader's
+    workers exit (seen: a Hugging Face Trainer's tree fell 111 MiB at an eval loader's exit, its main leaking
+    all along; "higher at every switch" called that run no_leak). A stretch's level is the lower quartile of its
+    own samples (``gt``, ``gy``: all of the phase's, not its floor points): its last stretch may be a second long
+    before the run ends, too short for a floor window, and the quartile ignores a spike or the first of the
+    teardown."""
     if name is None:
         return False
     starts, ends, names, _ = index
@@ -626,8 +632,11 @@ def _retained_at_every_switch(gt: list, gy: list, index, name: str | None) -> bo
                 levels.append(pts[len(pts) // 4])
     if len(levels) < 3:
         return False
-    step = max(_MIN_SPIKE_BYTES, _STAIR_FRACTION * abs(levels[-1]))
-    return all(b - a > step for a, b in zip(levels, levels[1:]))
+    stair = max(_MIN_SPIKE_BYTES, _STAIR_FRACTION * abs(levels[-1]))
+    least = max(MIN_GROWTH_BYTES, MIN_GROWTH_FRACTION * abs(levels[-1]))
+    rises = [b - a for a, b in zip(levels, levels[1:])]
+    return (sum(r > stair for r in rises) >= 2 and rises[-1] > stair
+            and levels[-1] - levels[0] - max(rises) > least)
 
 
 def find_spikes(
