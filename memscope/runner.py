@@ -219,7 +219,7 @@ class Run:
         self._readers: dict[str, Any] = {}  # stream name -> collect.output.LineReader (capture mode)
         # Capture mode: the run writes its output to these files beside the record, removed once read at the end.
         # A run that outlives its kernel keeps writing there (no pipe to break), and its output stays findable.
-        base = self.record_path[:-len(".sqlite")] if self.record_path.endswith(".sqlite") else self.record_path
+        base = os.path.join(self.record_dir, self.run_id)
         self.output_files = (base + ".stdout", base + ".stderr") if o.output == "capture" else None
         self._output_done = threading.Event()  # every writer of the output files is gone
         self._proc: subprocess.Popen | None = None
@@ -820,7 +820,7 @@ class Run:
         for th in self._threads:
             if th.name in ("memscope-rss", "memscope-pss"):
                 th.join(timeout=5)
-        if not self._detached:
+        if not self._detached:  # a detached run's processes go on writing to its output files
             self._end_output()
         running = set(self.tree.unsignalled())  # still alive, and said so: not "exited"
         for pid in self.tree.alive_pids():

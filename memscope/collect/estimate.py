@@ -90,6 +90,10 @@ class PssCarry:
             self._base[pid] = _Base(pss + sum(h[1] for h in late), anon_pss + swap + sum(h[2] for h in late),
                                     private, True, t, shared, anon_shared)
 
+    def known(self, pid: int) -> bool:
+        """Whether ``pid`` has a base (a PSS reading, or a starting guess from ``first_seen``)."""
+        return pid in self._base
+
     def first_seen(self, pid: int, t: float, private: int, parent: int | None = None,
                    born: float | None = None) -> bool:
         """A process seen for the first time (before any PSS reading of it). ``parent``: the tracked process it

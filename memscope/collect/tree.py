@@ -77,8 +77,6 @@ class TreeSampler:
         self._carry = PssCarry()
         self._carry_lock = threading.Lock()
         self.pss_wanted = False                # a PSS round should come as soon as the budget allows
-        self._pss_started = -1e18              # clock at the last PSS round's start
-        self._pss_measured: set[int] = set()   # the pids that round measured
         with self._lock:
             self._add(root)
             self._reclassify()
@@ -336,21 +334,18 @@ class TreeSampler:
         out = []
         with self._carry_lock:
             for pid, rss, private in read:
-                tr = self.procs.get(pid)
-                if tr is not None and tr.forked and self._carry.age(pid, t_now) is None:
-                    # A fork no PSS round has read yet: its base, and whether the last round missed it, hang on
-                    # its birth (once read, neither does: the hot path skips this).
-                    born = t_now - (procfs.uptime() - tr.start / procfs.CLK_TCK)
-                    if born < self._pss_started + 0.5 and tr.info.ppid in self._pss_measured and \
-                            pid not in self._pss_measured:
-                        self.pss_wanted = True  # alive during the last PSS round, which measured its parent only
-                    if self._carry.first_seen(pid, t_now, private, tr.info.ppid, born):
-                        # Its base is the higher of the parent's readings around its birth, a guess where the
-                        # parent's memory moved around the fork; the first PSS round after it ends the guess. Forks
-                        # come in bursts (a DataLoader's workers at each epoch), so this is one round a burst.
+                if not self._carry.known(pid):
+                    tr = self.procs.get(pid)
+                    if tr is not None and tr.forked:
+                        # A fork: its base is the higher of the parent's readings around its birth, a guess where
+                        # the parent's memory moved around the fork; the first PSS round after it ends the guess
+                        # (it also reads a fork born while the last round ran, which measured its parent only).
+                        # Forks come in bursts (a DataLoader's workers at each epoch): one round a burst.
+                        born = t_now - (procfs.uptime() - tr.start / procfs.CLK_TCK)
+                        self._carry.first_seen(pid, t_now, private, tr.info.ppid, born)
                         self.pss_wanted = True
-                else:
-                    self._carry.first_seen(pid, t_now, private)
+                    else:
+                        self._carry.first_seen(pid, t_now, private)
                 self._carry.observe(pid, t_now, private)
                 est, est_private = self._carry.estimate(pid, rss, private)
                 out.append(ProcMem(pid, rss, private=private, est_pss=est, est_private=est_private))
@@ -366,7 +361,6 @@ class TreeSampler:
         out = []
         bases = []
         self.pss_wanted = False
-        self._pss_started = self._clock()
         for pid in self.alive_pids():
             m = procfs.read_statm(pid)  # read with smaps_rollup: the base the RSS rounds carry PSS from
             d = procfs.read_smaps_rollup(pid)
@@ -393,7 +387,6 @@ class TreeSampler:
             for b in bases:
                 self._carry.measured(*b, alive=self._is_member(b[0]))
         s = TreeSample(self._clock(), "pss", tuple(out))
-        self._pss_measured = {p.pid for p in out}
         self._emit(s)
         return s
 
