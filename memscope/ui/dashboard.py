@@ -267,7 +267,9 @@ class Dashboard:
             snap["phases"] = [{"name": p["name"], "start_s": p["start_s"], "end_s": p["end_s"]}
                               for p in final_summary["phases"]]
         else:
-            snap["phases"] = [{"name": n, "start_s": a, "end_s": b} for n, a, b in self._main_phases(end)[2]]
+            main, events = self._main_events()
+            snap["phases"] = [{"name": n, "start_s": a, "end_s": b}
+                              for n, a, b in phases_mod.intervals(events, end, main)]
         self.chart.data = snap
         if self.gpu.has_data and self.gpu.version != self._gpu_version:
             self._gpu_version = self.gpu.version
@@ -331,11 +333,10 @@ class Dashboard:
                 f"<b style='color:{color}'>● {_esc(state)}</b> {fmt_elapsed(elapsed)} · {now}"
                 f"peak {fmt_bytes(peak)} · {_esc(head)} · {_esc(leak_line(leak, spikes))}</div>")
 
-    def _main_phases(self, end: float) -> tuple[int | None, list[dict[str, Any]], list[tuple[str, float, float]]]:
-        """The main process's pid, the phase and epoch events in time order, and the main's phases up to ``end``."""
+    def _main_events(self) -> tuple[int | None, list[dict[str, Any]]]:
+        """The main process's pid, and the phase and epoch events in time order."""
         main = next((pid for pid, d in self._procs().items() if d.get("role") == "main"), None)
-        events = sorted(self._phase_events, key=lambda e: e["t"])
-        return main, events, phases_mod.intervals(events, end, main)
+        return main, sorted(self._phase_events, key=lambda e: e["t"])
 
     def _live_leak(self, snap: dict[str, Any], limit: int | None) -> dict[str, Any]:
         """The leak verdict as the summary will give it: fitted on the tree's private memory (anonymous PSS +
@@ -351,7 +352,7 @@ class Dashboard:
             elif limit and self.run is not None and self.run.snapshot.tree_pss:
                 limit = max(1, limit - max(0, self.run.snapshot.tree_pss - y[-1]))  # file-backed pages count too
             if t:
-                main, events, _ = self._main_phases(t[-1])
+                main, events = self._main_events()
                 self._leak = fit_plan(events, t[-1], main).verdict(t, y, limit).to_dict()
             with self.series._lock:
                 tt, ty = self.series.pss_by_role.total()
