@@ -15,13 +15,24 @@ pytest.importorskip("ipykernel")
 
 @pytest.fixture
 def kernel(tmp_path):
-    km = jupyter_client.KernelManager(kernel_name="python3")
-    km.start_kernel(cwd=str(tmp_path), env=dict(os.environ))
-    kc = km.client()
-    kc.start_channels()
-    kc.wait_for_ready(timeout=60)
+    km, kc = _start_kernel(tmp_path)
     yield kc
     _close(km, kc)
+
+
+def _start_kernel(cwd):
+    """A real python3 kernel in ``cwd``, ready: (manager, client)."""
+    km = jupyter_client.KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(cwd), env=dict(os.environ))
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+    except BaseException:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+        raise
+    return km, kc
 
 
 # A kernel killed outright leaves its runs going (memscope never kills a training because its kernel died: the
@@ -185,13 +196,9 @@ def test_a_run_outlives_its_killed_kernel_and_keeps_printing(tmp_path):
     to a file beside the record, finishes, and what it printed unwatched is there."""
     import glob
 
-    km = jupyter_client.KernelManager(kernel_name="python3")
-    km.start_kernel(cwd=str(tmp_path), env=dict(os.environ))
-    kc = km.client()
-    kc.start_channels()
+    km, kc = _start_kernel(tmp_path)
     done = tmp_path / "done"
     try:
-        kc.wait_for_ready(timeout=60)
         execute(kc, f"%load_ext memscope\nrun = %memscope --record {tmp_path}/runs "
                     f"{script('outlives_kernel.py')} {done} 5")
         _, msgs = execute(kc, "import time; time.sleep(1.5); print('PID', run.pid)")
@@ -324,12 +331,8 @@ def test_stop_acts_while_another_cell_is_busy_over_a_subshell(kernel, tmp_path):
 def test_stop_click_waits_for_a_busy_cell_without_subshells_and_runs_on_interrupt(tmp_path):
     """Without subshells (Colab, VS Code): the click waits for the busy cell; interrupting that cell (■) lets the
     stop run at once, as the button says."""
-    km = jupyter_client.KernelManager(kernel_name="python3")
-    km.start_kernel(cwd=str(tmp_path), env=dict(os.environ))
-    kc = km.client()
-    kc.start_channels()
+    km, kc = _start_kernel(tmp_path)
     try:
-        kc.wait_for_ready(timeout=60)
         comm_id, pids = _start_two_procs(kc, tmp_path)
         busy = kc.execute("import time; time.sleep(30)")
         time.sleep(1.0)
