@@ -360,11 +360,13 @@ class TreeSampler:
         self.discover()
         out = []
         bases = []
+        torn = False
         self.pss_wanted = False
         for pid in self.alive_pids():
             m = procfs.read_statm(pid)  # read with smaps_rollup: the base the RSS rounds carry PSS from
             d = procfs.read_smaps_rollup(pid)
             if d is None:
+                torn |= m is not None and not _alive(pid)  # it exited while the round read the others
                 continue
             # Proportional figures throughout, so that they add up over a forked tree (Pss = anon + file).
             pss = d.get("Pss", 0)
@@ -383,6 +385,13 @@ class TreeSampler:
         # All bases at once: an RSS round in the middle of this one would otherwise add processes already re-read
         # to processes not yet re-read. When a fork appears, the parent's PSS falls by what the children now
         # share, and the children's rises by it: half of that change is a dip (seen: -120 MiB on a HF Trainer).
+        # A process that exited in the middle of the round leaves it torn: those read before its exit lack the
+        # share of the pages it mapped with them, and nobody holds it (seen: a HF Trainer tree 200 MiB low for
+        # 2 s under load, its eval workers exiting mid-round). The bases stay as they were, and exits hand their
+        # shares over to them; the next round comes as soon as the budget allows.
+        if torn:
+            self.pss_wanted = True
+            bases = []
         with self._carry_lock:
             for b in bases:
                 self._carry.measured(*b, alive=self._is_member(b[0]))
