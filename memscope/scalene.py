@@ -25,6 +25,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -264,15 +265,35 @@ def _read_json(path: str, timeout: float = 10.0) -> dict[str, Any]:
             time.sleep(0.1)
 
 
+# Scalene writes its report in place, in the folder it runs in: render it in a folder of its own, then rename it
+# beside the JSON, so that a report that exists is whole (a reader opening it mid-write saw an empty file).
+_RENDER = """
+import os, shutil, subprocess, sys
+json_path, work, final = sys.argv[1:4]
+subprocess.run([sys.executable, "-m", "scalene", "view", "--standalone", json_path], cwd=work,
+               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+try:
+    os.replace(os.path.join(work, "scalene-profile.html"), final)
+finally:
+    shutil.rmtree(work, ignore_errors=True)
+"""
+
+
 def start_html(json_path: str, python: str = sys.executable) -> str:
     """Start Scalene's own standalone HTML report of ``json_path`` (``scalene view --standalone``, 5-10 s) in a
-    detached process, so that it is written even if the caller exits; returns where it will be."""
-    folder = os.path.dirname(os.path.abspath(json_path))
+    detached process, so that it is written even if the caller exits; returns where it will be once whole."""
+    json_path = os.path.abspath(json_path)
+    folder = os.path.dirname(json_path)
+    final = os.path.join(folder, "scalene-profile.html")
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSCOPE_")}
     try:
-        subprocess.Popen([python, "-m", "scalene", "view", "--standalone", os.path.abspath(json_path)], cwd=folder,
-                         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        work = tempfile.mkdtemp(prefix=".html-", dir=folder)
+    except OSError:
+        return final
+    try:
+        subprocess.Popen([python, "-c", _RENDER, json_path, work, final], cwd=folder, env=env,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          start_new_session=True)
     except OSError:
-        pass
-    return os.path.join(folder, "scalene-profile.html")
+        shutil.rmtree(work, ignore_errors=True)
+    return final

@@ -74,10 +74,16 @@ def test_snapshots_show_each_window_hot_line_and_the_run_still_ends_ok(start, tm
     assert [x["index"] for x in s["scalene"]] == [1, 2]
     assert line_b in [row["line"] for row in s["scalene"][1]["top"]]
     # Scalene's own report of the run, written beside the record in the background.
+    # It is whole once it exists (renamed into place), and the folder it was rendered in goes right after.
+    folder = os.path.dirname(second.html_path)
+    rendering = lambda: [n for n in os.listdir(folder) if n.startswith(".html-")]  # noqa: E731
     deadline = time.monotonic() + 90
     while not os.path.exists(second.html_path) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert os.path.getsize(second.html_path) > 10000
+    while rendering() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert rendering() == []
     assert os.path.dirname(os.path.dirname(second.html_path)).startswith(run.record_path[:-len(".sqlite")])
 
 
