@@ -53,3 +53,82 @@ def test_a_pss_round_torn_by_an_exit_keeps_the_bases_it_had(monkeypatch):
     finally:
         p.kill()
         p.wait()
+
+
+def test_a_pss_round_torn_by_a_birth_keeps_the_bases_it_had(monkeypatch):
+    # The parent forks after the round listed the tree and before it reads the parent: the parent's reading lacks
+    # the fork's share of its 200 MiB, and the fork was not read. Taken as the base, the fast series would run
+    # 100 MiB low until the next round (seen: a HF Trainer tree 70 MiB low for 1.5 s, an eval worker forked
+    # while a slow round read the main).
+    p = subprocess.Popen([PY, script("shares_with_a_fork.py"), "--on-cue"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        s = tree.TreeSampler(p.pid, lambda r: None, time.monotonic)
+        s.discover()
+        s.rss_round()
+        s.pss_round()
+        before = total(s.rss_round())
+        assert before > 195 * MiB, before / MiB
+
+        real = procfs.read_smaps_rollup
+        born = []
+
+        def forks_mid_round(pid):
+            if pid == p.pid and not born:
+                p.stdin.write("fork\n")
+                p.stdin.flush()
+                born.append(int(p.stdout.readline()))
+            return real(pid)
+
+        monkeypatch.setattr(procfs, "read_smaps_rollup", forks_mid_round)
+        torn = s.pss_round()
+        monkeypatch.setattr(procfs, "read_smaps_rollup", real)
+        assert born and [m.pid for m in torn.procs] == [p.pid]
+        assert torn.procs[0].pss < 150 * MiB  # the parent's reading, shared with a fork nobody read
+        assert born[0] in s.alive_pids() and s.pss_wanted
+
+        after = total(s.rss_round())  # the parent's old base, and the fork's own (its parent's, at its birth)
+        assert abs(after - before) < 10 * MiB, (before / MiB, after / MiB)
+        again = total(s.pss_round())
+        assert abs(again - before) < 10 * MiB, (before / MiB, again / MiB)
+        os.kill(born[0], signal.SIGKILL)  # our own grandchild
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_under_constant_churn_every_fourth_torn_round_is_taken(monkeypatch):
+    # Every round torn (a member that is gone whenever it is read) keeps the bases three times, then takes the
+    # fourth: bases kept for ever would never see a fresher truth.
+    p = subprocess.Popen([PY, script("sleeper.py"), "40"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().startswith("ready")
+        s = tree.TreeSampler(p.pid, lambda r: None, time.monotonic)
+        s.discover()
+        s.rss_round()
+        ghost = 1 << 22  # beyond pid_max: never a real process
+        real_statm, real_rollup = procfs.read_statm, procfs.read_smaps_rollup
+
+        def statm(pid):
+            return (1, 0) if pid == ghost else real_statm(pid)
+
+        def rollup(pid):
+            return None if pid == ghost else real_rollup(pid)
+
+        monkeypatch.setattr(procfs, "read_statm", statm)
+        monkeypatch.setattr(procfs, "read_smaps_rollup", rollup)
+        monkeypatch.setattr(s, "alive_pids", lambda: [p.pid, ghost])
+        monkeypatch.setattr(tree, "_alive", lambda pid: pid != ghost)
+        taken, wanted = [], []
+        for _ in range(8):
+            s.pss_round()
+            age = s.pss_age(p.pid)
+            taken.append(age is not None and age < 0.05)
+            wanted.append(s.pss_wanted)  # a round kept asks for the next one soon
+            time.sleep(0.1)
+        assert taken == [False, False, False, True] * 2, taken
+        assert wanted == [not x for x in taken]
+    finally:
+        p.kill()
+        p.wait()

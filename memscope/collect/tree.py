@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 LINUX = sys.platform.startswith("linux")
 FOREIGN_RECHECK_S = 2.0   # how often discovery reads again the processes it found not to be ours
+_KEEP_BASES_ROUNDS = 3    # torn PSS rounds in a row whose readings are not taken as bases (then one is)
 if LINUX:
     from . import procfs
 else:  # pragma: no cover - exercised on macOS
@@ -77,6 +78,7 @@ class TreeSampler:
         self._carry = PssCarry()
         self._carry_lock = threading.Lock()
         self.pss_wanted = False                # a PSS round should come as soon as the budget allows
+        self._pss_kept = 0                     # torn PSS rounds in a row whose bases were not committed
         with self._lock:
             self._add(root)
             self._reclassify()
@@ -362,7 +364,8 @@ class TreeSampler:
         bases = []
         torn = False
         self.pss_wanted = False
-        for pid in self.alive_pids():
+        pids = self.alive_pids()
+        for pid in pids:
             m = procfs.read_statm(pid)  # read with smaps_rollup: the base the RSS rounds carry PSS from
             d = procfs.read_smaps_rollup(pid)
             if d is None:
@@ -387,11 +390,21 @@ class TreeSampler:
         # share, and the children's rises by it: half of that change is a dip (seen: -120 MiB on a HF Trainer).
         # A process that exited in the middle of the round leaves it torn: those read before its exit lack the
         # share of the pages it mapped with them, and nobody holds it (seen: a HF Trainer tree 200 MiB low for
-        # 2 s under load, its eval workers exiting mid-round). The bases stay as they were, and exits hand their
-        # shares over to them; the next round comes as soon as the budget allows.
-        if torn:
+        # 2 s under load, its eval workers exiting mid-round). So does a fork born during the round: those read
+        # after its birth lack its share, and it was not read (seen: the same tree 70 MiB low for 1.5 s, an eval
+        # worker forked while a slow round read the main). The bases stay as they were (exits hand their shares
+        # over to them, a fork's base is its parent's), and the next round comes as soon as the budget allows;
+        # but not for ever: under constant churn a torn round is fresher than bases kept for three rounds.
+        self.discover()
+        listed = set(pids)
+        with self._lock:
+            torn |= any(t.alive and t.forked and pid not in listed for pid, t in self.procs.items())
+        if torn and self._pss_kept < _KEEP_BASES_ROUNDS:
+            self._pss_kept += 1
             self.pss_wanted = True
             bases = []
+        else:
+            self._pss_kept = 0
         with self._carry_lock:
             for b in bases:
                 self._carry.measured(*b, alive=self._is_member(b[0]))
