@@ -458,6 +458,19 @@ def test_a_recorded_trainer_staircase_is_a_leak_though_the_tree_falls_when_worke
     assert v.baseline_end_bytes - v.baseline_start_bytes > 200 << 20
 
 
+def test_a_recorded_trainer_staircase_whose_training_floor_has_three_points_is_a_leak():
+    # Another busy run: the tree fell 70 MiB for 1.5 s in its middle, so most of the training's samples read as
+    # excursions above a floor that came later, and its floor had 3 points. The floor's first and last fifths
+    # were then one set of points: a rise of zero, "not material", no_leak for +240 MiB.
+    with open(os.path.join(os.path.dirname(__file__), "fixtures", "hf_trainer_busy_leak_fall_fit.json")) as f:
+        fit = json.load(f)
+    phases = [tuple(p) for p in fit["phases"]]
+    assert assess_leak(fit["main_t"], fit["main_private"], phases=phases).verdict == "leak"
+    v = assess_leak(fit["t"], fit["tree_private"], phases=phases)
+    assert v.verdict == "leak", v
+    assert v.baseline_end_bytes - v.baseline_start_bytes > 200 << 20
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_a_staircase_with_a_fall_between_stairs_is_a_leak(seed):
     # The same shape, synthetic: 100 MB of workers leave after the fourth of six evaluations, each keeping 40 MB.

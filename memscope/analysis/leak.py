@@ -560,28 +560,34 @@ def assess_leak(
     confidence = fit.confidence
     dominant = max(weight, key=lambda k: weight[k])
     bt, by = groups[dominant]
-    sustained = all(
+    stairs = index is not None and _staircase(*by_phase[dominant], index, dominant)
+    sustained = stairs or all(
         f.slope > 0 and f.slope >= HALF_SLOPE_RATIO * slope and f.confidence >= HALF_CONFIDENCE
         for f in fits
-    ) or (index is not None and _staircase(*by_phase[dominant], index, dominant))
+    )
 
     # Levels from the dominant phase type (the one covering most samples): the median
     # of its floor points in the first/last fifth of the run. Local medians (not a
     # line's intercept) keep a step visible as two levels; they are moved to the ends
     # along the slope only when the trend is real (sustained), never for an artefact.
+    # At least three points each where there are six; with fewer (a phase whose floor is mostly excursions,
+    # seen: a busy HF Trainer's training with 3), the first points and the last, never one set shared.
     edge = span / 5.0
-    k0 = max(3, bisect_left(bt, t0 + edge))
-    k1 = min(len(bt) - 3, bisect_right(bt, t1 - edge))
+    n = len(bt)
+    k0 = max(min(3, n // 2), bisect_left(bt, t0 + edge))
+    k1 = min(max(n - 3, n - n // 2), bisect_right(bt, t1 - edge))
     trend = slope if sustained else 0.0
     start_level = _median([v - trend * (x - t0) for x, v in zip(bt[:k0], by[:k0])])
     end_level = _median([v - trend * (x - t1) for x, v in zip(bt[k1:], by[k1:])])
 
     # Material: the fitted growth over the run, and the floor's own rise from its first fifth to its last, carried
     # to the whole span (a slope fitted over a ramp at the training's start can exceed what the floor gained).
+    # Fewer than six floor points tell no rise of their own (one of three may be the warm-up, before the first
+    # optimizer step: seen on a HF Trainer without a leak); a staircase's material growth is its own rule's.
     least = max(MIN_GROWTH_BYTES, MIN_GROWTH_FRACTION * abs(end_level))
     apart = _median(bt[k1:]) - _median(bt[:k0])
     rise = (_median(by[k1:]) - _median(by[:k0])) * (span / apart if apart > 0 else 1.0)
-    material = slope * span > least and rise > least
+    material = slope * span > least and (stairs or (n >= 6 and rise > least))
     is_leak = slope > 0 and confidence >= LEAK_CONFIDENCE and material and sustained
 
     ttl = None
