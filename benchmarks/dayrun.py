@@ -16,8 +16,8 @@ same code a notebook kernel runs, in this one process:
 - ``ui.series.RunSeries`` (fed every record, as ``RunSeries.follow`` does) and, every simulated minute, what the
   dashboard pushes: ``snapshot()`` through ``chart.chart_payload``; the points counted with ``count_points`` and
   the payload's size as JSON (what each push sends to the browser);
-- every simulated 5 minutes the dashboard's live leak verdict (``assess_leak`` on private memory, anonymous PSS +
-  swap per PSS round, kept in a ``MinMaxSeries`` as ``Dashboard._on_record`` does);
+- every simulated 5 minutes the dashboard's live leak verdict (``fit_plan(...).verdict`` on ``RunSeries``'s
+  ``tree_private``: anonymous PSS + swap at every RSS round, as ``Dashboard._live_leak`` fits it);
 - at the end ``analysis.summary.summarize`` on the whole record (leak verdict, spikes, phases) and
   ``RunSeries.from_record`` (what ``memscope.reopen`` does).
 
@@ -54,13 +54,13 @@ from typing import Any, Callable
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hostinfo import cpu_model, emit, hypervisor, package_version, ram  # noqa: E402
-from memscope.analysis.leak import assess_leak  # noqa: E402
+from memscope.analysis.leak import fit_plan  # noqa: E402
 from memscope.analysis.summary import summarize  # noqa: E402
 from memscope.model import Event, HostSample, ProcessExited, ProcessSeen, ProcMem, RunEnded, TreeSample  # noqa: E402
 from memscope.runner import Run, Snapshot  # noqa: E402
 from memscope.store import Recorder, RunData  # noqa: E402
 from memscope.ui.chart import chart_payload, count_points  # noqa: E402
-from memscope.ui.series import MinMaxSeries, RunSeries  # noqa: E402
+from memscope.ui.series import RunSeries  # noqa: E402
 
 MiB, GiB = 2**20, 2**30
 HOST_TOTAL = 64 * GiB
@@ -207,11 +207,14 @@ class Day:
                 elif p.role == "dataloader_worker":
                     v += 40 * MiB * min(1.0, (t % EPOCH_S) / 60.0)   # workers warm up over their first minute
                 rss = int(v) // 4096 * 4096
-                rss_procs.append(ProcMem(p.pid, rss))
+                # Every round carries the fast series, as the real sampler's do: statm's private memory (anonymous
+                # resident), and PSS and anonymous PSS carried forward between PSS rounds (here: in proportion).
+                pss = int(rss * p.pss_frac)
+                anon = int(pss * 0.8)
+                rss_procs.append(ProcMem(p.pid, rss, private=int(rss * 0.8) // 4096 * 4096, est_pss=pss,
+                                         est_private=anon))
                 if pss_round:
-                    pss = int(rss * p.pss_frac)
-                    anon = int(pss * 0.8)
-                    pss_procs.append(ProcMem(p.pid, rss, pss, anon, pss - anon, 0))
+                    pss_procs.append(ProcMem(p.pid, rss, pss, anon, pss - anon, 0, est_pss=pss, est_private=anon))
             yield TreeSample(t, "rss", tuple(rss_procs))
             if pss_round:
                 yield TreeSample(t, "pss", tuple(pss_procs))
@@ -289,7 +292,6 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
     rec.begin("day-replay", ["bash", "train.sh"], workdir, "2026-01-01T00:00:00+0000", 1.7e9, day.wrapper.pid,
               {"attached": False, "script": None, "agent": True, "interval_s": 1 / hz, "pss_interval_s": 2.0})
     series = RunSeries()
-    private = MinMaxSeries()   # the dashboard's own series for its live leak verdict (private memory)
     phase_events: list[dict] = []
     # What Run._update_snapshot reads and updates: its snapshot, the order exited processes leave it in, and the
     # root's pid (kept in the snapshot whatever exits).
@@ -337,12 +339,12 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
                 del payload, body
             elif what == "leak":
                 a = time.perf_counter()
-                # As Dashboard._live_leak: private memory (anonymous PSS + swap) once PSS rounds exist.
-                pt, py_ = private.points()
-                if len(pt) < 3:
-                    total = series.snapshot()["tree_rss"]
-                    pt, py_ = total["t"], total["y"]
-                v = assess_leak(pt, py_, limit_bytes=HOST_TOTAL)
+                # As Dashboard._live_leak: the tree's private memory (anonymous PSS + swap) at every RSS round,
+                # fitted by the plan every view shares (from the first epoch, the floor split by phase).
+                with series._lock:
+                    pt, py_ = series.tree_private.points()
+                v = fit_plan(sorted(phase_events, key=lambda e: e["t"]), pt[-1], day.main.pid).verdict(
+                    pt, py_, HOST_TOTAL)
                 res.leak_ms.append((time.perf_counter() - a) * 1e3)
                 res.live_leak = v.verdict
             continue
@@ -358,10 +360,8 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
         rec.put(r)
         update_snapshot(snap_owner, r)
         series.feed(r)
-        if type(r) is TreeSample and r.kind == "pss":   # what Dashboard._on_record does with each record
-            private.append(r.t, sum((p.anon if p.anon is not None else p.pss or 0) + (p.swap or 0) for p in r.procs))
-        elif type(r) is Event and r.kind == "phase":
-            phase_events.append({"t": r.t, "pid": r.pid, "data": r.data})
+        if type(r) is Event and r.kind in ("phase", "epoch"):   # what Dashboard._on_record keeps
+            phase_events.append({"t": r.t, "pid": r.pid, "kind": r.kind, "data": r.data})
         feed_s += perf() - a
     sync()
     res.replay_s = time.perf_counter() - w0
@@ -396,7 +396,7 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
     res.summary_spikes = len(summary.get("spikes") or [])
     res.summary_phases = len(summary.get("phases") or [])
     res.db_bytes = sum(os.path.getsize(path + s) for s in ("", "-wal") if os.path.exists(path + s))
-    del series, snap_owner, summary, private, phase_events
+    del series, snap_owner, summary, phase_events
     gc.collect()
 
     say("reopening the record (RunSeries.from_record)...")
