@@ -15,6 +15,17 @@ def total(sample) -> float:
     return sum(p.est_pss or 0 for p in sample.procs)
 
 
+def settled(root: int) -> tuple[tree.TreeSampler, float]:
+    """A sampler of ``root``'s tree (200 MiB shared) once a PSS round has set its bases, and its fast total."""
+    s = tree.TreeSampler(root, lambda r: None, time.monotonic)
+    s.discover()
+    s.rss_round()
+    s.pss_round()
+    before = total(s.rss_round())
+    assert before > 195 * MiB, before / MiB
+    return s, before
+
+
 def test_a_pss_round_torn_by_an_exit_keeps_the_bases_it_had(monkeypatch):
     # The parent is read, then its fork exits before the round reads it: the parent's PSS was read with the fork
     # still sharing its 200 MiB, so it holds half of them, and nobody holds the other half. Taken as the base,
@@ -22,13 +33,8 @@ def test_a_pss_round_torn_by_an_exit_keeps_the_bases_it_had(monkeypatch):
     p = subprocess.Popen([PY, script("shares_with_a_fork.py")], stdout=subprocess.PIPE, text=True)
     try:
         child = int(p.stdout.readline())
-        s = tree.TreeSampler(p.pid, lambda r: None, time.monotonic)
-        s.discover()
-        s.rss_round()
-        s.pss_round()
+        s, before = settled(p.pid)
         assert {p.pid, child} <= set(s.alive_pids())
-        before = total(s.rss_round())
-        assert before > 195 * MiB, before / MiB
 
         real = procfs.read_smaps_rollup
 
@@ -64,12 +70,7 @@ def test_a_pss_round_torn_by_a_birth_keeps_the_bases_it_had(monkeypatch):
                          stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().strip() == "ready"
-        s = tree.TreeSampler(p.pid, lambda r: None, time.monotonic)
-        s.discover()
-        s.rss_round()
-        s.pss_round()
-        before = total(s.rss_round())
-        assert before > 195 * MiB, before / MiB
+        s, before = settled(p.pid)
 
         real = procfs.read_smaps_rollup
         born = []
@@ -92,8 +93,7 @@ def test_a_pss_round_torn_by_a_birth_keeps_the_bases_it_had(monkeypatch):
         assert abs(after - before) < 10 * MiB, (before / MiB, after / MiB)
         again = total(s.pss_round())
         assert abs(again - before) < 10 * MiB, (before / MiB, again / MiB)
-        os.kill(born[0], signal.SIGKILL)  # our own grandchild
-    finally:
+    finally:  # the fork exits with its parent
         p.kill()
         p.wait()
 
