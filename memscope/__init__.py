@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 __all__ = ["run", "attach", "phase", "mark", "reopen", "open_snapshot", "cluster", "load_ipython_extension", "Run", "Options",
            "LaunchError", "__version__"]
 
-from .phases import mark, phase  # noqa: E402  (tiny, stdlib only: safe to import in training code)
+from .markers import mark, phase  # noqa: E402  (tiny, stdlib only: safe to import in training code)
 
 
 def run(command: Sequence[str] | str, **options: Any) -> "Run":

@@ -261,7 +261,7 @@ def cmd_run(ns: argparse.Namespace, command: list[str] | None = None) -> int:
 
 def cmd_ls(ns: argparse.Namespace) -> int:
     from .store import default_record_dir, list_runs
-    from .ui.terminal import fmt_bytes
+    from .fmt import fmt_bytes
 
     d = ns.record or default_record_dir()
     runs = list_runs(d)
@@ -350,12 +350,12 @@ def cmd_snapshot(ns: argparse.Namespace) -> int:
     if ns.json:
         print(json.dumps(summary, indent=2))
     elif not ns.html:
-        from .analysis.gpu import fmt_bytes
+        from .fmt import fmt_bytes
 
         for d in summary["devices"]:
-            print(f"cuda:{d['device']}  reserved {fmt_bytes(d['reserved_bytes'])}  allocated "
-                  f"{fmt_bytes(d['allocated_bytes'])}  free in segments {fmt_bytes(d['free_in_segments_bytes'])} "
-                  f"(largest block {fmt_bytes(d['largest_free_block_bytes'])})  {d['segments']} segments  "
+            print(f"cuda:{d['device']}  reserved {fmt_bytes(d['reserved_bytes'], 'torch')}  allocated "
+                  f"{fmt_bytes(d['allocated_bytes'], 'torch')}  free in segments {fmt_bytes(d['free_in_segments_bytes'], 'torch')} "
+                  f"(largest block {fmt_bytes(d['largest_free_block_bytes'], 'torch')})  {d['segments']} segments  "
                   f"{d['trace_events']} trace events")
         for a in summary["advice"]:
             print(f"- {a}")

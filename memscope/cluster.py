@@ -17,15 +17,14 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import ClusterError
+from .model import METRIC_EXIT_INFO, METRIC_HOST_AVAILABLE, METRIC_LEAK_SLOPE, METRIC_LIMIT, METRIC_MEMORY, METRIC_RUN_INFO
+
 __all__ = ["ClusterError", "Panel", "Job", "load_job", "check_url", "selector", "parse_duration"]
 
 TIMEOUT_S = 10.0
 FINE_POINTS = 1000     # points per series in the chart's window (Prometheus answers at most 11,000)
 COARSE_POINTS = 250    # the first pass that finds when the job ran
-
-
-class ClusterError(Exception):
-    """The job cannot be shown; the message is one line meant for the user."""
 
 
 @dataclass
@@ -189,7 +188,7 @@ def load_job(url: str, *, run: str | None = None, job: str | None = None, since:
     now = time.time() if now is None else now
     # Pass 1, coarse: when did the job run? (max_over_time covers each whole step: a short run is not missed.)
     coarse = max(1.0, since_s / COARSE_POINTS)
-    found = query_range(base, f"max(max_over_time(memscope_run_info{sel}[{_window(coarse)}]))",
+    found = query_range(base, f"max(max_over_time({METRIC_RUN_INFO}{sel}[{_window(coarse)}]))",
                         now - since_s, now, coarse, timeout)
     times = [t for s in found for t in _points(s)[0]]
     if not times:
@@ -200,12 +199,12 @@ def load_job(url: str, *, run: str | None = None, job: str | None = None, since:
     step = max(1.0, (end - start) / FINE_POINTS)
     q = lambda promql: query_range(base, promql, start, end, step, timeout)  # noqa: E731
     w = _window(step)
-    mem = q(f'sum by (hostname, rank, role) (memscope_memory_bytes{selector(run, job, {"kind": "pss"})})')
-    avail = q(f"max by (hostname) (memscope_host_available_bytes{sel})")
-    limit = q(f"max by (hostname, source) (memscope_limit_bytes{sel})")
-    leak = q(f"last_over_time(memscope_leak_slope_bytes_per_second{sel}[{w}])")
-    exits = q(f"max by (hostname, run, cause, signal) (last_over_time(memscope_exit_info{sel}[{w}]))")
-    info = q(f"max by (hostname, run, command) (last_over_time(memscope_run_info{sel}[{w}]))")
+    mem = q(f'sum by (hostname, rank, role) ({METRIC_MEMORY}{selector(run, job, {"kind": "pss"})})')
+    avail = q(f"max by (hostname) ({METRIC_HOST_AVAILABLE}{sel})")
+    limit = q(f"max by (hostname, source) ({METRIC_LIMIT}{sel})")
+    leak = q(f"last_over_time({METRIC_LEAK_SLOPE}{sel}[{w}])")
+    exits = q(f"max by (hostname, run, cause, signal) (last_over_time({METRIC_EXIT_INFO}{sel}[{w}]))")
+    info = q(f"max by (hostname, run, command) (last_over_time({METRIC_RUN_INFO}{sel}[{w}]))")
 
     t0 = min((t for s in mem + info for t in _points(s)[0]), default=start)
     panels: dict[tuple[str, str], Panel] = {}

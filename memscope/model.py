@@ -10,6 +10,18 @@ from typing import Any, Union
 
 ROLES = ("main", "wrapper", "dataloader_worker", "compile_worker", "rank", "helper", "other")
 
+# The record's ``samples.kind`` column: RSS rounds (statm, frequent) and PSS rounds (smaps_rollup).
+KIND_RSS, KIND_PSS = 0, 1
+
+# Prometheus metric families: written by export/prometheus.py, read back by record/cluster.py (one spelling).
+METRIC_MEMORY = "memscope_memory_bytes"
+METRIC_PROCESSES = "memscope_processes"
+METRIC_HOST_AVAILABLE = "memscope_host_available_bytes"
+METRIC_LIMIT = "memscope_limit_bytes"
+METRIC_LEAK_SLOPE = "memscope_leak_slope_bytes_per_second"
+METRIC_GPU_MEMORY = "memscope_gpu_memory_bytes"
+METRIC_RUN_INFO = "memscope_run_info"
+METRIC_EXIT_INFO = "memscope_exit_info"
 
 
 @dataclass(frozen=True)

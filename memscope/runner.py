@@ -25,10 +25,12 @@ from .agent import protocol
 from .analysis.summary import summarize
 from .collect import host as host_mod
 from .collect.procfs import Unreadable
-from .collect.tree import TreeSampler, signal_name
+from .collect.tree import TreeSampler
+from .errors import CensusError, LaunchError
+from .fmt import decode_wait_status, signal_name
+from .fmt import stderr_line as _say
 from .model import Event, HostSample, ProcessExited, ProcessSeen, Record, RunEnded, TreeSample
 from .store import Recorder, RunData, default_record_dir
-from .store import stderr_line as _say
 
 if TYPE_CHECKING:
     from .analysis.census import Census
@@ -38,14 +40,6 @@ AGENT_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent", "
 PSS_CPU_BUDGET = 0.015  # the PSS thread's share of one core at most (benchmarks/collector_cpu.py measures it)
 SNAPSHOT_EXITED = 200   # exited processes the live snapshot keeps (the record keeps them all)
 SUMMARY_SYNC_S = 60.0  # how long the end waits for the record writer to catch up before summarizing
-
-
-class LaunchError(Exception):
-    """Bad input: the message is one line meant for the user."""
-
-
-class CensusError(Exception):
-    """A census could not be taken; the message says why, in one line."""
 
 
 @dataclass
@@ -765,7 +759,7 @@ class Run:
                 {"pid": p, "name": self.tree.procs[p].info.name,
                  "cmdline": " ".join(self.tree.procs[p].info.cmdline)[:200]} for p in pids if p in self.tree.procs]})))
         for pid, status in left.items():
-            self.tree.mark_exited(pid, *supervise.decode_status(status))
+            self.tree.mark_exited(pid, *decode_wait_status(status))
         kept = [p for p in self.tree.unsignalled() if p != self.pid]
         if kept:
             self._publish(Event(self._clock(), None, "left_running", {"pids": kept, "processes": [

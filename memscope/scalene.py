@@ -31,14 +31,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from .errors import ScaleneError
+
 MODES = {"cpu": "--cpu-only", "memory": "--memory"}
 HOW_TO = ("start the run under Scalene: %memscope --scalene train.py (memscope run --scalene train.py, "
           "or memscope.run(cmd, scalene=True)); --scalene=memory adds memory figures")
 TOP_N = 15
-
-
-class ScaleneError(Exception):
-    """A snapshot could not be taken; the message says why, in one line."""
 
 
 def available() -> bool:

@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from .model import Event, HostSample, ProcessExited, ProcessSeen, Record, RunEnded, TreeSample
+from .fmt import stderr_line
+from .model import KIND_PSS, KIND_RSS, Event, HostSample, ProcessExited, ProcessSeen, Record, RunEnded, TreeSample
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS run (id TEXT PRIMARY KEY, command TEXT, cwd TEXT, started_at TEXT, t0_epoch REAL,
@@ -29,7 +30,6 @@ CREATE TABLE IF NOT EXISTS host (t REAL, total INTEGER, available INTEGER, swap_
   lim INTEGER, cgroup_usage INTEGER, host_oom INTEGER, cgroup_oom INTEGER);
 CREATE TABLE IF NOT EXISTS events (t REAL, pid INTEGER, kind TEXT, data TEXT);
 """
-KIND_RSS, KIND_PSS = 0, 1
 
 
 def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
@@ -245,17 +245,6 @@ def _apply(c: sqlite3.Connection, rec: Any) -> None:
         c.execute("UPDATE run SET ended_at=?, duration_s=?, exit_cause=?, summary=?",
                   (time.strftime("%Y-%m-%dT%H:%M:%S%z"), s.get("duration_s"), s["exit"]["cause"],
                    json.dumps(s)))
-
-
-def stderr_line(text: str) -> None:
-    """One line for the user on memscope's stderr (never raises: the run must reach its end)."""
-    import sys
-
-    try:
-        sys.stderr.write(text + "\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
 
 
 # -- reading a run back --------------------------------------------------------------------------------------

@@ -24,7 +24,8 @@ import threading
 import time
 from typing import Callable, Mapping, Sequence
 
-from .collect.tree import LINUX, _decode_wait_status, procfs, signal_name  # noqa: F401 (re-exported)
+from .collect.tree import LINUX, procfs
+from .fmt import decode_wait_status, signal_name
 
 PR_SET_CHILD_SUBREAPER = 36
 _ANCESTRY_DEPTH = 64  # ppid chains are short; a bound keeps a loop of pid reuse from spinning
@@ -225,7 +226,6 @@ def wait_root(pid: int) -> tuple[int | None, int | None]:
 
 
 # One decoding of wait statuses and signal numbers, the tree sampler's (a zombie's status reads the same way).
-decode_status = _decode_wait_status
 
 
 class Supervisor:

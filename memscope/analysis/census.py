@@ -8,21 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..fmt import fmt_bytes
+
 MIN_GROWTH_BYTES = 1 << 20   # below this, growth between two censuses is noise, not a finding
 MIN_GROWTH_COUNT = 3         # fewer new tensors of a kind can be the step in flight
 
 
 def _key(row: dict[str, Any]) -> tuple[str, str, tuple[int, ...]]:
     return row["device"], row["dtype"], tuple(row["shape"])
-
-
-def fmt_bytes(n: float) -> str:
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{sign}{n / size:.1f} {unit}"
-    return f"{sign}{int(n)} B"
 
 
 def shape_str(shape: list[int] | tuple[int, ...]) -> str:
@@ -95,13 +88,13 @@ def advice(d: dict[str, Any]) -> str | None:
     if grown and 2 * grown[0]["grad_fn"] >= grown[0]["count"]:
         r = grown[0]
         return (f"+{r['count']:,} {r['dtype']} {shape_str(r['shape'])} tensors on {r['device']} "
-                f"(+{fmt_bytes(r['bytes'])}) since the last census, {r['grad_fn']:,} of them holding grad_fn: "
+                f"(+{fmt_bytes(r['bytes'], 'tenth')}) since the last census, {r['grad_fn']:,} of them holding grad_fn: "
                 "something stores activations without .detach(), which keeps each step's autograd graph alive; "
                 "store t.detach() (or .item() for a number).")
     if grown:
         r = grown[0]
         return (f"+{r['count']:,} {r['dtype']} {shape_str(r['shape'])} tensors on {r['device']} "
-                f"(+{fmt_bytes(r['bytes'])}) since the last census: something keeps tensors across steps "
+                f"(+{fmt_bytes(r['bytes'], 'tenth')}) since the last census: something keeps tensors across steps "
                 "(a list of outputs or predictions?); keep only what you need, on the CPU, or clear it.")
     cont = [c for c in d["containers"] if c["delta"] >= 1000]
     if cont:
@@ -139,16 +132,16 @@ class Census:
 
     def __str__(self) -> str:
         lines = [f"census of pid {self.pid} at {self.t_s:.1f} s: {self.objects:,} objects, "
-                 f"{self.tensor_count:,} tensors on {fmt_bytes(self.storage_bytes)} of storage "
-                 f"({fmt_bytes(self.tensor_bytes)} counting each view; took {self.duration_s:.2f} s)"]
+                 f"{self.tensor_count:,} tensors on {fmt_bytes(self.storage_bytes, 'tenth')} of storage "
+                 f"({fmt_bytes(self.tensor_bytes, 'tenth')} counting each view; took {self.duration_s:.2f} s)"]
         for r in self.tensors[:8]:
             lines.append(f"  {r['count']:>7,} {r['dtype']:<9} {shape_str(r['shape']):<22} {r['device']:<6} "
-                         f"{fmt_bytes(r['bytes']):>10}  grad_fn {r['grad_fn']:,}")
+                         f"{fmt_bytes(r['bytes'], 'tenth'):>10}  grad_fn {r['grad_fn']:,}")
         if self.diff.get("since") is not None:
             lines.append(f"since the census at {self.diff['since']:.1f} s:")
             for r in self.diff["tensors"][:8]:
                 lines.append(f"  {r['count']:>+7,} {r['dtype']:<9} {shape_str(r['shape']):<22} {r['device']:<6} "
-                             f"{'+' if r['bytes'] >= 0 else ''}{fmt_bytes(r['bytes']):>9}  grad_fn {r['grad_fn']:+,}")
+                             f"{'+' if r['bytes'] >= 0 else ''}{fmt_bytes(r['bytes'], 'tenth'):>9}  grad_fn {r['grad_fn']:+,}")
         if self.advice:
             lines.append(self.advice)
         return "\n".join(lines)

@@ -9,9 +9,10 @@ host (someone else's process was the victim). dmesg is never needed.
 from __future__ import annotations
 
 import re
-import signal as _signal
 from dataclasses import dataclass, field
 from typing import Any, Sequence
+
+from ..fmt import signal_name
 
 FATAL = {"SIGSEGV": "segfault", "SIGABRT": "abort", "SIGBUS": "bus_error", "SIGFPE": "segfault",
          "SIGILL": "segfault"}
@@ -46,13 +47,6 @@ class ExitEvidence:
     ranks: dict[int, str] = field(default_factory=dict)  # pid -> its RANK (torchrun), from its agent
     host_available_bytes: int | None = None  # at the last host sample
     host_total_bytes: int | None = None
-
-
-def signal_name(n: int) -> str:
-    try:
-        return _signal.Signals(n).name
-    except ValueError:
-        return f"SIG{n}"
 
 
 def fault_signal(text: str | None) -> str | None:

@@ -13,21 +13,13 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Mapping
 
+from ..fmt import fmt_bytes
+
 MiB, GiB = 1 << 20, 1 << 30
 FRAGMENTED_FRACTION = 0.25   # inactive-split share of reserved memory worth a hint
 FRAGMENTED_BYTES = 512 * MiB
 POOL_AFTER_COMPILE_S = 5.0   # a pool seen this long after the last compilation ended outlived it
 COMPILE_SETTING = "TORCHINDUCTOR_COMPILE_THREADS"
-
-
-def fmt_bytes(n: float | None) -> str:
-    """Sizes written the way PyTorch's own OOM message writes them ("226.00 MiB"), so both read alike."""
-    if n is None:
-        return "?"
-    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", 1 << 10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{int(n)} bytes"
 
 
 # -- allocator ----------------------------------------------------------------------------------------------------
@@ -91,7 +83,7 @@ def _frag(d: Mapping[str, Any]) -> float:
 def _allocator_advice(r: Mapping[str, Any]) -> str | None:
     where = f"pid {r['pid']} cuda:{r['device']}"
     if r["inactive_split_bytes"] >= FRAGMENTED_BYTES and r["fragmentation"] >= FRAGMENTED_FRACTION:
-        return (f"{where}: {fmt_bytes(r['inactive_split_bytes'])} ({r['fragmentation']:.0%}) of the memory PyTorch "
+        return (f"{where}: {fmt_bytes(r['inactive_split_bytes'], 'torch')} ({r['fragmentation']:.0%}) of the memory PyTorch "
                 "reserved sat in split blocks nothing used (fragmentation); "
                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets the allocator grow segments instead.")
     if r["alloc_retries"]:
@@ -258,7 +250,7 @@ def compile_pool(procs: Iterable[Mapping[str, Any]], pool_t: list[float], pool_p
 def _pool_advice(p: Mapping[str, Any]) -> str:
     what = f"torch.compile's worker pool ({p['processes']} processes: {p['workers']} workers"
     what += f" and {p['processes'] - p['workers']} sidecar)" if p["processes"] > p["workers"] else ")"
-    held = f" held {fmt_bytes(p['peak_pss_bytes'])} PSS at its peak" if p["peak_pss_bytes"] else ""
+    held = f" held {fmt_bytes(p['peak_pss_bytes'], 'torch')} PSS at its peak" if p["peak_pss_bytes"] else ""
     if p["alive_after_compile"]:
         held += f" and stayed alive {p['alive_s_after_compile']:.0f} s after the last compilation ended"
     return (f"{what}{held}; {COMPILE_SETTING}=1 in the run's environment compiles in the main process with no "
@@ -377,20 +369,20 @@ def _cuda_oom_advice(o: Mapping[str, Any]) -> str | None:
     tried, unalloc = o.get("tried_bytes"), o.get("reserved_unallocated_bytes")
     gpu = f"GPU {o['device']}" if o.get("device") is not None else "the GPU"
     if tried and unalloc is not None and unalloc >= tried:
-        return (f"The CUDA OOM on {gpu} asked for {fmt_bytes(tried)} while PyTorch held {fmt_bytes(unalloc)} reserved "
+        return (f"The CUDA OOM on {gpu} asked for {fmt_bytes(tried, 'torch')} while PyTorch held {fmt_bytes(unalloc, 'torch')} reserved "
                 "but unallocated: fragmentation. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets the "
                 "allocator grow segments instead of splitting them.")
     others = [p for p in o.get("processes") or [] if not p.get("in_tree") and not o.get("host_pids")]
     if others:
         held = sum(p["used_bytes"] for p in others)
-        return (f"Other processes held {fmt_bytes(held)} of {gpu} when it ran out ("
-                + ", ".join(f"pid {p['pid']} {fmt_bytes(p['used_bytes'])}" for p in others[:4])
+        return (f"Other processes held {fmt_bytes(held, 'torch')} of {gpu} when it ran out ("
+                + ", ".join(f"pid {p['pid']} {fmt_bytes(p['used_bytes'], 'torch')}" for p in others[:4])
                 + "): free the device of them, or budget for them.")
     if tried:
         mine = ("; no pid in the message is one of the run's: inside a container NVML names processes by host pid, so "
                 "the one listed may be this process itself") if o.get("host_pids") else ""
-        return (f"The CUDA OOM on {gpu} is a real shortage ({fmt_bytes(o.get('free_bytes'))} free of "
-                f"{fmt_bytes(o.get('capacity_bytes'))}, {fmt_bytes(tried)} asked{mine}): lower the batch size, use "
+        return (f"The CUDA OOM on {gpu} is a real shortage ({fmt_bytes(o.get('free_bytes'), 'torch')} free of "
+                f"{fmt_bytes(o.get('capacity_bytes'), 'torch')}, {fmt_bytes(tried, 'torch')} asked{mine}): lower the batch size, use "
                 "activation checkpointing, and .detach() what you keep between steps.")
     return None
 
@@ -412,22 +404,22 @@ def cuda_oom_message(exc_message: str, where: str | None = None,
         return f"CUDA ran out of memory: {first[0][:300] if first else 'torch.OutOfMemoryError'}"
     gpu = f"GPU {device}" if device is not None else "the GPU"
     at = f" at {where}" if where else ""
-    parts = [f"CUDA ran out of memory{at}: an allocation of {fmt_bytes(alloc)} failed on {gpu}"]
+    parts = [f"CUDA ran out of memory{at}: an allocation of {fmt_bytes(alloc, 'torch')} failed on {gpu}"]
     if total is not None or free is not None:
-        parts[0] += f" ({fmt_bytes(free)} free of {fmt_bytes(total)})"
+        parts[0] += f" ({fmt_bytes(free, 'torch')} free of {fmt_bytes(total, 'torch')})"
     if reserved is not None:
-        held = f"PyTorch had reserved {fmt_bytes(reserved)}"
+        held = f"PyTorch had reserved {fmt_bytes(reserved, 'torch')}"
         if allocated is not None:
-            held += (f": {fmt_bytes(allocated)} allocated to tensors, {fmt_bytes(max(0, reserved - allocated))} "
+            held += (f": {fmt_bytes(allocated, 'torch')} allocated to tensors, {fmt_bytes(max(0, reserved - allocated), 'torch')} "
                      "cached but unallocated")
         parts.append(held)
     elif allocated is not None:
-        parts.append(f"PyTorch had {fmt_bytes(allocated)} allocated to tensors")
+        parts.append(f"PyTorch had {fmt_bytes(allocated, 'torch')} allocated to tensors")
     others = [(pid, b) for pid, b in n.get("processes", [])]
     if n.get("this_process") is not None:
-        parts.append(f"this process held {fmt_bytes(n['this_process'])} of the GPU, non-PyTorch memory included")
+        parts.append(f"this process held {fmt_bytes(n['this_process'], 'torch')} of the GPU, non-PyTorch memory included")
     if others:
-        parts.append("processes on the GPU: " + ", ".join(f"pid {pid} {fmt_bytes(b)}" for pid, b in others[:4]))
+        parts.append("processes on the GPU: " + ", ".join(f"pid {pid} {fmt_bytes(b, 'torch')}" for pid, b in others[:4]))
     if reserved is not None and allocated is not None and alloc and reserved - allocated >= alloc:
         parts.append("the cache held enough free memory but not in one piece (fragmentation): try "
                      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
@@ -439,7 +431,7 @@ def cuda_oom_message(exc_message: str, where: str | None = None,
 
 def summary_keys(rd: Any) -> dict[str, Any]:
     """``allocator``, ``gpu``, ``compile_pool`` and ``cuda_oom`` from a run's record (a ``store.RunData``)."""
-    from ..store import KIND_PSS
+    from ..model import KIND_PSS
 
     procs = rd.processes()
     alloc = rd.events("torch_alloc")

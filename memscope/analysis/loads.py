@@ -8,21 +8,13 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable
 
+from ..fmt import fmt_bytes
 from ..store import RunData
 
 BIG_BYTES = 1 << 30            # a whole-array read this large is worth a line of advice by itself
 FLAT_ADVICE_BYTES = 1 << 30    # a flat FAISS index this large: say what a compressed one would hold
 HELD_ADVICE_BYTES = 256 << 20  # glibc free-but-held memory worth a malloc_trim hint ...
 HELD_ADVICE_SHARE = 0.25       # ... when it is also this share of the heap
-
-
-def fmt(n: int | None) -> str:
-    if n is None:
-        return "?"
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
 
 
 def probe_summary(rd: RunData) -> dict[str, Any]:
@@ -146,7 +138,7 @@ def summarize_loads(load_events: Iterable[dict[str, Any]], read_events: Iterable
 def load_advice(row: dict[str, Any]) -> str | None:
     """One actionable line where the row shows a cost the user can avoid, else None."""
     name = os.path.basename(row["path"])
-    key, n, size = row["key"], row["reads"], fmt(row["nbytes"])
+    key, n, size = row["key"], row["reads"], fmt_bytes(row["nbytes"], "tenth")
     is_npz = name.endswith(".npz") or key is not None
     if row.get("small_files"):
         return None
@@ -234,7 +226,7 @@ def faiss_advice(r: dict[str, Any]) -> str | None:
     t, size = r.get("type") or "", r.get("peak_est_bytes") or 0
     if t in ("IndexFlat", "IndexFlatL2", "IndexFlatIP") and size >= FLAT_ADVICE_BYTES:
         return (f"{t} (d={r['d']}, {r['ntotal']:,} vectors) holds a full float32 copy of the vectors "
-                f"({fmt(size)}); if they are also in a NumPy array that is twice; IVF+PQ "
+                f"({fmt_bytes(size, 'tenth')}); if they are also in a NumPy array that is twice; IVF+PQ "
                 f"(faiss.index_factory({r['d']}, 'IVF4096,PQ{max(1, (r['d'] or 8) // 8)}')) holds ~30x less")
     return None
 
@@ -263,6 +255,6 @@ def malloc_advice(r: dict[str, Any]) -> str | None:
     held, used = r.get("peak_free_held_bytes") or 0, r.get("in_use_bytes") or 0
     if held < HELD_ADVICE_BYTES or held < HELD_ADVICE_SHARE * (held + used):
         return None
-    return (f"pid {r['pid']}: glibc held up to {fmt(held)} of freed memory without returning it to the kernel "
-            f"({fmt(used)} in use at the end); call ctypes.CDLL('libc.so.6').malloc_trim(0) after the step that "
+    return (f"pid {r['pid']}: glibc held up to {fmt_bytes(held, 'tenth')} of freed memory without returning it to the kernel "
+            f"({fmt_bytes(used, 'tenth')} in use at the end); call ctypes.CDLL('libc.so.6').malloc_trim(0) after the step that "
             f"frees it, or run with MALLOC_ARENA_MAX=2 / MALLOC_TRIM_THRESHOLD_=<bytes>")

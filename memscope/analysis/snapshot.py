@@ -240,9 +240,7 @@ def user_frames(frames: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 # -- advice -----------------------------------------------------------------------------------------------------
 def _fmt(n: float | None) -> str:
-    from .gpu import fmt_bytes
-
-    return fmt_bytes(n)
+    return fmt_bytes(n, "torch")
 
 
 def oom_info(snap: Mapping[str, Any]) -> dict[str, Any] | None:

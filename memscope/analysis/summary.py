@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..store import KIND_PSS, KIND_RSS, RunData
+from ..model import KIND_PSS, KIND_RSS
+from ..store import RunData
 from . import phases as phases_mod
 from . import gpu as gpu_mod
 from .advice import advise

@@ -16,15 +16,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
+from ..fmt import decode_wait_status
 from ..model import ProcMem, ProcessExited, ProcessSeen, Record, TreeSample
 from . import roles as roles_mod
 from .estimate import PssCarry
 from .roles import ProcInfo
-
-if TYPE_CHECKING:
-    from ..supervise import Membership
 
 LINUX = sys.platform.startswith("linux")
 FOREIGN_RECHECK_S = 2.0   # how often discovery reads again the processes it found not to be ours
@@ -48,6 +46,19 @@ class Tracked:
     proof: str = ""          # how it was found to be the run's (supervise.Membership.proof)
 
 
+class MembershipRule(Protocol):
+    """How a process is proven part of the run; the supervisor's ``Membership`` is the one implementation (the
+    supervisor depends on collect, never the reverse, so the sampler names only this shape)."""
+
+    signal_orphans: bool
+
+    def proof(self, pid: int, st: "procfs.Stat", is_member: Callable[[int], bool]) -> str | None:
+        """How ``pid`` belongs to the run, or None."""
+
+    def descends(self, pid: int, st: "procfs.Stat | None" = None) -> bool:
+        """Whether ``pid`` descends from the run's root."""
+
+
 # Exited processes are dropped from memory once recorded (a run that forks 50 processes a second must not grow
 # memscope), except those the roles of the others hang on.
 KEEP_ROLES = ("main", "wrapper", "rank")
@@ -55,7 +66,7 @@ KEEP_ROLES = ("main", "wrapper", "rank")
 
 class TreeSampler:
     def __init__(self, root: int, emit: Callable[[Record], None], clock: Callable[[], float],
-                 marker: bytes | None = None, script: str | None = None, membership: "Membership | None" = None,
+                 marker: bytes | None = None, script: str | None = None, membership: MembershipRule | None = None,
                  reap: Callable[[int], int | None] | None = None) -> None:
         self.root = root
         self._emit = emit
@@ -172,7 +183,7 @@ class TreeSampler:
                         self.mark_exited(t.pid, None, None)
                     elif st.state in ("Z", "X") and st.ppid == me and t.pid != self.root and self._reap:
                         # An orphan re-parented to memscope (the subreaper): collect its status, free its slot.
-                        code, sig = _decode_wait_status(self._reap(t.pid))
+                        code, sig = decode_wait_status(self._reap(t.pid))
                         self.mark_exited(t.pid, code, sig)
                     elif st.comm != t.info.name:
                         cmd = procfs.read_cmdline(t.pid) or list(t.info.cmdline)
@@ -327,7 +338,7 @@ class TreeSampler:
                 st = procfs.read_stat(pid)
                 t = self.procs.get(pid)
                 if st is None or (t is not None and st.starttime != t.start) or st.state in ("Z", "X"):
-                    code, sig = _decode_wait_status(st.exit_code if st and st.state in ("Z", "X") else None)
+                    code, sig = decode_wait_status(st.exit_code if st and st.state in ("Z", "X") else None)
                     self.mark_exited(pid, code, sig)
                     continue
                 if m is None:
@@ -421,25 +432,6 @@ class TreeSampler:
         """Every live process of the run, including escapees never seen before: used to stop the whole tree."""
         self.discover(full=True)
         return self.alive_pids()
-
-
-def _decode_wait_status(status: int | None) -> tuple[int | None, str | None]:
-    if status is None:
-        return None, None
-    if os.WIFSIGNALED(status):
-        return None, signal_name(os.WTERMSIG(status))
-    if os.WIFEXITED(status):
-        return os.WEXITSTATUS(status), None
-    return None, None
-
-
-def signal_name(n: int) -> str:
-    import signal
-
-    try:
-        return signal.Signals(n).name
-    except ValueError:
-        return f"SIG{n}"
 
 
 def wait_gone(pids: list[int], timeout: float) -> list[int]:

@@ -30,6 +30,8 @@ import urllib.parse
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
+from ..model import (METRIC_EXIT_INFO, METRIC_GPU_MEMORY, METRIC_HOST_AVAILABLE, METRIC_LEAK_SLOPE, METRIC_LIMIT,
+                     METRIC_MEMORY, METRIC_PROCESSES, METRIC_RUN_INFO)
 from ..model import Event, HostSample, ProcessExited, ProcessSeen, Record, RunEnded, TreeSample
 
 if sys.platform.startswith("linux"):
@@ -280,19 +282,19 @@ class Exporter:
 
         base = ["run", "hostname"]
         ids = [self.run_id, self.hostname]
-        mem = GaugeMetricFamily("memscope_memory_bytes", "Memory of the run's processes by rank and role (bytes): "
+        mem = GaugeMetricFamily(METRIC_MEMORY, "Memory of the run's processes by rank and role (bytes): "
                                 "PSS, private (anonymous, never shared), and RSS summed", labels=base + ["rank", "role", "kind"])
-        nproc = GaugeMetricFamily("memscope_processes", "Live processes of the run by rank and role",
+        nproc = GaugeMetricFamily(METRIC_PROCESSES, "Live processes of the run by rank and role",
                                   labels=base + ["rank", "role"])
-        avail = GaugeMetricFamily("memscope_host_available_bytes", "The host's available memory (bytes)", labels=base)
-        limit = GaugeMetricFamily("memscope_limit_bytes", "The memory limit the run is held to (bytes), and where it "
+        avail = GaugeMetricFamily(METRIC_HOST_AVAILABLE, "The host's available memory (bytes)", labels=base)
+        limit = GaugeMetricFamily(METRIC_LIMIT, "The memory limit the run is held to (bytes), and where it "
                                   "comes from", labels=base + ["source"])
-        leak = GaugeMetricFamily("memscope_leak_slope_bytes_per_second", "Slope of the memory floor (private memory)"
+        leak = GaugeMetricFamily(METRIC_LEAK_SLOPE, "Slope of the memory floor (private memory)"
                                  " by rank and role, with memscope's verdict", labels=base + ["rank", "role", "verdict"])
-        gpu = GaugeMetricFamily("memscope_gpu_memory_bytes", "GPU memory by rank and device: used (NVML), allocated "
+        gpu = GaugeMetricFamily(METRIC_GPU_MEMORY, "GPU memory by rank and device: used (NVML), allocated "
                                 "and reserved (PyTorch's allocator)", labels=base + ["rank", "gpu", "kind"])
-        info = GaugeMetricFamily("memscope_run_info", "The run and its command", labels=base + ["command"])
-        exit_ = GaugeMetricFamily("memscope_exit_info", "Why the run ended (present once it has)",
+        info = GaugeMetricFamily(METRIC_RUN_INFO, "The run and its command", labels=base + ["command"])
+        exit_ = GaugeMetricFamily(METRIC_EXIT_INFO, "Why the run ended (present once it has)",
                                   labels=base + ["cause", "signal"])
         with self._lock:
             self.scrapes += 1

@@ -4,7 +4,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from ..analysis.census import fmt_bytes, shape_str
+from ..analysis.census import shape_str
+from ..fmt import fmt_bytes
 
 
 def census_html(c: dict[str, Any]) -> str:
@@ -18,8 +19,8 @@ def census_html(c: dict[str, Any]) -> str:
         return f"<table style='font-size:12px;font-family:monospace'><tr>{th}</tr>{body}</table>"
 
     parts = [f"<div class='memscope-census'><b>Tensor census</b> of pid {c['pid']} at {c['t_s']:.1f} s: "
-             f"{c['objects']:,} objects, {c['tensor_count']:,} tensors on {e(fmt_bytes(c.get('storage_bytes') or 0))} "
-             f"of storage ({e(fmt_bytes(c['tensor_bytes']))} counting each view; took {c['duration_s']:.2f} s)"]
+             f"{c['objects']:,} objects, {c['tensor_count']:,} tensors on {e(fmt_bytes(c.get('storage_bytes') or 0, 'tenth'))} "
+             f"of storage ({e(fmt_bytes(c['tensor_bytes'], 'tenth'))} counting each view; took {c['duration_s']:.2f} s)"]
     if c.get("advice"):
         parts.append(f"<div style='color:#b26a00;margin:4px 0'>{e(c['advice'])}</div>")
     d = c.get("diff") or {}
@@ -27,9 +28,9 @@ def census_html(c: dict[str, Any]) -> str:
         parts.append(f"<div>since the census at {d['since']:.1f} s:</div>")
         parts.append(table(["Δcount", "dtype", "shape", "device", "Δbytes", "Δgrad_fn"],
                            [[f"{r['count']:+,}", r["dtype"], shape_str(r["shape"]), r["device"],
-                             fmt_bytes(r["bytes"]), f"{r['grad_fn']:+,}"] for r in d["tensors"][:6]]))
+                             fmt_bytes(r["bytes"], "tenth"), f"{r['grad_fn']:+,}"] for r in d["tensors"][:6]]))
     parts.append(table(["count", "dtype", "shape", "device", "bytes", "grad_fn", "requires_grad"],
-                       [[f"{r['count']:,}", r["dtype"], shape_str(r["shape"]), r["device"], fmt_bytes(r["bytes"]),
+                       [[f"{r['count']:,}", r["dtype"], shape_str(r["shape"]), r["device"], fmt_bytes(r["bytes"], "tenth"),
                          f"{r['grad_fn']:,}", f"{r['requires_grad']:,}"] for r in c.get("tensors", [])[:6]]))
     if c.get("containers"):
         parts.append(table(["largest containers", "len"],

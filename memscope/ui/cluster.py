@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from ..cluster import ClusterError, Job, Panel, load_job
-from .terminal import fmt_bytes
+from ..fmt import fmt_bytes
 
 __all__ = ["ClusterView", "cluster", "render_html", "write_html", "job_table", "text_table"]
 

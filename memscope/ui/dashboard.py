@@ -21,7 +21,8 @@ from .controls import Controls
 from .gpu_chart import GpuSeries
 from .probes_panel import ProbesFeed
 from .series import RunSeries
-from .terminal import fmt_bytes, fmt_elapsed, limit_text, verdict_text
+from ..fmt import fmt_bytes, fmt_elapsed
+from .terminal import limit_text, verdict_text
 
 if TYPE_CHECKING:
     from ..runner import Run

@@ -11,7 +11,8 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..analysis.loads import fmt, summarize_faiss, summarize_loads, summarize_malloc
+from ..fmt import fmt_bytes
+from ..analysis.loads import summarize_faiss, summarize_loads, summarize_malloc
 
 if TYPE_CHECKING:
     from ..runner import Run
@@ -42,12 +43,12 @@ def loads_html(loads: list[dict[str, Any]]) -> str:
     rows = []
     for r in loads:
         mm = "yes" if r.get("mmapped") else ("IGNORED" if r.get("requested_mmap") else "no")
-        ram = fmt(r.get("rss_delta_bytes")) if r.get("rss_delta_bytes") is not None else "–"
+        ram = fmt_bytes(r.get("rss_delta_bytes"), "tenth") if r.get("rss_delta_bytes") is not None else "–"
         if r.get("resident_bytes") is not None:
-            ram = f"{fmt(r['resident_bytes'])} resident ({fmt(r.get('resident_file_bytes'))} file)"
+            ram = f"{fmt_bytes(r['resident_bytes'], 'tenth')} resident ({fmt_bytes(r.get('resident_file_bytes'), 'tenth')} file)"
         rows.append([_esc(os.path.basename(r["path"])), _esc(r.get("key") or ""),
                      _esc("×".join(str(s) for s in r["shape"]) if r.get("shape") else ""), _esc(r.get("dtype") or ""),
-                     _esc(fmt(r.get("nbytes"))), "zip" if r.get("compressed") else "",
+                     _esc(fmt_bytes(r.get("nbytes"), "tenth")), "zip" if r.get("compressed") else "",
                      _esc(f"{r.get('requested_mmap') or '–'} → {mm}"), _esc(r.get("reads")),
                      _esc(f"{r.get('duration_s') or 0:.3f} s"), _esc(ram)])
     return ("<div><b>NumPy loads</b></div>" +
@@ -64,11 +65,11 @@ def faiss_html(faiss: dict[str, Any]) -> str:
         state = "alive" if r.get("alive") else "freed"
         if r.get("inside_other"):
             state += " (inside another index)"
-        ser = fmt(r["serialized_bytes"]) if r.get("serialized_bytes") is not None else "–"
+        ser = fmt_bytes(r["serialized_bytes"], "tenth") if r.get("serialized_bytes") is not None else "–"
         rows.append([_esc(r.get("type")), _esc(r.get("how")), _esc(r.get("d")), _esc(f"{r.get('ntotal') or 0:,}"),
-                     _esc(fmt(r.get("est_bytes"))), _esc(ser), _esc(state)])
+                     _esc(fmt_bytes(r.get("est_bytes"), "tenth")), _esc(ser), _esc(state)])
     return (f"<div style='margin-top:6px'><b>FAISS indexes</b>: {faiss.get('live_count', 0)} alive, about "
-            f"{_esc(fmt(faiss.get('live_est_bytes')))}</div>" +
+            f"{_esc(fmt_bytes(faiss.get('live_est_bytes'), 'tenth'))}</div>" +
             _table(("type", "made by", "d", "ntotal", "estimated", "serialized", "state"), rows) +
             _advice(indexes))
 
@@ -77,8 +78,8 @@ def malloc_html(malloc: dict[str, Any]) -> str:
     procs = malloc.get("processes") or []
     if not procs:
         return ""
-    rows = [[_esc(r["pid"]), _esc(fmt(r.get("in_use_bytes"))), _esc(fmt(r.get("free_held_bytes"))),
-             _esc(fmt(r.get("peak_free_held_bytes"))), _esc(fmt(r.get("releasable_bytes")))] for r in procs]
+    rows = [[_esc(r["pid"]), _esc(fmt_bytes(r.get("in_use_bytes"), "tenth")), _esc(fmt_bytes(r.get("free_held_bytes"), "tenth")),
+             _esc(fmt_bytes(r.get("peak_free_held_bytes"), "tenth")), _esc(fmt_bytes(r.get("releasable_bytes"), "tenth"))] for r in procs]
     return ("<div style='margin-top:6px'><b>glibc heap</b> (mallinfo2)</div>" +
             _table(("pid", "in use", "free but held", "peak held", "trim could return"), rows) + _advice(procs))
 

@@ -18,7 +18,8 @@ from .bokeh_format import HOVER_JS as _HOVER_JS
 from .bokeh_format import TICK_JS as _TICK_JS
 from .dashboard import leak_line, output_tail, process_table, record_procs, verdict_card, with_gpu
 from .series import RunSeries
-from .terminal import fmt_bytes, fmt_elapsed, limit_text
+from ..fmt import fmt_bytes, fmt_elapsed
+from .terminal import limit_text
 
 __all__ = ["write_html", "render_html", "output_lines", "memory_figure", "hidden_lines"]
 

@@ -529,7 +529,8 @@ class RunSeries:
         The record keeps each process's latest role only, so a process whose role changed during the run counts
         under its final role for the whole run here.
         """
-        from ..store import KIND_PSS, KIND_RSS, RunData
+        from ..model import KIND_PSS, KIND_RSS
+        from ..store import RunData
 
         self = cls(max_points)
         rd = RunData(path)

@@ -12,7 +12,7 @@ import html
 from typing import Any, Mapping
 
 from ..analysis import snapshot as snap_mod
-from ..analysis.gpu import fmt_bytes
+from ..fmt import fmt_bytes
 
 __all__ = ["render_html", "write_html", "SnapshotView", "open_snapshot", "details_html"]
 
@@ -56,9 +56,9 @@ def devices_table(summary: Mapping[str, Any]) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("device", "reserved", "allocated", "active", "free in segments",
                                                "largest free block", "segments", "trace events"))
     rows = "".join(
-        f"<tr><td>cuda:{d['device']}</td><td>{fmt_bytes(d['reserved_bytes'])}</td>"
-        f"<td>{fmt_bytes(d['allocated_bytes'])}</td><td>{fmt_bytes(d['active_bytes'])}</td>"
-        f"<td>{fmt_bytes(d['free_in_segments_bytes'])}</td><td>{fmt_bytes(d['largest_free_block_bytes'])}</td>"
+        f"<tr><td>cuda:{d['device']}</td><td>{fmt_bytes(d['reserved_bytes'], 'torch')}</td>"
+        f"<td>{fmt_bytes(d['allocated_bytes'], 'torch')}</td><td>{fmt_bytes(d['active_bytes'], 'torch')}</td>"
+        f"<td>{fmt_bytes(d['free_in_segments_bytes'], 'torch')}</td><td>{fmt_bytes(d['largest_free_block_bytes'], 'torch')}</td>"
         f"<td>{d['segments']}</td><td>{d['trace_events']}</td></tr>" for d in summary["devices"])
     return f"<table class='memscope-snap'><tr>{head}</tr>{rows}</table>"
 
@@ -81,7 +81,7 @@ def allocations_html(rows: list[dict[str, Any]]) -> str:
         full = ("<details><summary>all frames</summary><pre>" +
                 _esc("\n".join(f"{f['filename']}:{f['line']} in {f['name']}" for f in frames)) +
                 "</pre></details>") if frames else ""
-        out.append(f"<tr><td>{fmt_bytes(r['size'])}</td><td>{_esc(r.get('segment_type') or '')}</td>"
+        out.append(f"<tr><td>{fmt_bytes(r['size'], 'torch')}</td><td>{_esc(r.get('segment_type') or '')}</td>"
                    f"<td>{where}{full}</td></tr>")
     return ("<table class='memscope-snap'><tr><th>size</th><th>pool</th><th>allocated at (your code first)</th>"
             f"</tr>{''.join(out)}</table>")
@@ -95,7 +95,7 @@ def segments_bars_html(layout: list[dict[str, Any]], limit: int = MAX_SEGMENTS) 
     rows = []
     for s in layout[:limit]:
         cells = "".join(
-            f"<div title='{_esc(STATE_LABELS.get(b['state'], b['state']))} {fmt_bytes(b['size'])}' "
+            f"<div title='{_esc(STATE_LABELS.get(b['state'], b['state']))} {fmt_bytes(b['size'], 'torch')}' "
             f"style='width:{100 * b['size'] / s['total_size']:.3f}%;background:"
             f"{STATE_COLORS.get(b['state'], '#999')};height:100%;box-shadow:inset -1px 0 #fff'></div>"
             for b in s["blocks"] if s["total_size"])
@@ -171,8 +171,8 @@ def segments_figure(snap: Mapping[str, Any], device: int) -> Any:
             data["top"].append(i + 0.42)
             data["color"].append(STATE_COLORS.get(b["state"], "#999999"))
             data["state"].append(STATE_LABELS.get(b["state"], b["state"]))
-            data["size"].append(fmt_bytes(b["size"]))
-            data["seg"].append(f"#{i} ({fmt_bytes(s['total_size'])}, {s.get('segment_type') or ''} pool)")
+            data["size"].append(fmt_bytes(b["size"], "torch"))
+            data["seg"].append(f"#{i} ({fmt_bytes(s['total_size'], 'torch')}, {s.get('segment_type') or ''} pool)")
             key = (s["address"], b["offset"])
             data["where"].append(frames_by_block.get(key, ""))
     n = max(1, len(layout))
@@ -241,9 +241,9 @@ def render_html(snap: Mapping[str, Any], name: str = "", summary: Mapping[str, A
         figs.append(timeline_figure(snap, d["device"]))
         figs.append(segments_figure(snap, d["device"]))
     oom = snap_mod.oom_info(snap)
-    oom_line = (f"<div>saved by memscope at a CUDA OOM: an allocation of {fmt_bytes(oom.get('alloc_bytes'))} "
-                f"failed on cuda:{_esc(oom.get('device'))} ({fmt_bytes(oom.get('device_free'))} free of "
-                f"{fmt_bytes(oom.get('device_total'))})</div>") if oom else ""
+    oom_line = (f"<div>saved by memscope at a CUDA OOM: an allocation of {fmt_bytes(oom.get('alloc_bytes'), 'torch')} "
+                f"failed on cuda:{_esc(oom.get('device'))} ({fmt_bytes(oom.get('device_free'), 'torch')} free of "
+                f"{fmt_bytes(oom.get('device_total'), 'torch')})</div>") if oom else ""
     top = (f"<h1>CUDA memory snapshot: {_esc(name)}</h1>{oom_line}{devices_table(summary)}"
            f"<h2>What it says</h2>{advice_html(summary)}<h2>Over the trace, and the segments</h2>"
            + ("" if any(d["trace_events"] for d in summary["devices"]) else
@@ -316,8 +316,8 @@ class SnapshotView:
         display(self.widget)
 
     def __repr__(self) -> str:
-        devs = ", ".join(f"cuda:{d['device']} reserved {fmt_bytes(d['reserved_bytes'])} allocated "
-                         f"{fmt_bytes(d['allocated_bytes'])}" for d in self.summary["devices"])
+        devs = ", ".join(f"cuda:{d['device']} reserved {fmt_bytes(d['reserved_bytes'], 'torch')} allocated "
+                         f"{fmt_bytes(d['allocated_bytes'], 'torch')}" for d in self.summary["devices"])
         return f"<memscope snapshot {self.name}: {devs}>"
 
 

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.leak import floor_step
+from ..fmt import fmt_bytes, fmt_elapsed
 
 if TYPE_CHECKING:
     from ..runner import Run
@@ -24,20 +25,6 @@ if TYPE_CHECKING:
 FOOTER_LINES = 7
 ROLE_STYLE = {"main": "bold cyan", "dataloader_worker": "green", "compile_worker": "magenta", "rank": "cyan",
               "wrapper": "dim", "helper": "dim", "other": "white"}
-
-
-def fmt_bytes(n: int | None) -> str:
-    if n is None:
-        return "—"
-    for unit, div in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= div:
-            return f"{n / div:.2f} {unit}" if unit == "GiB" else f"{n / div:.0f} {unit}"
-    return f"{n} B"
-
-
-def fmt_elapsed(s: float) -> str:
-    s = int(s)
-    return f"{s // 3600:d}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
 LIMIT_SOURCES = {"flag": "--limit", "cgroup": "the container's cgroup", "host": "the host's memory"}
