@@ -221,7 +221,7 @@ def _prefix_times(record: str, truth: str) -> tuple[float | None, float | None]:
     as the summary fits (fast private series, train/eval phases, from the training's start)."""
     from memscope.analysis.leak import fit_plan
     from memscope.analysis.summary import main_pid
-    from memscope.store import RunData
+    from memscope.record.reader import RunData
 
     rd = RunData(record)
     try:

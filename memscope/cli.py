@@ -260,7 +260,7 @@ def cmd_run(ns: argparse.Namespace, command: list[str] | None = None) -> int:
 
 
 def cmd_ls(ns: argparse.Namespace) -> int:
-    from .store import default_record_dir, list_runs
+    from .record.catalogue import default_record_dir, list_runs
     from .fmt import fmt_bytes
 
     d = ns.record or default_record_dir()
@@ -278,7 +278,8 @@ def cmd_ls(ns: argparse.Namespace) -> int:
 def cmd_report(ns: argparse.Namespace) -> int:
     import sqlite3
 
-    from .store import default_record_dir, find_run, read_summary
+    from .analysis.summary import read_summary
+    from .record.catalogue import default_record_dir, find_run
 
     try:
         path = find_run(ns.record or default_record_dir(), ns.run)

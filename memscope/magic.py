@@ -79,7 +79,7 @@ class MemscopeMagics(Magics):
 
 def _cell_script(body: str, record_dir: str | None) -> str:
     """%%memscope: the cell's body becomes a script, kept beside the records so the run can be re-read."""
-    from .store import default_record_dir
+    from .record.catalogue import default_record_dir
 
     d = os.path.join(record_dir or default_record_dir(), "cells")
     os.makedirs(d, exist_ok=True)

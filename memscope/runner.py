@@ -30,7 +30,9 @@ from .errors import CensusError, LaunchError
 from .fmt import decode_wait_status, signal_name
 from .fmt import stderr_line as _say
 from .model import Event, HostSample, ProcessExited, ProcessSeen, Record, RunEnded, TreeSample
-from .store import Recorder, RunData, default_record_dir
+from .record.catalogue import default_record_dir
+from .record.reader import RunData
+from .record.writer import Recorder
 
 if TYPE_CHECKING:
     from .analysis.census import Census
@@ -855,7 +857,7 @@ class Run:
         wait is long (a loaded machine can put the writer seconds behind), and a summary that had to go without
         says so in ``record_errors``."""
         synced = self._recorder_sync(SUMMARY_SYNC_S)
-        from .store import record_health
+        from .record.writer import record_health
 
         # A record the disk refused in part: the summary reads it as memscope knows it (file + memory).
         rd = RunData(self.record_path, self._recorder.memory_copy() if self._recorder.lost_records else None)

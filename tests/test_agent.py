@@ -22,7 +22,7 @@ def test_existing_sitecustomize_still_runs_and_agent_says_hello(start, tmp_path)
     s = run.wait(60)
     assert s["exit"]["cause"] == "ok"
     assert marker.read_text() == "yes"
-    from memscope.store import RunData
+    from memscope.record.reader import RunData
 
     hellos = RunData(s["record"]).events("agent_hello")
     assert [h["pid"] for h in hellos] == [run.pid]
@@ -49,7 +49,7 @@ def test_a_connection_without_the_token_is_dropped(start):
     assert run._server.rejected == 1
     assert oct(os.stat(os.path.dirname(run._server.path)).st_mode & 0o777) == "0o700"
     run.kill()
-    from memscope.store import RunData
+    from memscope.record.reader import RunData
 
     assert not RunData(run.summary()["record"]).events("agent_exception")
 

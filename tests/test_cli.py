@@ -107,7 +107,7 @@ def test_bad_input_gets_one_clear_line_and_nothing_runs(args, expected, tmp_path
 
 def _record(path, summary=None, samples=200):
     from memscope.model import HostSample, ProcessSeen, ProcMem, RunEnded, TreeSample
-    from memscope.store import Recorder
+    from memscope.record.writer import Recorder
 
     rec = Recorder(str(path))
     rec.begin("r1", ["x.py"], "/", "2026-01-01T00:00:00", 0.0, 10, {})

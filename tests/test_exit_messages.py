@@ -75,7 +75,7 @@ def test_the_first_rank_to_fail_is_blamed_not_the_lowest_pid():
 
 @pytest.mark.skipif(not os.path.exists(os.path.join(os.path.dirname(PY), "torchrun")), reason="no torchrun")
 def test_torchrun_rank_1_failing_first_is_reported_with_its_rank(start):
-    from memscope.store import RunData
+    from memscope.record.reader import RunData
 
     run = start([os.path.join(os.path.dirname(PY), "torchrun"), "--nproc-per-node", "2",
                  script("ddp_rank1_fails.py")])

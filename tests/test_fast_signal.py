@@ -15,7 +15,7 @@ import pytest
 
 import memscope
 from memscope.collect import procfs
-from memscope.store import RunData
+from memscope.record.reader import RunData
 
 from conftest import script
 

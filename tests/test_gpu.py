@@ -37,7 +37,7 @@ def test_without_a_driver_nvml_is_silent_and_the_run_is_normal(start):
     s = run.wait(60)
     assert s["exit"]["cause"] == "ok"
     assert s["gpu"] is None and s["allocator"] is None and s["compile_pool"] is None
-    from memscope.store import RunData
+    from memscope.record.reader import RunData
 
     rd = RunData(s["record"])
     try:

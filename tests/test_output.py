@@ -5,7 +5,7 @@ import time
 from conftest import script
 
 from memscope.collect.output import MAX_LINE, LineReader
-from memscope.store import RunData
+from memscope.record.reader import RunData
 
 
 def _reader(max_line=MAX_LINE):

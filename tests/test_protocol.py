@@ -11,7 +11,8 @@ from conftest import script, wait_for_output
 from memscope.collect import server as server_mod
 from memscope.collect.server import AgentServer
 from memscope.model import Event, ProcessSeen, TreeSample, ProcMem
-from memscope.store import Recorder, RunData
+from memscope.record.reader import RunData
+from memscope.record.writer import Recorder
 
 
 def test_forged_kinds_are_refused_and_the_exit_stays_true(start):

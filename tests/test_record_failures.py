@@ -78,7 +78,8 @@ def test_a_summary_path_that_cannot_be_written_leaves_nothing_behind(tmp_path):
 
 
 def test_what_a_full_disk_refuses_is_kept_bounded_with_its_peak(tiny_fs, monkeypatch):
-    from memscope import store
+    from memscope.record import reader
+    from memscope.record import writer as store
     from memscope.model import Event, ProcMem, ProcessSeen, TreeSample
 
     monkeypatch.setattr(store, "KEEP_SAMPLES", 50)
@@ -96,7 +97,7 @@ def test_what_a_full_disk_refuses_is_kept_bounded_with_its_peak(tiny_fs, monkeyp
     assert rec.sync()
     assert len(lines) == 1 and "full" in lines[0]
     assert rec.lost_records >= 400
-    rd = store.RunData(rec.path, rec.memory_copy())
+    rd = reader.RunData(rec.path, rec.memory_copy())
     try:
         rounds = rd.con.execute("SELECT COUNT(DISTINCT t) FROM samples").fetchone()[0]
         assert rounds <= 51 + 40  # the last 50, the peak, and what reached the file before it filled

@@ -18,7 +18,7 @@ import pytest
 
 import memscope
 from memscope import supervise
-from memscope.store import RunData
+from memscope.record.reader import RunData
 
 from conftest import PY, alive, script, wait_for_output
 

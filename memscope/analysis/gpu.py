@@ -14,6 +14,8 @@ import re
 from typing import Any, Iterable, Mapping
 
 from ..fmt import fmt_bytes
+from ..model import KIND_PSS
+from .supervision import main_pid
 
 MiB, GiB = 1 << 20, 1 << 30
 FRAGMENTED_FRACTION = 0.25   # inactive-split share of reserved memory worth a hint
@@ -430,16 +432,12 @@ def cuda_oom_message(exc_message: str, where: str | None = None,
 
 
 def summary_keys(rd: Any) -> dict[str, Any]:
-    """``allocator``, ``gpu``, ``compile_pool`` and ``cuda_oom`` from a run's record (a ``store.RunData``)."""
-    from ..model import KIND_PSS
-
+    """``allocator``, ``gpu``, ``compile_pool`` and ``cuda_oom`` from a run's record (a ``record.reader.RunData``)."""
     procs = rd.processes()
     alloc = rd.events("torch_alloc")
     snapshots = {e["data"].get("name"): e["data"].get("path") for e in rd.events("cuda_snapshot")}
     pool_t, pool_pss = rd.role_totals(KIND_PSS).get("compile_worker", ([], []))
     roles = {p["pid"]: p["role"] for p in procs}
-    from .summary import main_pid  # summary imports this module: here, not at the top
-
     main = main_pid(procs, rd.run_row()["root_pid"]) if procs else None
     return {
         "cuda_oom": cuda_oom({e["pid"]: e["data"] for e in rd.events("exception")}, observed_ooms(rd), roles, main,

@@ -9,7 +9,7 @@ import os
 from typing import Any, Iterable
 
 from ..fmt import fmt_bytes
-from ..store import RunData
+from ..record.reader import RunData
 
 BIG_BYTES = 1 << 30            # a whole-array read this large is worth a line of advice by itself
 FLAT_ADVICE_BYTES = 1 << 30    # a flat FAISS index this large: say what a compressed one would hold

@@ -8,26 +8,18 @@ from __future__ import annotations
 from typing import Any
 
 from ..model import KIND_PSS, KIND_RSS
-from ..store import RunData
+from ..record.reader import RunData
 from . import phases as phases_mod
 from . import gpu as gpu_mod
 from .advice import advise
 from .census import summary_rows as census_rows
 from .exit_cause import ExitEvidence, counter_rise, decide, fault_signal
 from .scalene import summary_rows as scalene_rows
-from .supervision import NOTE_EVENTS, notes, process_end
+from .supervision import NOTE_EVENTS, main_pid, notes, process_end
 from .leak import assess_by_role, assess_leak, find_spikes, fit_plan, trim_teardown
 from .loads import probe_summary
 
 SCHEMA = "memscope.summary/1"
-
-
-def main_pid(processes: list[dict[str, Any]], root_pid: int) -> int:
-    for role in ("main", "rank"):
-        pids = [p["pid"] for p in processes if p["role"] == role]
-        if pids:
-            return min(pids) if role == "rank" else pids[0]
-    return root_pid
 
 
 def limit_info(rd: RunData, limit: int | None) -> dict[str, Any] | None:
@@ -110,8 +102,8 @@ def summarize(rd: RunData) -> dict[str, Any]:
     peaks = rd.peaks_by_pid()
     duration = run["duration_s"]
     if duration is None:
-        row = rd.con.execute("SELECT MAX(t) FROM samples").fetchone()
-        duration = row[0] if row and row[0] is not None else 0.0
+        last = rd.last_sample_t()
+        duration = last if last is not None else 0.0
         st = next(iter(rd.events("exit_status")), None)
         if st is not None:
             duration = max(duration, st["t"])
@@ -217,19 +209,13 @@ def _workers(rd: RunData) -> dict[str, Any] | None:
     """DataLoader workers as they were alive together: the most at one moment, and what those held then."""
     if not rd.has_fast:
         return None
-    row = rd.con.execute(
-        "SELECT s.t, COUNT(*) AS n, SUM(s.est_pss), SUM(s.rss) FROM samples s JOIN processes p ON p.pid = s.pid "
-        "WHERE s.kind=0 AND p.role='dataloader_worker' GROUP BY s.t ORDER BY SUM(s.est_pss) DESC LIMIT 1"
-    ).fetchone()
+    row = rd.role_peak_round("dataloader_worker")
     if row is None:
         return None
-    ever = rd.con.execute("SELECT COUNT(*) FROM processes WHERE role='dataloader_worker'").fetchone()[0]
+    ever = rd.role_count("dataloader_worker")
     epochs = rd.events("epoch")
     persistent = [bool(e["data"].get("persistent")) for e in epochs if "persistent" in e["data"]]
-    return {"ever": ever, "max_alive": max(
-                n for (n,) in rd.con.execute(
-                    "SELECT COUNT(*) FROM samples s JOIN processes p ON p.pid = s.pid WHERE s.kind=0 AND "
-                    "p.role='dataloader_worker' GROUP BY s.t")),
+    return {"ever": ever, "max_alive": max(rd.role_alive_counts("dataloader_worker")),
             "at_peak_alive": row[1], "peak_pss_bytes": row[2], "rss_at_peak_bytes": row[3],
             "peak_at_s": round(row[0], 3),
             "persistent": (any(persistent) if persistent else None)}
@@ -245,3 +231,19 @@ def _spikes(t: list[float], y: list[float], spans: list, auto: list) -> list[dic
             d["phase"] = next((n for n, a, b in auto if a <= sp.start_s <= b), None)
         out.append(d)
     return out
+
+
+def read_summary(path: str) -> dict[str, Any]:
+    """A record's summary: the one stored at its end, else computed from its data (a record whose summary is
+    missing or not JSON). Raises sqlite3.Error or ValueError when the file is not a memscope record."""
+    rd = RunData(path)
+    try:
+        missing = rd.tables_missing()
+        if missing:
+            raise ValueError(f"no {', '.join(sorted(missing))} table" if len(missing) < 5 else "no memscope tables")
+        summary = rd.stored_summary()
+        if not isinstance(summary, dict) or not isinstance(summary.get("exit"), dict) or "peak" not in summary:
+            summary = summarize(rd)
+        return summary
+    finally:
+        rd.close()

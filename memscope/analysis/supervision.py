@@ -10,6 +10,15 @@ NOTE_EVENTS = ("leftovers", "left_running", "agent_refused", "collector_degraded
 _BENIGN = {None, "SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE"}
 
 
+def main_pid(processes: list[dict[str, Any]], root_pid: int) -> int:
+    """The run's main process: its "main", else its lowest rank, else the root."""
+    for role in ("main", "rank"):
+        pids = [p["pid"] for p in processes if p["role"] == role]
+        if pids:
+            return min(pids) if role == "rank" else pids[0]
+    return root_pid
+
+
 def process_end(p: Mapping[str, Any]) -> str | None:
     """How a process of the tree ended, in words: "exit 0", "SIGKILL", "gone, status unseen" (not memscope's
     child and reaped by its parent before memscope looked), or None while it runs."""

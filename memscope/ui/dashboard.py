@@ -474,7 +474,7 @@ class Dashboard:
 def _recorded_phases(path: str) -> list[dict[str, Any]]:
     """The phase and epoch events the record already holds when a dashboard starts following a run (empty if the
     record cannot be read yet)."""
-    from ..store import RunData
+    from ..record.reader import RunData
 
     try:
         rd = RunData(path)
@@ -533,7 +533,8 @@ def reopen(ref: str, record_dir: str | None = None) -> Dashboard:
     from IPython.display import display
 
     from ..analysis.summary import summarize
-    from ..store import RunData, default_record_dir, find_run
+    from ..record.catalogue import default_record_dir, find_run
+    from ..record.reader import RunData
 
     path = find_run(record_dir or default_record_dir(), ref)
     rd = RunData(path)

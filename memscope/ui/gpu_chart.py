@@ -61,7 +61,7 @@ class GpuSeries:
 
     def load(self, path: str) -> None:
         """Add what a run's record holds so far (a dashboard opened on a run that already has GPU data)."""
-        from ..store import RunData
+        from ..record.reader import RunData
 
         try:
             rd = RunData(path)

@@ -144,7 +144,7 @@ class ProbesFeed:
 
 
 def _recorded(path: str) -> list[dict[str, Any]]:
-    from ..store import RunData
+    from ..record.reader import RunData
 
     try:
         rd = RunData(path)

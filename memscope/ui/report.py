@@ -13,7 +13,7 @@ import re
 from typing import Any, Iterable
 
 from ..analysis.summary import summarize
-from ..store import RunData
+from ..record.reader import RunData
 from .bokeh_format import HOVER_JS as _HOVER_JS
 from .bokeh_format import TICK_JS as _TICK_JS
 from .dashboard import leak_line, output_tail, process_table, record_procs, verdict_card, with_gpu
@@ -90,7 +90,7 @@ def _cut(line: str, n: int = LINE_MAX) -> str:
 
 
 def _recorded_output(rd: RunData) -> Iterable[tuple[str, str]]:
-    for (data,) in rd.con.execute("SELECT data FROM events WHERE kind='output' ORDER BY t, rowid"):
+    for data in rd.output_data():
         try:
             d = json.loads(data)
         except (TypeError, ValueError):

@@ -530,35 +530,33 @@ class RunSeries:
         under its final role for the whole run here.
         """
         from ..model import KIND_PSS, KIND_RSS
-        from ..store import RunData
+        from ..record.reader import RunData
 
         self = cls(max_points)
         rd = RunData(path)
         try:
-            con = rd.con
             with self._lock:
                 exits = []
-                for pid, role, exit_t in con.execute("SELECT pid, role, exit_t FROM processes"):
+                for pid, role, exit_t in rd.process_exits():
                     self._seen(pid, role or "other")
                     if exit_t is not None:
                         exits.append(pid)
-                cur = con.execute("SELECT t, pid, rss FROM samples WHERE kind=? ORDER BY t", (KIND_RSS,))
+                cur = rd.sample_rows(KIND_RSS, "rss")
                 for t, procs in _rounds(cur):
                     self._rss_round(t, procs)
                 if rd.has_fast:
-                    cur = con.execute("SELECT t, pid, est_pss FROM samples WHERE kind=? ORDER BY t", (KIND_RSS,))
+                    cur = rd.sample_rows(KIND_RSS, "est_pss")
                     for t, procs in _rounds(cur):
                         self._pss_round(t, procs)
                     for t, v in rd.fast_totals(private=True):
                         self.tree_private.append(t, v)
                 else:
-                    cur = con.execute("SELECT t, pid, pss FROM samples WHERE kind=? ORDER BY t", (KIND_PSS,))
+                    cur = rd.sample_rows(KIND_PSS, "pss")
                     for t, procs in _rounds(cur):
                         self._pss_round(t, procs)
-                for t, avail, lim in con.execute("SELECT t, available, lim FROM host ORDER BY t"):
+                for t, avail, lim in rd.host_available():
                     self._host(t, avail, lim)
-                rows = con.execute("SELECT t, pid, kind, data FROM events WHERE kind != 'output' "
-                                   "ORDER BY t DESC LIMIT ?", (_EVENTS_KEPT,)).fetchall()
+                rows = rd.last_events(_EVENTS_KEPT)
                 for t, pid, kind, data in reversed(rows):
                     try:
                         d = json.loads(data) if data else {}
@@ -566,8 +564,7 @@ class RunSeries:
                         d = {"text": data}
                     self._event(t, pid, kind, d)
                 self.exited.update(exits)
-                row = con.execute("SELECT ended_at FROM run").fetchone()
-                self.ended = bool(row and row[0])
+                self.ended = rd.ended()
                 self._version += 1
         finally:
             rd.close()

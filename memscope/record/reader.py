@@ -1,0 +1,249 @@
+"""The one reader of a run's record: every SQL query memscope runs on a record lives in this module.
+
+A record is read while it is written (WAL) and long after: the schema below only ever gains columns, and a
+record written by an older memscope opens with this reader (``has_fast`` tells what it lacks).
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any, Iterable, Iterator
+
+from ..model import KIND_PSS
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS run (id TEXT PRIMARY KEY, command TEXT, cwd TEXT, started_at TEXT, t0_epoch REAL,
+  root_pid INTEGER, ended_at TEXT, duration_s REAL, exit_cause TEXT, summary TEXT, meta TEXT);
+CREATE TABLE IF NOT EXISTS processes (pid INTEGER PRIMARY KEY, ppid INTEGER, role TEXT, name TEXT, cmdline TEXT,
+  create_time REAL, first_t REAL, exit_t REAL, exit_code INTEGER, exit_signal TEXT);
+CREATE TABLE IF NOT EXISTS samples (t REAL, kind INTEGER, pid INTEGER, rss INTEGER, pss INTEGER, anon INTEGER,
+  file INTEGER, swap INTEGER, private INTEGER, est_pss INTEGER, est_private INTEGER);
+CREATE INDEX IF NOT EXISTS samples_t ON samples (kind, t);
+CREATE TABLE IF NOT EXISTS host (t REAL, total INTEGER, available INTEGER, swap_total INTEGER, swap_used INTEGER,
+  lim INTEGER, cgroup_usage INTEGER, host_oom INTEGER, cgroup_oom INTEGER);
+CREATE TABLE IF NOT EXISTS events (t REAL, pid INTEGER, kind TEXT, data TEXT);
+"""
+
+
+def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
+    if readonly:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5, check_same_thread=False)
+    else:
+        con = sqlite3.connect(path, timeout=5, check_same_thread=False)
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("PRAGMA synchronous=FULL")
+    return con
+
+
+# -- reading a run back --------------------------------------------------------------------------------------
+class RunData:
+    """Read access to one run's record (finished or still being written)."""
+
+    def __init__(self, path: str, con: sqlite3.Connection | None = None) -> None:
+        self.path = path
+        self.con = con if con is not None else connect(path, readonly=True)
+        cols = {r[1] for r in self.con.execute("PRAGMA table_info(samples)")}
+        # Records written before the fast series existed have no per-round PSS estimate.
+        self.has_fast = "est_pss" in cols
+
+    def close(self) -> None:
+        self.con.close()
+
+    def run_row(self) -> dict[str, Any]:
+        cur = self.con.execute("SELECT id, command, cwd, started_at, t0_epoch, root_pid, ended_at, duration_s, "
+                               "exit_cause, summary, meta FROM run")
+        row = cur.fetchone()
+        if row is None:
+            raise ValueError(f"{self.path} holds no run")
+        keys = [d[0] for d in cur.description]
+        d = dict(zip(keys, row))
+        d["command"] = _json_or(d["command"], [])
+        d["meta"] = _json_or(d["meta"], {})
+        d["summary"] = _json_or(d["summary"], None)
+        return d
+
+    def processes(self) -> list[dict[str, Any]]:
+        cur = self.con.execute("SELECT * FROM processes ORDER BY first_t, pid")
+        keys = [d[0] for d in cur.description]
+        return [dict(zip(keys, r)) for r in cur]
+
+    def peaks_by_pid(self) -> dict[int, tuple[int, int | None]]:
+        """pid -> (peak RSS, peak PSS); PSS at every round where the record has the fast series."""
+        # A process whose PSS was never readable (another user's) has no PSS peak, only RSS rounds' guesses.
+        col = "CASE WHEN MAX(pss) IS NULL THEN NULL ELSE MAX(COALESCE(est_pss, pss)) END" if self.has_fast else \
+            "MAX(pss)"
+        out: dict[int, tuple[int, int | None]] = {}
+        for pid, rss, pss in self.con.execute(f"SELECT pid, MAX(rss), {col} FROM samples GROUP BY pid"):
+            out[pid] = (rss or 0, pss)
+        return out
+
+    def last_by_pid(self) -> dict[int, dict[str, Any]]:
+        """Each process's last round with memory in it (RSS, private, PSS and swap of that one moment)."""
+        if not self.has_fast:
+            return {}
+        out: dict[int, dict[str, Any]] = {}
+        # SQLite takes the bare columns from the row that holds MAX(t).
+        for pid, t, rss, private, pss in self.con.execute(
+                "SELECT pid, MAX(t), rss, private, est_pss FROM samples WHERE kind=0 AND rss>0 GROUP BY pid"):
+            out[pid] = {"t": t, "rss": rss, "private": private, "pss": pss}
+        for pid, t, swap in self.con.execute(
+                "SELECT pid, MAX(t), swap FROM samples WHERE kind=1 AND pss IS NOT NULL GROUP BY pid"):
+            if pid in out:
+                out[pid].update(pss_t=t, swap=swap)
+        return out
+
+    def tree_totals(self, kind: int, private: bool = False) -> Iterator[tuple[float, int]]:
+        """(t, sum over the tree) per round; for PSS rounds the sum of PSS, for RSS rounds the sum of RSS.
+        ``private`` (PSS rounds): anonymous PSS plus swap, without the file-backed pages that move with what
+        other processes map."""
+        col = _column(kind, private)
+        yield from self.con.execute(f"SELECT t, SUM({col}) FROM samples WHERE kind=? GROUP BY t ORDER BY t",
+                                    (kind,))
+
+    def role_totals(self, kind: int, private: bool = False) -> dict[str, tuple[list[float], list[float]]]:
+        """Per role, (t, sum over that role's processes) per round."""
+        col = _column(kind, private)
+        out: dict[str, tuple[list[float], list[float]]] = {}
+        for t, role, v in self.con.execute(
+                f"SELECT s.t, COALESCE(p.role, 'other'), SUM({col}) FROM samples s LEFT JOIN processes p "
+                "ON p.pid = s.pid WHERE s.kind=? GROUP BY s.t, 2 ORDER BY s.t", (kind,)):
+            ts, ys = out.setdefault(role, ([], []))
+            ts.append(t)
+            ys.append(v or 0)
+        return out
+
+    def fast_totals(self, private: bool = False) -> list[tuple[float, int]]:
+        """The tree's PSS (or, with ``private``, its anonymous PSS + swap) at every RSS round: the fast series
+        (measured in PSS rounds, carried forward between them). Empty for records without it."""
+        if not self.has_fast:
+            return []
+        col = "est_private" if private else "est_pss"
+        return self.con.execute(f"SELECT t, SUM({col}) FROM samples WHERE kind=0 GROUP BY t ORDER BY t").fetchall()
+
+    def role_fast_totals(self, private: bool = False,
+                         column: str | None = None) -> dict[str, tuple[list[float], list[float]]]:
+        """Per role, (t, sum of the fast series over that role's processes) at every RSS round. ``column``
+        "private" gives the raw statm private memory instead (not proportional: copy-on-write pages count in
+        every process that maps them, so a parent's own growth stays its own)."""
+        col = column or ("est_private" if private else "est_pss")
+        out: dict[str, tuple[list[float], list[float]]] = {}
+        if not self.has_fast:
+            return out
+        for t, role, v in self.con.execute(
+                f"SELECT s.t, COALESCE(p.role, 'other'), SUM(s.{col}) FROM samples s LEFT JOIN processes p "
+                "ON p.pid = s.pid WHERE s.kind=0 GROUP BY s.t, 2 ORDER BY s.t"):
+            ts, ys = out.setdefault(role, ([], []))
+            ts.append(t)
+            ys.append(v or 0)
+        return out
+
+    def fast_peak(self) -> tuple[float, int] | None:
+        if not self.has_fast:
+            return None
+        row = self.con.execute("SELECT t, SUM(est_pss) AS s FROM samples WHERE kind=0 GROUP BY t "
+                               "ORDER BY s DESC LIMIT 1").fetchone()
+        return (row[0], row[1]) if row and row[1] is not None else None
+
+    def tree_peak(self, kind: int) -> tuple[float, int] | None:
+        col = "pss" if kind == KIND_PSS else "rss"
+        row = self.con.execute(f"SELECT t, SUM({col}) AS s FROM samples WHERE kind=? GROUP BY t "
+                               "ORDER BY s DESC LIMIT 1", (kind,)).fetchone()
+        return (row[0], row[1]) if row and row[1] is not None else None
+
+    def last_tree_total(self) -> tuple[float, int] | None:
+        row = self.con.execute("SELECT t, SUM(rss) FROM samples WHERE kind=0 AND t=(SELECT MAX(t) FROM samples "
+                               "WHERE kind=0 AND rss>0)").fetchone()
+        return (row[0], row[1]) if row and row[0] is not None else None
+
+    def host_rows(self) -> list[tuple]:
+        return self.con.execute("SELECT t, total, available, swap_total, swap_used, lim, cgroup_usage, host_oom, "
+                                "cgroup_oom FROM host ORDER BY t").fetchall()
+
+    def tables_missing(self) -> set[str]:
+        """The memscope tables this file lacks (all five: not a memscope record)."""
+        tables = {r[0] for r in self.con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        return {"run", "processes", "samples", "host", "events"} - tables
+
+    def stored_summary(self) -> Any:
+        """The summary written at the run's end as stored (None when missing or damaged: not JSON)."""
+        stored = self.con.execute("SELECT summary FROM run").fetchone()
+        try:
+            return json.loads(stored[0]) if stored and stored[0] else None
+        except ValueError:
+            return None  # damaged at the end: the data before it still tells
+
+    def last_sample_t(self) -> float | None:
+        """The time of the record's last sampling round, None when it has none."""
+        row = self.con.execute("SELECT MAX(t) FROM samples").fetchone()
+        return row[0] if row and row[0] is not None else None
+
+    def role_peak_round(self, role: str) -> tuple[float, int, int, int] | None:
+        """(t, processes alive, their PSS, their RSS) at the fast round where ``role``'s processes held most."""
+        return self.con.execute(
+            "SELECT s.t, COUNT(*) AS n, SUM(s.est_pss), SUM(s.rss) FROM samples s JOIN processes p ON p.pid = s.pid "
+            "WHERE s.kind=0 AND p.role=? GROUP BY s.t ORDER BY SUM(s.est_pss) DESC LIMIT 1", (role,)
+        ).fetchone()
+
+    def role_count(self, role: str) -> int:
+        """How many processes of ``role`` the run ever had."""
+        return self.con.execute("SELECT COUNT(*) FROM processes WHERE role=?", (role,)).fetchone()[0]
+
+    def role_alive_counts(self, role: str) -> Iterator[int]:
+        """How many processes of ``role`` each fast round saw."""
+        for (n,) in self.con.execute(
+                "SELECT COUNT(*) FROM samples s JOIN processes p ON p.pid = s.pid WHERE s.kind=0 AND "
+                "p.role=? GROUP BY s.t", (role,)):
+            yield n
+
+    def output_data(self) -> Iterator[str]:
+        """The raw ``data`` of the record's output events, in order."""
+        for (data,) in self.con.execute("SELECT data FROM events WHERE kind='output' ORDER BY t, rowid"):
+            yield data
+
+    def process_exits(self) -> Iterator[tuple[int, str | None, float | None]]:
+        """(pid, role, exit_t) of every process, in no order."""
+        yield from self.con.execute("SELECT pid, role, exit_t FROM processes")
+
+    def sample_rows(self, kind: int, column: str) -> Iterable[tuple[float, int, int | None]]:
+        """(t, pid, ``column``) of every sample of ``kind``, by time; ``column`` is rss, est_pss or pss."""
+        if column not in ("rss", "est_pss", "pss"):
+            raise ValueError(column)
+        return self.con.execute(f"SELECT t, pid, {column} FROM samples WHERE kind=? ORDER BY t", (kind,))
+
+    def host_available(self) -> Iterable[tuple[float, int, int | None]]:
+        """(t, available, limit) of every host sample, by time."""
+        return self.con.execute("SELECT t, available, lim FROM host ORDER BY t")
+
+    def last_events(self, n: int) -> list[tuple[float, int | None, str, str]]:
+        """The latest ``n`` events other than output, newest first, as stored (data is JSON text)."""
+        return self.con.execute("SELECT t, pid, kind, data FROM events WHERE kind != 'output' "
+                                "ORDER BY t DESC LIMIT ?", (n,)).fetchall()
+
+    def ended(self) -> bool:
+        """Whether the run's end was recorded."""
+        row = self.con.execute("SELECT ended_at FROM run").fetchone()
+        return bool(row and row[0])
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        sql, args = "SELECT t, pid, kind, data FROM events", ()
+        if kind:
+            sql, args = sql + " WHERE kind=?", (kind,)
+        return [{"t": t, "pid": pid, "kind": k, "data": json.loads(d)}
+                for t, pid, k, d in self.con.execute(sql + " ORDER BY t", args)]
+
+
+def _json_or(text: str | None, default: Any) -> Any:
+    """A JSON column, or ``default`` when it is empty or damaged (a record is read as far as it can be)."""
+    if not text:
+        return default
+    try:
+        v = json.loads(text)
+    except (ValueError, TypeError):
+        return default
+    return v if default is None or isinstance(v, type(default)) else default
+
+
+def _column(kind: int, private: bool) -> str:
+    if kind != KIND_PSS:
+        return "rss"
+    return "COALESCE(anon, pss) + COALESCE(swap, 0)" if private else "pss"

@@ -1,0 +1,237 @@
+"""The record's writer: one SQLite file per run, written by one thread, readable while it is written.
+
+WAL mode with synchronous=FULL and a commit at least every ``flush_s``: if memscope, the kernel or the machine
+dies, the file keeps everything up to the last commit and opens cleanly. The schema is ``reader.SCHEMA``:
+records written by any earlier memscope open with the same reader.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import queue
+import sqlite3
+import threading
+import time
+from typing import Any
+
+from ..fmt import stderr_line
+from ..model import KIND_PSS, KIND_RSS, Event, HostSample, ProcessExited, ProcessSeen, Record, RunEnded, TreeSample
+from .reader import SCHEMA, connect
+
+
+class _Sql:
+    """A statement of the recorder's own (the run row). Private: no Record, nothing from outside, can be one."""
+    __slots__ = ("sql", "args")
+
+    def __init__(self, sql: str, args: tuple) -> None:
+        self.sql, self.args = sql, args
+
+
+class _Barrier:
+    """Commit what came before, then set ``done``."""
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+_CLOSE = object()
+_RECORDS = (TreeSample, HostSample, ProcessSeen, ProcessExited, Event, RunEnded)
+# Kept in memory once the file refuses records (a full disk), for the summary: every record but samples (few:
+# processes, host rounds, events) up to KEEP_LOST, the latest KEEP_SAMPLES sample rounds (about 20 MB at most)
+# and each kind's highest round, so the peak stays true.
+KEEP_LOST = 100_000
+KEEP_SAMPLES = 20_000
+
+
+class Recorder:
+    """Owns the run's SQLite file. ``put`` is cheap and thread-safe; a writer thread batches the inserts.
+
+    The writer survives any record: one it cannot store (a bad value) is counted in ``bad_records`` and skipped;
+    when the file itself refuses (a full disk, an I/O error) the batch is kept in memory (``lost``, bounded),
+    counted in ``lost_records``, and said once on stderr. ``memory_copy`` then gives the record as memscope
+    knows it, so the summary stays true.
+    """
+
+    def __init__(self, path: str, flush_s: float = 0.5, warn: Any = None) -> None:
+        self.path = path
+        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._flush_s = flush_s
+        self._con = connect(path)
+        self._con.executescript(SCHEMA)
+        self._con.commit()
+        self._warn = warn if warn is not None else stderr_line
+        self.bad_records = 0
+        self.lost_records = 0
+        self.first_error: str | None = None
+        self.lost: list[Any] = []      # what the file refused but sample rounds, oldest first (at most KEEP_LOST)
+        self._lost_samples: collections.deque[TreeSample] = collections.deque(maxlen=KEEP_SAMPLES)
+        self._lost_peaks: dict[str, tuple[int, TreeSample]] = {}  # kind -> (tree total, its round)
+        self._batch: list[Any] = []    # written since the last commit: lost with it if the commit fails
+        self._lost_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, name="memscope-recorder", daemon=True)
+        self._thread.start()
+
+    @property
+    def errors(self) -> int:
+        return self.bad_records + self.lost_records
+
+    def health(self) -> dict[str, Any]:
+        """What went wrong while recording, for the summary (all zero when nothing did)."""
+        return {"bad_records": self.bad_records, "lost_records": self.lost_records, "first_error": self.first_error}
+
+    def begin(self, run_id: str, command: list[str], cwd: str, started_at: str, t0_epoch: float,
+              root_pid: int, meta: dict[str, Any]) -> None:
+        self._q.put(_Sql("INSERT OR REPLACE INTO run (id, command, cwd, started_at, t0_epoch, root_pid, meta) "
+                         "VALUES (?,?,?,?,?,?,?)",
+                         (run_id, json.dumps(command), cwd, started_at, t0_epoch, root_pid, json.dumps(meta))))
+
+    def put(self, rec: Record) -> None:
+        if not isinstance(rec, _RECORDS):
+            raise TypeError(f"not a record: {type(rec).__name__}")
+        self._q.put(rec)
+
+    def sync(self, timeout: float = 5.0) -> bool:
+        """Wait until everything put so far is committed (or refused); False on timeout."""
+        b = _Barrier()
+        self._q.put(b)
+        return b.done.wait(timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        self._q.put(_CLOSE)
+        self._thread.join(timeout)
+
+    def memory_copy(self) -> sqlite3.Connection:
+        """The record in memory, with what the file refused added back: call after ``sync``."""
+        mem = sqlite3.connect(":memory:", check_same_thread=False)
+        src = connect(self.path, readonly=True)
+        try:
+            src.backup(mem)
+        finally:
+            src.close()
+        mem.executescript(SCHEMA)
+        with self._lost_lock:
+            lost = list(self.lost) + sorted({id(r): r for r in [*self._lost_samples, *(
+                r for _, r in self._lost_peaks.values())]}.values(), key=lambda r: r.t)
+        for rec in lost:
+            try:
+                _apply(mem, rec)
+            except Exception:
+                pass
+        mem.commit()
+        return mem
+
+    def _loop(self) -> None:
+        last = time.monotonic()
+        while True:
+            try:
+                rec = self._q.get(timeout=self._flush_s)
+            except queue.Empty:
+                rec = None
+            if rec is _CLOSE:
+                self._commit()
+                try:
+                    self._con.close()
+                except sqlite3.Error:
+                    pass
+                return
+            if isinstance(rec, _Barrier):
+                self._commit()
+                last = time.monotonic()
+                rec.done.set()
+                continue
+            if rec is not None:
+                self._write_one(rec)
+            if self._batch and (time.monotonic() - last >= self._flush_s or rec is None):
+                self._commit()
+                last = time.monotonic()
+
+    def _write_one(self, rec: Any) -> None:
+        try:
+            _apply(self._con, rec)
+        except sqlite3.OperationalError as exc:  # the file refuses: full disk, I/O error, locked for good
+            self._refused(exc, [rec])
+            return
+        except Exception as exc:  # this record cannot be stored (a value out of range): skip it alone
+            self.bad_records += 1
+            self.first_error = self.first_error or f"a record could not be stored: {exc!r}"[:300]
+            return
+        self._batch.append(rec)
+
+    def _commit(self) -> None:
+        if not self._batch and not self._con.in_transaction:
+            return
+        try:
+            self._con.commit()
+        except sqlite3.Error as exc:
+            self._refused(exc, [])
+            return
+        self._batch.clear()
+
+    def _refused(self, exc: Exception, also: list[Any]) -> None:
+        try:
+            self._con.rollback()
+        except sqlite3.Error:
+            pass
+        lost = self._batch + also
+        self._batch = []
+        first = self.lost_records == 0
+        self.lost_records += len(lost)
+        with self._lost_lock:
+            for rec in lost:
+                if isinstance(rec, TreeSample):
+                    self._lost_samples.append(rec)
+                    total = sum((p.pss if rec.kind == "pss" else p.rss) or 0 for p in rec.procs)
+                    if total >= self._lost_peaks.get(rec.kind, (-1, rec))[0]:
+                        self._lost_peaks[rec.kind] = (total, rec)
+                elif len(self.lost) < KEEP_LOST:
+                    self.lost.append(rec)
+        if first:
+            self.first_error = self.first_error or str(exc)
+            self._warn(f"memscope: cannot write the record {self.path} ({exc}); what follows is kept in memory "
+                       "for the summary, not in the file")
+
+def _apply(c: sqlite3.Connection, rec: Any) -> None:
+    """Write one record (or one of the recorder's own statements) on ``c``."""
+    if isinstance(rec, _Sql):
+        c.execute(rec.sql, rec.args)
+    elif isinstance(rec, TreeSample):
+        kind = KIND_RSS if rec.kind == "rss" else KIND_PSS
+        c.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                      [(rec.t, kind, p.pid, p.rss, p.pss, p.anon, p.file, p.swap, p.private, p.est_pss,
+                        p.est_private) for p in rec.procs])
+    elif isinstance(rec, HostSample):
+        c.execute("INSERT INTO host VALUES (?,?,?,?,?,?,?,?,?)",
+                  (rec.t, rec.total, rec.available, rec.swap_total, rec.swap_used, rec.limit,
+                   rec.cgroup_usage, rec.host_oom_kills, rec.cgroup_oom_kills))
+    elif isinstance(rec, ProcessSeen):
+        c.execute("INSERT INTO processes (pid, ppid, role, name, cmdline, create_time, first_t) "
+                  "VALUES (?,?,?,?,?,?,?) ON CONFLICT(pid) DO UPDATE SET role=excluded.role, "
+                  "name=excluded.name, cmdline=excluded.cmdline, ppid=excluded.ppid",
+                  (rec.pid, rec.ppid, rec.role, rec.name, rec.cmdline, rec.create_time, rec.t))
+    elif isinstance(rec, ProcessExited):
+        c.execute("UPDATE processes SET exit_t=?, exit_code=COALESCE(?, exit_code), "
+                  "exit_signal=COALESCE(?, exit_signal) WHERE pid=?",
+                  (rec.t, rec.exit_code, rec.exit_signal, rec.pid))
+    elif isinstance(rec, Event):
+        # Every Event is data, whatever its kind: nothing in one is ever executed or acted on here.
+        c.execute("INSERT INTO events VALUES (?,?,?,?)",
+                  (rec.t, rec.pid, str(rec.kind), json.dumps(rec.data, default=repr)))
+    elif isinstance(rec, RunEnded):
+        s = rec.summary
+        c.execute("UPDATE run SET ended_at=?, duration_s=?, exit_cause=?, summary=?",
+                  (time.strftime("%Y-%m-%dT%H:%M:%S%z"), s.get("duration_s"), s["exit"]["cause"],
+                   json.dumps(s)))
+
+
+def record_health(recorder: Recorder, server: Any = None) -> dict[str, Any] | None:
+    """The summary's ``record_errors``: what the record lacks and what the agents' socket refused; None if
+    nothing went wrong."""
+    out: dict[str, Any] = dict(recorder.health())
+    if server is not None:
+        st = server.stats()
+        out.update(refused_messages=st["refused_messages"], rejected_connections=st["rejected_connections"],
+                   last_refusal=st["last_refusal"])
+    if not any(v for k, v in out.items() if k not in ("first_error", "last_refusal")):
+        return None
+    return out
