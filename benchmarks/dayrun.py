@@ -57,7 +57,7 @@ from hostinfo import cpu_model, emit, hypervisor, package_version, ram  # noqa: 
 from memscope.analysis.leak import fit_plan  # noqa: E402
 from memscope.analysis.summary import summarize  # noqa: E402
 from memscope.model import Event, HostSample, ProcessExited, ProcessSeen, ProcMem, RunEnded, TreeSample  # noqa: E402
-from memscope.runner import Run, Snapshot  # noqa: E402
+from memscope.session import Run, Snapshot  # noqa: E402
 from memscope.record.reader import RunData  # noqa: E402
 from memscope.record.writer import Recorder  # noqa: E402
 from memscope.ui.chart import chart_payload, count_points  # noqa: E402

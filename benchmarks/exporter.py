@@ -47,7 +47,7 @@ for k in kids:
 
 
 def measure(seconds: float) -> dict:
-    from memscope.runner import Options, Run
+    from memscope.session import Options, Run
 
     tmp = tempfile.mkdtemp(prefix="memscope-bench-exporter-")
     script = os.path.join(tmp, "tree.py")

@@ -240,7 +240,7 @@ NOTES = """\
   what PSS costs (RSS alone would not tell shared from private pages, the reason memscope exists); the RSS
   round (statm) is ~0.01 ms a process. At the torch row's cost per process, a 16-process torch tree would take
   ~3 % of a core in PSS rounds every 2 s: `Run` spaces its PSS rounds out so that they take at most 1.5 % of a
-  core (`runner.PSS_CPU_BUDGET`; the sampler's sustained row is the sampler alone, at a fixed 2 s). Discovery used to read the stat of every process on the machine every
+  core (`session/sampling.PSS_CPU_BUDGET`; the sampler's sustained row is the sampler alone, at a fixed 2 s). Discovery used to read the stat of every process on the machine every
   0.5 s; it now reads only processes it has not classified yet, and all of them every 2 s (and when stopping a
   run): the sampler table gives both costs ("incremental / full"), which grow with the machine's process count.
 - **The day-long run is a replay**, faster than real time: the recorder's queue never holds more than a minute

@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
                 if flavour == "torch" and n == torch_sus:
                     # As a run samples: RSS every 0.2 s, discover every 0.5 s, PSS every 2 s or slower (its
                     # CPU budget). This is the bar: < 3 % of a core on a 16-process torch tree.
-                    from memscope.runner import PSS_CPU_BUDGET
+                    from memscope.session.sampling import PSS_CPU_BUDGET
 
                     print(f"[{flavour} x{n}] sustained load, memscope's schedule, for {sus_s:.0f} s...",
                           file=sys.stderr)

@@ -13,7 +13,7 @@
    kernel pays memscope's imports (the runner, the dashboard, ipywidgets, anywidget, bokeh); the second does not.
 2. Import times, each in a fresh interpreter (median of N): ``import memscope`` (what a training script or a
    kernel pays for ``import memscope``; ``python -X importtime``'s cumulative figure), and the magic's imports
-   (``memscope.magic``, ``memscope.runner``, ``memscope.ui.dashboard``) in an interpreter that has already
+   (``memscope.magic``, ``memscope.session``, ``memscope.ui.dashboard``) in an interpreter that has already
    imported IPython and ipykernel, as a kernel has, with the largest packages they pull in.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ keep = bytearray(b"x") * (32 << 20)
 time.sleep(float(sys.argv[1]) if len(sys.argv) > 1 else 4)
 """
 KERNEL_PRELOAD = "import IPython, ipykernel.ipkernel"
-MAGIC_IMPORTS = "import memscope.magic, memscope.runner, memscope.ui.dashboard"
+MAGIC_IMPORTS = "import memscope.magic, memscope.session, memscope.ui.dashboard"
 
 
 # -- in a kernel ----------------------------------------------------------------------------------------------

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
+from . import wiring as _wiring
+from .errors import CensusError, ClusterError, LaunchError, ScaleneError
+from .markers import mark, phase  # tiny, stdlib only: safe to import in training code
+from .version import __version__
+
 if TYPE_CHECKING:
-    from .runner import Run
+    from .session import Options, Run
 
-__version__ = "0.1.0"
-__all__ = ["run", "attach", "phase", "mark", "reopen", "open_snapshot", "cluster", "load_ipython_extension", "Run", "Options",
-           "LaunchError", "__version__"]
-
-from .markers import mark, phase  # noqa: E402  (tiny, stdlib only: safe to import in training code)
+# The package's face: everything the README uses. Only this module, the CLI and the IPython extension import
+# lazily (the engine, the views and the exporter load when first used, so that `import memscope` stays cheap).
+__all__ = ["run", "attach", "phase", "mark", "reopen", "open_snapshot", "cluster", "load_ipython_extension", "Run",
+           "Options", "LaunchError", "CensusError", "ScaleneError", "ClusterError", "__version__"]
 
 
 def run(command: Sequence[str] | str, **options: Any) -> "Run":
@@ -30,7 +34,7 @@ def run(command: Sequence[str] | str, **options: Any) -> "Run":
     """
     import shlex
 
-    from .runner import Options, Run
+    from .session import Options, Run
 
     argv = shlex.split(command) if isinstance(command, str) else list(command)
     if "output" not in options and _in_notebook():
@@ -73,7 +77,7 @@ def cluster(prometheus_url: str, *, run: str | None = None, job: str | None = No
     """The whole job in a notebook, read from Prometheus: a chart per hostname/rank (PSS stacked by role), each
     node's leak verdict and exit cause, refreshed every ``refresh_s`` seconds until every node has ended.
 
-    ``run`` (a run id) or ``job`` (Prometheus' scrape job) selects what to show; raises ``memscope.cluster.ClusterError`` with a one-line message when Prometheus cannot be reached or holds no memscope data."""
+    ``run`` (a run id) or ``job`` (Prometheus' scrape job) selects what to show; raises ``memscope.ClusterError`` with a one-line message when Prometheus cannot be reached or holds no memscope data."""
     from .ui.cluster import cluster as _cluster
 
     return _cluster(prometheus_url, run=run, job=job, since=since, refresh_s=refresh_s)
@@ -88,15 +92,36 @@ def load_ipython_extension(ip: Any) -> None:
 
 def attach(pid: int, **options: Any) -> "Run":
     """Watch a process tree that is already running (sampling only, no agent)."""
-    from .runner import Options, Run
+    from .session import Options, Run
 
     return Run(attach=pid, options=Options(**options)).start()
 
 
 def __getattr__(name: str) -> Any:
     # Lazy, so that `import memscope` stays cheap in a notebook kernel.
-    if name in ("Run", "Options", "LaunchError"):
-        from . import runner as _run
+    if name in ("Run", "Options"):
+        from . import session
 
-        return getattr(_run, name)
+        return getattr(session, name)
     raise AttributeError(name)
+
+
+# -- wiring: what the lower layers call without importing the upper ones (see wiring.py) --------------------------
+def _prometheus(run: "Run") -> Any:
+    """A run that asks for Prometheus (or a Pushgateway) gets the exporter, attached from outside the run."""
+    o = run.options
+    if not (o.prometheus or o.pushgateway):
+        return None
+    from .export.prometheus import attach as attach_prometheus
+
+    return attach_prometheus(run)
+
+
+def _census_html(census: Any) -> str:
+    from .ui.census import census_html
+
+    return census_html(census.to_dict())
+
+
+_wiring.RUN_ATTACHMENTS.append(_prometheus)
+_wiring.HTML_RENDERERS["Census"] = _census_html

@@ -31,7 +31,7 @@ def start_in_notebook(argv: list[str] | None, attach: int | None, options: Any) 
     """Start a run with its output captured, and show it: a dashboard, or text where widgets cannot render."""
     from IPython import get_ipython
 
-    from .runner import Run
+    from .session import Run
 
     options.output = "capture"
     run = Run(argv, attach=attach, options=options).start()
@@ -52,10 +52,10 @@ def start_in_notebook(argv: list[str] | None, attach: int | None, options: Any) 
 class MemscopeMagics(Magics):
     @line_cell_magic
     def memscope(self, line: str, cell: str | None = None) -> Any:
-        from .cli import _options, add_run_options, _Parser
-        from .runner import LaunchError
+        from .cli.options import Parser, add_run_options, options_from
+        from .errors import LaunchError
 
-        p = _Parser(prog="%memscope", add_help=True)
+        p = Parser(prog="%memscope", add_help=True)
         add_run_options(p)
         p.add_argument("--attach", type=int, metavar="PID")
         p.add_argument("command", nargs="...")
@@ -71,7 +71,7 @@ class MemscopeMagics(Magics):
                 argv = [_cell_script(cell, ns.record)] + argv
             if ns.attach is None and not argv:
                 raise LaunchError("no command given: %memscope train.py [args] | %memscope -- CMD [args]")
-            return start_in_notebook(argv or None, ns.attach, _options(ns))
+            return start_in_notebook(argv or None, ns.attach, options_from(ns))
         except LaunchError as exc:
             print(f"memscope: {exc}", file=sys.stderr)
             return None

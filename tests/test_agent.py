@@ -9,7 +9,7 @@ from conftest import PY, script, wait_for_output
 
 import memscope
 from memscope.agent import protocol
-from memscope.runner import AGENT_SITE
+from memscope.session.options import AGENT_SITE
 
 
 def test_existing_sitecustomize_still_runs_and_agent_says_hello(start, tmp_path):

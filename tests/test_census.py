@@ -10,7 +10,7 @@ import pytest
 from conftest import has_torch, script, wait_for_output
 from memscope.analysis.advice import advise
 from memscope.analysis.census import advice, diff
-from memscope.runner import CensusError
+from memscope.errors import CensusError
 
 
 def _row(shape, count, grad_fn=0, dtype="float32", device="cpu"):

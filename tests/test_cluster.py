@@ -91,7 +91,8 @@ def prometheus(tmp_path):
 @pytest.mark.skipif(not has_torch() or not os.path.exists(TORCHRUN), reason="needs torch and torchrun")
 def test_two_nodes_scraped_by_a_real_prometheus_and_the_job_view(prometheus, tmp_path, capsys):
     from memscope.cli import main
-    from memscope.cluster import ClusterError, load_job
+    from memscope.errors import ClusterError
+    from memscope.record.cluster import load_job
     from memscope.ui.cluster import ClusterView
 
     ports, master = [free_port(), free_port()], free_port()

@@ -335,7 +335,7 @@ def test_the_magic_and_the_python_api_take_the_same_options(tmp_path):
 
     import memscope
     from memscope.magic import load
-    from memscope.runner import LaunchError
+    from memscope.errors import LaunchError
 
     ip = InteractiveShell.instance()
     load(ip)
@@ -355,7 +355,7 @@ def test_the_magic_and_the_python_api_take_the_same_options(tmp_path):
 
 
 def test_the_job_view_escapes_what_prometheus_labels_hold():
-    from memscope.cluster import Job, Panel, selector
+    from memscope.record.cluster import Job, Panel, selector
     from memscope.ui.cluster import job_table, render_html, text_table
 
     evil = '<script>alert("x")</script>'

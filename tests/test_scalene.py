@@ -7,12 +7,12 @@ import time
 import pytest
 
 import memscope
-from memscope import scalene as scalene_mod
+from memscope.session import scalene as scalene_mod
 from memscope.analysis.exit_cause import ExitEvidence, decide
 from memscope.cli import build_parser
 from memscope.collect.roles import ProcInfo, classify
-from memscope.runner import LaunchError
-from memscope.scalene import ScaleneError
+from memscope.errors import LaunchError
+from memscope.errors import ScaleneError
 from memscope.ui.scalene import snapshots_html
 
 from conftest import PY, has_torch, script, wait_for_output

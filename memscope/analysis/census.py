@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..fmt import fmt_bytes
+from ..wiring import html_of
 
 MIN_GROWTH_BYTES = 1 << 20   # below this, growth between two censuses is noise, not a finding
 MIN_GROWTH_COUNT = 3         # fewer new tensors of a kind can be the step in flight
@@ -146,10 +147,9 @@ class Census:
             lines.append(self.advice)
         return "\n".join(lines)
 
-    def _repr_html_(self) -> str:
-        from ..ui.census import census_html
-
-        return census_html(self.to_dict())
+    def _repr_html_(self) -> str | None:
+        # The view registers its renderer from above (memscope/__init__): a data object does not import its view.
+        return html_of(self)
 
 
 def summary_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

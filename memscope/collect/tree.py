@@ -452,3 +452,8 @@ def _alive(pid: int) -> bool:
     except OSError:  # procfs.Unreadable: memscope is out of descriptors; not proven gone
         return True
     return st is not None and st.state not in ("Z", "X")
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is alive (a zombie is not; /proc out of reach is no proof that it is gone)."""
+    return _alive(pid)

@@ -30,6 +30,8 @@ import urllib.parse
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
+from ..analysis.leak import fit_plan
+from ..errors import LaunchError
 from ..model import (METRIC_EXIT_INFO, METRIC_GPU_MEMORY, METRIC_HOST_AVAILABLE, METRIC_LEAK_SLOPE, METRIC_LIMIT,
                      METRIC_MEMORY, METRIC_PROCESSES, METRIC_RUN_INFO)
 from ..model import Event, HostSample, ProcessExited, ProcessSeen, Record, RunEnded, TreeSample
@@ -40,9 +42,9 @@ else:  # pragma: no cover - macOS
     from ..collect.portable import read_environ
 
 if TYPE_CHECKING:
-    from ..runner import Run
+    from ..session.run import Run
 
-__all__ = ["Exporter", "parse_listen", "check_pushgateway", "COMMAND_MAX"]
+__all__ = ["Exporter", "PrometheusSink", "attach", "parse_listen", "check_pushgateway", "COMMAND_MAX"]
 
 COMMAND_MAX = 512          # characters of the command kept in memscope_run_info's label
 LEAK_EVERY_S = 5.0         # the live leak slope is refitted at most this often (on a scrape), not per scrape
@@ -343,8 +345,6 @@ class Exporter:
         now = self._clock()
         if not self._leak_dirty or now - self._leak_at < self._leak_every:
             return
-        from ..analysis.leak import fit_plan
-
         c0 = time.thread_time()
         limit = self._host.limit if self._host is not None else None
         for key, g in self._groups.items():
@@ -424,6 +424,53 @@ class Exporter:
             t = threading.Timer(linger_s, self.close)
             t.daemon = True
             t.start()
+
+
+
+class PrometheusSink:
+    """The exporter as a run's attachment (``wiring.Attachment``): serves from the run's start, pushes and lingers
+    at its end. The run never imports this module: ``memscope/__init__`` registers ``attach``."""
+
+    def __init__(self, run: "Run", listen: tuple[str, int] | None) -> None:
+        self.run = run
+        self.listen = listen
+        self.exporter: Exporter | None = None
+
+    def start(self) -> None:
+        """Subscribe to the run and open the endpoint (LaunchError, one line, when the port is taken)."""
+        run, o = self.run, self.run.options
+        self.exporter = Exporter.for_run(run, o.hostname)
+        run.attachments["prometheus"] = self
+        if self.listen is not None:
+            host, port = self.listen
+            try:
+                self.exporter.serve(host, port)
+            except OSError as exc:
+                raise LaunchError(f"--prometheus {o.prometheus}: cannot listen on {host}:{port}: "
+                                  f"{exc.strerror or exc}") from None
+        exporter = self.exporter
+        run.on_end(lambda _run: exporter.finish(o.pushgateway, o.prometheus_linger_s,
+                                                lambda line: print(line, file=sys.stderr)))
+
+    def close(self) -> None:
+        """The run could not start: close the endpoint at once."""
+        if self.exporter is not None:
+            self.exporter.close()
+            self.exporter = None
+
+
+def attach(run: "Run") -> PrometheusSink | None:
+    """The sink a run's options ask for (``prometheus=`` / ``pushgateway=``), checked before anything starts."""
+    o = run.options
+    if not (o.prometheus or o.pushgateway):
+        return None
+    try:
+        if o.pushgateway:
+            o.pushgateway = check_pushgateway(o.pushgateway)
+        listen = parse_listen(str(o.prometheus)) if o.prometheus else None
+    except ValueError as exc:
+        raise LaunchError(str(exc)) from None
+    return PrometheusSink(run, listen)
 
 
 def _reason(exc: BaseException) -> str:

@@ -13,7 +13,8 @@ import threading
 import time
 from typing import Any
 
-from ..cluster import ClusterError, Job, Panel, load_job
+from ..errors import ClusterError
+from ..record.cluster import Job, Panel, load_job
 from ..fmt import fmt_bytes
 
 __all__ = ["ClusterView", "cluster", "render_html", "write_html", "job_table", "text_table"]

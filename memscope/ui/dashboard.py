@@ -25,7 +25,7 @@ from ..fmt import fmt_bytes, fmt_elapsed
 from .terminal import limit_text, verdict_text
 
 if TYPE_CHECKING:
-    from ..runner import Run
+    from ..session.run import Run
 
 PUSH_PERIOD_S = 0.25      # at most 4 updates a second reach the browser
 # Each push sends the whole (decimated) window: on a long run that is ~15,000 points and ~300 KiB. The browser
@@ -263,7 +263,7 @@ class Dashboard:
     def _push(self, final_summary: dict[str, Any] | None = None) -> int:
         """Send the current window to the widgets; returns how many chart points it held."""
         snap = self.series.snapshot()
-        end = (final_summary or {}).get("duration_s") or (self.run._clock() if self.run else 0.0)
+        end = (final_summary or {}).get("duration_s") or (self.run.elapsed() if self.run else 0.0)
         if final_summary and final_summary.get("phases") is not None:
             snap["phases"] = [{"name": p["name"], "start_s": p["start_s"], "end_s": p["end_s"]}
                               for p in final_summary["phases"]]
@@ -321,7 +321,7 @@ class Dashboard:
         else:
             assert run is not None
             s = run.snapshot
-            state, elapsed = "running", run._clock()
+            state, elapsed = "running", run.elapsed()
             cur, peak = s.tree_pss if s.tree_pss is not None else s.tree_rss, s.peak_pss or s.peak_rss
             limit = run.limit()
             leak = self._live_leak(snap, limit["bytes"] if limit else None)
@@ -379,7 +379,7 @@ class Dashboard:
             return f"the {'census' if action == 'census' else 'Scalene snapshot'} asked for before is still running"
         if action == "scalene":
             if run.scalene is None:
-                from ..scalene import HOW_TO
+                from ..session.scalene import HOW_TO
 
                 return f"this run is not under Scalene: {HOW_TO}"
             self.controls.labels = {"scalene": "profiling…"}
@@ -394,8 +394,7 @@ class Dashboard:
     def _in_background(self, action: str, label: str, work: Callable[[], str]) -> None:
         """Run a button's slow work (a census, a Scalene window) off the kernel's message thread; its outcome
         becomes the controls' note, and the button gets its label back."""
-        from ..runner import CensusError
-        from ..scalene import ScaleneError
+        from ..errors import CensusError, ScaleneError
 
         assert self.controls is not None
 

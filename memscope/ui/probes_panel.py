@@ -15,7 +15,7 @@ from ..fmt import fmt_bytes
 from ..analysis.loads import summarize_faiss, summarize_loads, summarize_malloc
 
 if TYPE_CHECKING:
-    from ..runner import Run
+    from ..session.run import Run
 
 KINDS = ("np_load", "np_read", "faiss_index", "malloc")
 _CELL = "style='text-align:left;padding-right:10px'"

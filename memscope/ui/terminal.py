@@ -20,7 +20,7 @@ from ..analysis.leak import floor_step
 from ..fmt import fmt_bytes, fmt_elapsed
 
 if TYPE_CHECKING:
-    from ..runner import Run
+    from ..session.run import Run
 
 FOOTER_LINES = 7
 ROLE_STYLE = {"main": "bold cyan", "dataloader_worker": "green", "compile_worker": "magenta", "rank": "cyan",
@@ -65,7 +65,7 @@ def render_lines(run: "Run", width: int, note: str = "") -> list[str]:
     h = snap.host
     head = Text()
     head.append(" memscope ", style="bold reverse")
-    head.append(f" {fmt_elapsed(run._clock())}  ")
+    head.append(f" {fmt_elapsed(run.elapsed())}  ")
     head.append("tree PSS ", style="dim")
     head.append(fmt_bytes(snap.tree_pss), style="bold")
     head.append(f" (peak {fmt_bytes(snap.peak_pss)})  ", style="dim")

@@ -21,7 +21,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -31,12 +30,17 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from .errors import ScaleneError
+from ..analysis.scalene import diff_profiles
+from ..errors import LaunchError, ScaleneError
+from ..model import Event
+
+# Parts of a Run take the Run itself, typed Any: run.py imports this module, and a type-only import back would
+# be a circle in the import graph.
+Run = Any
 
 MODES = {"cpu": "--cpu-only", "memory": "--memory"}
 HOW_TO = ("start the run under Scalene: %memscope --scalene train.py (memscope run --scalene train.py, "
           "or memscope.run(cmd, scalene=True)); --scalene=memory adds memory figures")
-TOP_N = 15
 
 
 def available() -> bool:
@@ -75,69 +79,6 @@ def catches(pid: int, *signals: int) -> bool:
     except (OSError, ValueError):
         pass
     return False
-
-
-# -- reading Scalene's JSON ------------------------------------------------------------------------------------
-
-def line_totals(profile: dict[str, Any], total_cpu_s: float | None) -> tuple[dict[tuple[str, int], dict[str, Any]],
-                                                                              float]:
-    """Per (file, line): cumulative seconds (python, native, system) and memory counters; and the CPU total used.
-
-    Scalene's percentages are of its total CPU sample time; without that total (an agent that could not read
-    it) the profiled wall time stands in for it, which is right for one busy core.
-    """
-    total = float(total_cpu_s) if total_cpu_s else float(profile.get("elapsed_time_sec") or 0.0)
-    out: dict[tuple[str, int], dict[str, Any]] = {}
-    for fname, fdata in (profile.get("files") or {}).items():
-        for ln in fdata.get("lines") or []:
-            py, c, sys_ = (float(ln.get(k) or 0.0) for k in ("n_cpu_percent_python", "n_cpu_percent_c",
-                                                            "n_sys_percent"))
-            malloc = float(ln.get("n_malloc_mb") or 0.0)
-            if not (py or c or sys_ or malloc):
-                continue
-            out[(fname, int(ln["lineno"]))] = {
-                "python_s": py * total / 100, "native_s": c * total / 100, "system_s": sys_ * total / 100,
-                "malloc_mb": malloc, "mallocs": int(ln.get("n_mallocs") or 0),
-                "peak_mb": float(ln.get("n_peak_mb") or 0.0), "code": _source(ln.get("line"))}
-    return out, total
-
-
-def _source(text: Any) -> str:
-    """Scalene writes "<" in source lines as the six characters \\u003c: give the line back as written."""
-    return re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), str(text or "")).strip()[:200]
-
-
-def diff_profiles(prev: tuple[dict[str, Any], float | None] | None, cur: tuple[dict[str, Any], float | None],
-                  memory: bool, top_n: int = TOP_N) -> tuple[list[dict[str, Any]], float, float]:
-    """The window between two cumulative profiles: (top rows, window wall seconds, window CPU seconds).
-
-    Rows: file, line, code, cpu_percent (python + native, of the window's CPU time, as Scalene counts it),
-    python_percent, native_percent, system_percent, cpu_seconds; with ``memory``: malloc_mb and mallocs in the
-    window, and peak_mb (the line's peak footprint since the start: Scalene keeps no per-window peak).
-    """
-    before, t_before = line_totals(*prev) if prev else ({}, 0.0)
-    after, t_after = line_totals(*cur)
-    window_cpu = max(t_after - t_before, 0.0)
-    window_s = max(float(cur[0].get("elapsed_time_sec") or 0.0) -
-                   (float(prev[0].get("elapsed_time_sec") or 0.0) if prev else 0.0), 0.0)
-    rows = []
-    zero = {"python_s": 0.0, "native_s": 0.0, "system_s": 0.0, "malloc_mb": 0.0, "mallocs": 0}
-    for (fname, lineno), a in after.items():
-        b = before.get((fname, lineno), zero)
-        d = {k: max(a[k] - b[k], 0.0) for k in ("python_s", "native_s", "system_s", "malloc_mb")}
-        pct = (lambda s: round(100.0 * s / window_cpu, 2) if window_cpu > 0 else 0.0)
-        row: dict[str, Any] = {
-            "file": fname, "line": lineno, "code": a["code"],
-            "cpu_percent": pct(d["python_s"] + d["native_s"]), "python_percent": pct(d["python_s"]),
-            "native_percent": pct(d["native_s"]), "system_percent": pct(d["system_s"]),
-            "cpu_seconds": round(d["python_s"] + d["native_s"], 4)}
-        if memory:
-            row.update(malloc_mb=round(d["malloc_mb"], 2), mallocs=max(a["mallocs"] - int(b["mallocs"]), 0),
-                       peak_mb=round(a["peak_mb"], 2))
-        if row["cpu_percent"] >= 0.5 or (memory and row["malloc_mb"] >= 1.0):
-            rows.append(row)
-    rows.sort(key=lambda r: (-r["cpu_percent"], -r.get("malloc_mb", 0.0), r["file"], r["line"]))
-    return rows[:top_n], round(window_s, 3), round(window_cpu, 3)
 
 
 # -- a run's snapshots -----------------------------------------------------------------------------------------
@@ -295,3 +236,40 @@ def start_html(json_path: str, python: str = sys.executable) -> str:
     except OSError:
         shutil.rmtree(work, ignore_errors=True)
     return final
+
+
+# -- a Run's Scalene side ------------------------------------------------------------------------------------------
+def prepare(run: Run) -> ScaleneSession | None:
+    """At a run's creation: wrap its command in Scalene when its options ask for it (LaunchError if they cannot)."""
+    try:
+        mode = mode_of(run.options.scalene)
+    except ValueError as exc:
+        raise LaunchError(str(exc)) from None
+    if mode is None:
+        return None
+    if run.attached:
+        raise LaunchError("--scalene starts the script under Scalene; it cannot attach to a running process")
+    if run.command[0] == sys.executable and not available():
+        raise LaunchError("--scalene: Scalene is not installed here (pip install 'memscope[scalene]')")
+    session = ScaleneSession(mode, os.path.join(run.record_dir, f"{run.run_id}-scalene"), run.command[0])
+    try:
+        run.command = wrap_command(run.command, run.script, mode, session.outfile)
+    except ValueError as exc:
+        raise LaunchError(str(exc)) from None
+    os.makedirs(session.dir, exist_ok=True)
+    return session
+
+
+def take_snapshot(run: Run, seconds: float) -> ScaleneSnapshot:
+    """``Run.scalene_snapshot``: profile ``seconds`` of the running script, recorded as a "scalene_snapshot" event."""
+    if run.scalene is None:
+        raise ScaleneError(f"this run is not under Scalene; {HOW_TO}")
+    if run.ended:
+        raise ScaleneError("the run has ended")
+    if not run.options.agent:
+        raise ScaleneError("snapshots need memscope's agent in the profiled process (not --no-agent)")
+    t = run.elapsed()
+    snap = run.scalene.snapshot(seconds, lambda: run.ended)
+    snap.t_s = round(t, 3)
+    run.publish(Event(t, snap.pid, "scalene_snapshot", snap.to_dict()))
+    return snap

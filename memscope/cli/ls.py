@@ -1,0 +1,31 @@
+"""``memscope ls``: the recorded runs of a directory."""
+from __future__ import annotations
+
+import argparse
+
+from ..fmt import fmt_bytes
+from ..record.catalogue import default_record_dir, list_runs
+
+
+class LsCommand:
+    """list recorded runs"""
+
+    name = "ls"
+    usage = None
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        """--record DIR."""
+        parser.add_argument("--record", metavar="DIR")
+
+    def run(self, ns: argparse.Namespace) -> int:
+        """One line per run: id, start, duration, exit cause, peak, command."""
+        d = ns.record or default_record_dir()
+        runs = list_runs(d)
+        if not runs:
+            print(f"no runs recorded in {d}")
+            return 0
+        for r in runs:
+            dur = f"{r.duration_s:8.1f}s" if r.duration_s is not None else "     ---"
+            print(f"{r.run_id}  {r.started_at or '':24}  {dur}  {r.exit_cause or 'unfinished':16}  "
+                  f"{fmt_bytes(r.peak_bytes):>10}  {' '.join(r.command)[:80]}")
+        return 0

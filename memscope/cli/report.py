@@ -1,0 +1,61 @@
+"""``memscope report``: a recorded run's summary, as text, JSON or a standalone HTML page."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import sys
+
+from ..analysis.summary import read_summary
+from ..record.catalogue import default_record_dir, find_run
+from .command import one_line
+from .options import EXIT_BAD_INPUT
+
+
+class ReportCommand:
+    """a recorded run's summary"""
+
+    name = "report"
+    usage = None
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        """The run, --record, --json, --html."""
+        parser.add_argument("run", help="run id, a unique prefix of it, 'last', or the record's path")
+        parser.add_argument("--record", metavar="DIR")
+        parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+        parser.add_argument("--html", metavar="PATH", nargs="?", const="",
+                            help="write a standalone HTML report (chart, processes, output) to PATH (./<run id>.html)")
+
+    def run(self, ns: argparse.Namespace) -> int:
+        """Print (or write) the report; a file that is no record is said in one line, never a traceback."""
+        try:
+            path = find_run(ns.record or default_record_dir(), ns.run)
+        except LookupError as exc:
+            sys.stderr.write(f"memscope: {exc}\n")
+            return EXIT_BAD_INPUT
+        # Whatever the file holds (empty, truncated, not SQLite, another program's database, a record whose
+        # summary is not JSON): one line, never a traceback.
+        try:
+            summary = read_summary(path)
+            if ns.html is not None:
+                from ..ui.report import write_html  # bokeh: only when a page is asked for
+
+                # --html alone: ./<run id>.html
+                out = ns.html or f"{summary.get('run_id') or os.path.splitext(os.path.basename(path))[0]}.html"
+                try:
+                    print(f"memscope: report written to {os.path.abspath(write_html(path, out))}")
+                except OSError as exc:
+                    sys.stderr.write(f"memscope: cannot write {out}: {exc.strerror or exc}\n")
+                    return EXIT_BAD_INPUT
+                return 0
+        except (sqlite3.Error, ValueError, KeyError, TypeError, IndexError, OverflowError) as exc:
+            sys.stderr.write(f"memscope: {path} is not a readable memscope record ({one_line(exc)})\n")
+            return EXIT_BAD_INPUT
+        if ns.json:
+            print(json.dumps(summary, indent=2))
+        else:
+            from ..ui.terminal import print_final
+
+            print_final(summary, file=sys.stdout)
+        return 0

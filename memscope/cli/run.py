@@ -1,0 +1,125 @@
+"""``memscope run``: a command (or a running tree, --attach) under memscope, with the live terminal view."""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+from ..errors import LaunchError
+from .options import add_run_options, options_from
+
+
+def exit_status(returncode: int | None) -> int:
+    """The command's own status, as a shell reports it: 128+N for death by signal N."""
+    if returncode is None:
+        return 0
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class RunCommand:
+    """run a command under memscope"""
+
+    name = "run"
+    usage = "memscope run [options] script.py [args] | memscope run [options] -- CMD [args]"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        """The run options, --attach, and the command."""
+        add_run_options(parser)
+        parser.add_argument("--attach", type=int, metavar="PID", help="watch a running process tree (sampling only)")
+        parser.add_argument("command", nargs=argparse.REMAINDER, help="script.py [args], or -- CMD [args]")
+
+    def run(self, ns: argparse.Namespace, command: list[str] | None = None) -> int:
+        """Run it to its end; the exit status is the command's own."""
+        # Imported here, not at the top: `memscope ls` or `--help` need none of the engine (the CLI is the top
+        # layer, one of the few places that import lazily).
+        from .. import supervise
+        from ..export.prometheus import PUSH_TIMEOUT_S
+        from ..session import Run
+        from ..session.options import check_summary_path
+        from ..ui.terminal import TerminalView, print_final
+
+        argv = list(command if command is not None else ns.command)
+        if argv and argv[0] == "--":
+            argv = argv[1:]
+        attach = getattr(ns, "attach", None)
+        if attach is not None and argv:
+            raise LaunchError("give either --attach PID or a command, not both")
+        if attach is None and not argv:
+            raise LaunchError("no command given: memscope run train.py [args] | memscope run -- CMD [args]")
+        if ns.summary_json:
+            check_summary_path(ns.summary_json)
+        supervise.declare_sole_launcher()  # this process starts nothing but the run: its orphans are the run's
+        run = Run(argv or None, attach=attach, options=options_from(ns))
+        presses = {"n": 0}
+        view: TerminalView | None = None
+
+        pending: list[int] = []
+
+        def on_signal(signum: int, _frame: object) -> None:
+            # Like systemd and docker: SIGTERM is passed on (a training may checkpoint on it), SIGKILL only after the
+            # grace period; Ctrl-C stops gracefully; a second SIGINT or SIGTERM kills.
+            if run.status == "starting":
+                pending.append(signum)  # acted on right after start(), below
+                return
+            if signum == signal.SIGHUP:
+                if run.attached:
+                    run.detach()
+                else:
+                    run.forward(signal.SIGHUP)  # a hangup reaches the foreground group: the run's, not only memscope
+                return
+            presses["n"] += 1
+            if run.attached:
+                run.detach()
+            elif presses["n"] == 1 and signum == signal.SIGINT:
+                if view is not None:
+                    view.note = "stopping… (Ctrl-C again to kill)"
+                else:
+                    sys.stderr.write("\nmemscope: stopping the run (Ctrl-C again to kill)\n")
+                run.stop(wait=False)
+            elif presses["n"] == 1 and signum == signal.SIGTERM:
+                sys.stderr.write(f"\nmemscope: SIGTERM: passing it on to the run, SIGKILL in {ns.grace:g} s\n")
+                run.terminate(wait=False)
+            else:
+                run.kill(wait=False)
+
+        def on_tstp(_signum: int, _frame: object) -> None:
+            # Ctrl-Z: the run is in a session of its own, so the terminal's SIGTSTP reached memscope alone. Stop
+            # the run, then memscope itself (the shell's job control sees memscope stopped and says so).
+            if run.status != "starting" and not run.attached:
+                run.suspend()
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+        def on_cont(_signum: int, _frame: object) -> None:
+            if run.status != "starting" and not run.attached:
+                run.resume()
+
+        # Handlers first: a Ctrl-C must never leave the run behind, not even during start-up. A SIGHUP that was
+        # ignored when memscope started (nohup) stays ignored, for memscope and the run alike.
+        handled = [signal.SIGINT, signal.SIGTERM]
+        if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+            handled.append(signal.SIGHUP)
+        for sig in handled:
+            signal.signal(sig, on_signal)
+        if signal.getsignal(signal.SIGTSTP) != signal.SIG_IGN:
+            signal.signal(signal.SIGTSTP, on_tstp)
+        signal.signal(signal.SIGCONT, on_cont)
+        run.start()
+        for signum in dict.fromkeys(pending):  # signals during start-up, each kind once: now act on them
+            on_signal(signum, None)
+        if run.exporter is not None and run.exporter.url and not ns.quiet:
+            sys.stderr.write(f"memscope: Prometheus metrics at {run.exporter.url}\n")
+        view = TerminalView(run).start() if not ns.quiet and TerminalView.wanted() else None
+        try:
+            while not run.ended:
+                time.sleep(0.1)
+        finally:
+            if view is not None:
+                view.close()
+        summary = run.wait() or {}
+        if not ns.quiet:
+            print_final(summary)
+        if run.exporter is not None:  # the final push, and the last scrape of the final state
+            run.exporter.wait_closed(run.options.prometheus_linger_s + PUSH_TIMEOUT_S + 5)
+        return exit_status(run.returncode)

@@ -1,0 +1,334 @@
+"""Run: launch a command in its own session under memscope, watch its tree, stop it, and say why it ended.
+
+Usable from plain Python (``memscope.run([...])``), the CLI and the notebook alike. Threads, none of which
+waits on another: the waiter (os.wait4 on the root), the RSS sampler (with discovery and host reads), the PSS
+sampler, the agent server, the recorder, and one dispatcher per subscriber. This module is the public handle;
+the work is in ``options``, ``sampling``, ``agents``, ``finish`` and ``scalene`` beside it. Exporters and views
+attach from outside through ``subscribe``, ``on_end`` and ``elapsed`` (``wiring.RUN_ATTACHMENTS``).
+"""
+from __future__ import annotations
+
+import collections
+import os
+import secrets
+import signal
+import subprocess
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from .. import supervise, wiring
+from ..agent import protocol
+from ..collect import gpu as gpu_mod
+from ..collect import procfs
+from ..collect.tree import TreeSampler
+from ..errors import LaunchError
+from ..fmt import signal_name, stderr_line
+from ..model import Event, Record
+from ..record.catalogue import default_record_dir
+from ..record.writer import Recorder
+from . import finish as finish_mod
+from . import scalene as scalene_mod
+from .agents import Agents
+from .live import Snapshot, Subscribers
+from .options import Options, attach_target, check_options, check_record_dir, check_summary_path, resolve_command
+from .sampling import Sampler
+
+if TYPE_CHECKING:
+    from ..analysis.census import Census
+    from .scalene import ScaleneSnapshot
+
+
+class Run:
+    """A command running under memscope (or a tree it attached to)."""
+
+    def __init__(self, command: Sequence[str] | None = None, *, attach: int | None = None,
+                 options: Options | None = None) -> None:
+        self.options = o = options or Options()
+        check_options(o)
+        if attach is not None:
+            self.command, self.script = attach_target(attach), o.script
+        else:
+            self.command, detected = resolve_command(command or [], o.cwd)
+            self.script = o.script or detected
+        self.attached = attach is not None
+        self.record_dir = os.path.abspath(o.record_dir or default_record_dir())
+        check_record_dir(self.record_dir)
+        if o.summary_json:
+            check_summary_path(o.summary_json)
+        self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+        self.record_path = os.path.join(self.record_dir, f"{self.run_id}.sqlite")
+        self.scalene = scalene_mod.prepare(self)
+        # Exporters watch from outside; the top of the package registers them (wiring), the run never imports them.
+        self.attachments: dict[str, wiring.Attachment] = {}
+        self._attaching = [a for a in (make(self) for make in wiring.RUN_ATTACHMENTS) if a is not None]
+        try:
+            self._recorder = Recorder(self.record_path, warn=self._record_trouble)
+        except Exception as exc:  # sqlite3.Error, OSError
+            raise LaunchError(f"cannot write the record {self.record_path}: {exc}") from None
+        self.pid: int = attach or 0
+        self.status = "starting"
+        self.returncode: int | None = None
+        self.exit: dict[str, Any] | None = None
+        self.snapshot = Snapshot()
+        self.output_tail: collections.deque[str] = collections.deque(maxlen=200)
+        # Capture mode: the run writes its output to these files beside the record, removed once read at the end.
+        # A run that outlives its kernel keeps writing there (no pipe to break), and its output stays findable.
+        base = os.path.join(self.record_dir, self.run_id)
+        self.output_files = (base + ".stdout", base + ".stderr") if o.output == "capture" else None
+        self.agents, self.sampler, self._subs = Agents(self), Sampler(self), Subscribers()
+        self._summary: dict[str, Any] | None = None
+        self._ended, self._ended_early, self._output_done = threading.Event(), threading.Event(), threading.Event()
+        self._stop_requested: str | None = None
+        self._stop_lock = threading.Lock()
+        self._detached = self._subreaper = False
+        self._maxrss: int | None = None
+        self._readers: dict[str, Any] = {}  # stream name -> collect.output.LineReader (capture mode)
+        self._proc: subprocess.Popen | None = None
+        self._sup = supervise.Supervisor(0, self.attached, dict, lambda: True)  # replaced at start()
+        self._threads: list[threading.Thread] = []
+        self._on_end: list[Callable[[Run], None]] = []
+        self.t0 = time.monotonic()
+
+    # -- public API ------------------------------------------------------------------------------------------
+    def start(self) -> "Run":
+        """Launch the command (or start watching the attached tree); returns at once with the run going."""
+        o = self.options
+        env = dict(os.environ if o.env is None else o.env)
+        for a in self._attaching:  # first: a port already taken must stop us before anything runs
+            try:
+                a.start()
+            except LaunchError:
+                finish_mod.abort(self)
+                raise
+        if not self.attached:
+            env[protocol.ENV_RUN] = self.run_id
+            if o.agent:
+                self.agents.environment(env)
+            if o.output == "capture":
+                env.setdefault("PYTHONUNBUFFERED", "1")
+            # The subreaper first: an orphan made in the run's first milliseconds must come to memscope too.
+            self._subreaper = supervise.hold_subreaper()
+            try:
+                self._proc = supervise.launch(self.command, o.cwd, env, self.output_files)
+            except OSError as exc:
+                finish_mod.abort(self)
+                raise LaunchError(f"{self.command[0]}: {exc.strerror or exc}") from None
+            self.pid = self._proc.pid
+        self.t0 = time.monotonic()
+        self.started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self._recorder.begin(self.run_id, list(self.command), os.path.abspath(o.cwd or os.getcwd()),
+                             self.started_at, time.time(), self.pid,
+                             {"attached": self.attached, "script": self.script, "agent": o.agent,
+                              "limit_bytes": o.limit_bytes, "interval_s": o.interval_s,
+                              "pss_interval_s": o.pss_interval_s,
+                              "scalene": self.scalene.mode if self.scalene else None})
+        marker = None if self.attached else f"{protocol.ENV_RUN}={self.run_id}".encode()
+        root_stat = _stat(self.pid)
+        # A process we launched owns its session; one we attached to may share its shell's: no session proof then.
+        membership = supervise.Membership(
+            self.pid, session=None if self.attached else self.pid, marker=marker,
+            started_ticks=root_stat.starttime if root_stat else None,
+            reparented=self._subreaper and not self.attached)
+        self.tree = TreeSampler(self.pid, self.publish, self.elapsed, marker=marker, script=self.script,
+                                membership=membership, reap=supervise.reap)
+        self._sup = supervise.Supervisor(self.pid, self.attached, self.tree.members,
+                                         lambda: self.returncode is not None or self._proc is None,
+                                         on_sent=self._signal_sent)
+        self.status = "running"
+        self._spawn(self.sampler.rss_loop, "memscope-rss")
+        self._spawn(self.sampler.pss_loop, "memscope-pss")
+        self._spawn(lambda: finish_mod.wait_loop(self), "memscope-waiter")
+        nvml = gpu_mod.Nvml.open()  # None without a driver: no thread, nothing recorded
+        if nvml is not None:
+            self._spawn(lambda: gpu_mod.sample_loop(nvml, self.publish, self.elapsed, self.tree.alive_pids,
+                                                    self.sampler.done, o.host_interval_s), "memscope-gpu")
+        if self._proc is not None and self.output_files:
+            for name, path in zip(("stdout", "stderr"), self.output_files):
+                self._spawn(lambda name=name, path=path: finish_mod.read_output(self, path, name),
+                            f"memscope-{name}")
+        return self
+
+    @property
+    def ended(self) -> bool:
+        """Whether the run has ended (its summary is final)."""
+        return self._ended.is_set()
+
+    def elapsed(self) -> float:
+        """Seconds since the run started, on the clock every record's ``t`` uses."""
+        return time.monotonic() - self.t0
+
+    _clock = elapsed  # the name the tests and older callers use
+
+    def wait(self, timeout: float | None = None) -> dict[str, Any] | None:
+        """Wait for the run to end; returns the summary, or None on timeout."""
+        if not self._ended.wait(timeout):
+            return None
+        return self._summary
+
+    def stop(self, grace_s: float | None = None, wait: bool = True) -> None:
+        """Stop the whole tree gracefully: SIGINT (as Ctrl-C would), SIGTERM after a grace period, then SIGKILL."""
+        self._stop("stop", grace_s, None, wait)
+
+    def terminate(self, grace_s: float | None = None, wait: bool = True) -> None:
+        """What systemd and docker do on a stop: SIGTERM to every process of the run (a training may save a
+        checkpoint on it), SIGKILL to what is left after the grace period."""
+        self._stop("terminate", grace_s, signal.SIGTERM, wait)
+
+    def _stop(self, how: str, grace_s: float | None, first_sig: int | None, wait: bool) -> None:
+        grace = self.options.grace_s if grace_s is None else grace_s
+        with self._stop_lock:
+            first = not (self._ended.is_set() or self._stop_requested)
+            if first:
+                self._stop_requested = how
+        if first:
+            self.publish(Event(self.elapsed(), None, "stop_requested", {"how": how, "grace_s": grace}))
+            kw = {} if first_sig is None else {"first": first_sig}
+            self._spawn(lambda: self._sup.stop_sequence(grace, self._root_gone, **kw), "memscope-stopper")
+        if wait:
+            self._ended.wait()
+
+    def kill(self, wait: bool = True) -> None:
+        """SIGKILL every process of the tree now."""
+        with self._stop_lock:
+            self._stop_requested = "kill"
+        self.publish(Event(self.elapsed(), None, "stop_requested", {"how": "kill"}))
+        self._sup.signal_run(signal.SIGKILL)
+        if wait:
+            self._ended.wait()
+
+    def forward(self, sig: int) -> None:
+        """Pass a signal memscope received on to the run, as a terminal would to its foreground group (SIGHUP),
+        and to each member that left the group."""
+        if self._ended.is_set():
+            return
+        self.publish(Event(self.elapsed(), None, "signal_forwarded", {"signal": signal_name(sig)}))
+        self._sup.signal_run(sig)
+
+    def suspend(self) -> None:
+        """Ctrl-Z: stop every process of the run (SIGSTOP: the run's group is orphaned, so SIGTSTP could be
+        discarded by the kernel)."""
+        if not self._ended.is_set():
+            self.publish(Event(self.elapsed(), None, "suspended", {}))
+            self._sup.signal_run(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """fg / bg: continue every process of the run."""
+        if not self._ended.is_set():
+            self._sup.signal_run(signal.SIGCONT)
+            self.publish(Event(self.elapsed(), None, "resumed", {}))
+
+    def detach(self) -> None:
+        """Stop watching (attach mode): the process goes on; the record ends here."""
+        self.publish(Event(self.elapsed(), None, "detached", {}))
+        self._detached = True
+        self._ended_early.set()
+
+    def summary(self) -> dict[str, Any]:
+        """The summary: final once the run ended, else what the record says so far (exit cause "running")."""
+        if self._summary is not None:
+            return self._summary
+        s = finish_mod.summarize_record(self)
+        s["exit"] = finish_mod.exit_info(self, "running", f"The run is still going ({self.elapsed():.0f} s so far).")
+        return s
+
+    def limit(self) -> dict[str, Any] | None:
+        """The limit the run is compared against now, and its source ("flag", "cgroup" or "host"), as the summary's
+        ``limit`` says it."""
+        h = self.snapshot.host
+        if self.options.limit_bytes:
+            return {"bytes": self.options.limit_bytes, "source": "flag"}
+        if h is None:
+            return None
+        return {"bytes": h.limit, "source": "cgroup"} if h.limit else {"bytes": h.total, "source": "host"}
+
+    def scalene_snapshot(self, seconds: float = 10.0) -> "ScaleneSnapshot":
+        """Profile the running script with Scalene for ``seconds`` and return that window's hot lines (``.top``)
+        and the path of Scalene's full HTML report (``.html_path``); recorded as a "scalene_snapshot" event.
+
+        Raises ScaleneError (one line) when the run is not under Scalene (``scalene=True``), has ended, or has
+        no agent in the profiled process.
+        """
+        return scalene_mod.take_snapshot(self, seconds)
+
+    def census(self, timeout: float = 30.0) -> "Census":
+        """Take a tensor census in the main process: torch tensors by device, dtype and shape (count, bytes, how
+        many hold a grad_fn), Python types, the largest containers, and the difference from the previous census.
+
+        Raises CensusError (one line) when the run has no agent in its main process or does not answer.
+        """
+        return self.agents.census(timeout)
+
+    def subscribe(self, fn: Callable[[Record], None], maxsize: int = 10000) -> Callable[[], None]:
+        """Call ``fn(record)`` for every new record, on a thread of its own; returns an unsubscribe function.
+
+        A slow subscriber never slows the collectors: past ``maxsize`` queued records, the oldest are dropped.
+        """
+        return self._subs.add(fn, maxsize)
+
+    def on_end(self, fn: Callable[["Run"], None]) -> None:
+        """Call ``fn(run)`` once the run has ended (at once if it has)."""
+        self._on_end.append(fn)
+        if self._ended.is_set():
+            fn(self)
+
+    @property
+    def output_partial(self) -> str:
+        """The line being written (a progress bar), not yet ended by a newline."""
+        return next((r.partial for r in self._readers.values() if r.partial), "")
+
+    @property
+    def exporter(self) -> Any:
+        """The Prometheus exporter attached to this run (``prometheus=`` / ``pushgateway=``), else None."""
+        return getattr(self.attachments.get("prometheus"), "exporter", None)
+
+    def __repr__(self) -> str:
+        cause = f" {self.exit['cause']}" if self.exit else ""
+        return f"<memscope.Run {self.run_id} pid={self.pid} {self.status}{cause}>"
+
+    # -- for the parts of the session (sampling, agents, finish, scalene) and the attachments ------------------
+    def publish(self, rec: Record) -> None:
+        """Record ``rec``, fold it into the snapshot, and pass it to every subscriber."""
+        self._recorder.put(rec)
+        self.snapshot.update(rec, self.pid)
+        self._subs.put(rec)
+
+    def main_pid(self) -> int:
+        """The live main process (its role says so), else the root."""
+        return self.snapshot.main_pid(self.pid)
+
+    _server = property(lambda self: self.agents.server)  # the agents' socket (tests reach into it)
+    _token = property(lambda self: self.agents.token)
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        th = threading.Thread(target=target, name=name, daemon=True)
+        th.start()
+        self._threads.append(th)
+
+    def _signal_sent(self, sig: int, pids: list[int], to: str = "tree") -> None:
+        # What was really sent, for the verdict's words (SIGINT alone often ends a run).
+        self.publish(Event(self.elapsed(), None, "signal_sent", {"signal": signal_name(sig), "to": to,
+                                                                 "pids": list(pids)}))
+
+    def _root_gone(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.returncode is not None or self._ended.is_set():
+                return True
+            time.sleep(0.05)
+        return False
+
+    def _record_trouble(self, line: str) -> None:
+        """The recorder's one warning (a full disk): said on stderr, and to the live views as an event."""
+        stderr_line(line)
+        try:
+            self.publish(Event(self.elapsed(), None, "record_error", {"error": line}))
+        except Exception:
+            pass
+
+
+def _stat(pid: int) -> Any:
+    try:
+        return procfs.read_stat(pid) if pid > 0 else None
+    except OSError:
+        return None
