@@ -35,6 +35,7 @@ minute of records (a live run's queue holds about 0.5 s: the figure is an upper 
 from __future__ import annotations
 
 import argparse
+import collections
 import gc
 import json
 import math
@@ -47,19 +48,19 @@ import tempfile
 import time
 import tracemalloc
 from dataclasses import dataclass, field
-import collections
 from types import SimpleNamespace
 from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hostinfo import cpu_model, emit, hypervisor, package_version, ram  # noqa: E402
+
 from memscope.analysis.leak import fit_plan  # noqa: E402
 from memscope.analysis.summary import summarize  # noqa: E402
 from memscope.model import Event, HostSample, ProcessExited, ProcessSeen, ProcMem, RunEnded, TreeSample  # noqa: E402
-from memscope.session import Run, Snapshot  # noqa: E402
 from memscope.record.reader import RunData  # noqa: E402
 from memscope.record.writer import Recorder  # noqa: E402
+from memscope.session import Run, Snapshot  # noqa: E402
 from memscope.ui.chart import chart_payload, count_points  # noqa: E402
 from memscope.ui.series import RunSeries  # noqa: E402
 

@@ -26,12 +26,12 @@ prefixes, every 1 s), and the time from which it stayed right.
 from __future__ import annotations
 
 import argparse
-from bisect import bisect_right
 import math
 import os
 import random
 import sys
 import time
+from bisect import bisect_right
 from typing import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from hostinfo import cpu_model, hypervisor, package_version, ram
+
 from memscope.collect.tree import TreeSampler
 
 MB_PER_PROC = 20

@@ -25,7 +25,7 @@ import time
 from typing import Callable, Mapping, Sequence
 
 from .collect.tree import LINUX, procfs
-from .fmt import decode_wait_status, signal_name
+from .fmt import signal_name
 
 PR_SET_CHILD_SUBREAPER = 36
 _ANCESTRY_DEPTH = 64  # ppid chains are short; a bound keeps a loop of pid reuse from spinning

@@ -7,7 +7,6 @@ import time
 
 from conftest import PY, script, wait_for_output
 
-import memscope
 from memscope.agent import protocol
 from memscope.session.options import AGENT_SITE
 

@@ -6,7 +6,6 @@ Saves screenshots (MEMSCOPE_SCREENSHOTS=dir keeps them)."""
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +14,6 @@ import urllib.request
 
 import psutil
 import pytest
-
 from conftest import script
 
 CHROMIUM = "/usr/bin/chromium"

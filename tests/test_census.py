@@ -6,8 +6,8 @@ accumulated. The diff and the advice are pure functions, tested on census dicts 
 import time
 
 import pytest
-
 from conftest import has_torch, script, wait_for_output
+
 from memscope.analysis.advice import advise
 from memscope.analysis.census import advice, diff
 from memscope.errors import CensusError

@@ -17,7 +17,7 @@ pytest.importorskip("bokeh")
 
 import bokeh  # noqa: E402
 
-from memscope.model import HostSample, ProcMem, ProcessSeen, TreeSample  # noqa: E402
+from memscope.model import HostSample, ProcessSeen, ProcMem, TreeSample  # noqa: E402
 from memscope.ui import chart as chart_mod  # noqa: E402
 from memscope.ui.chart import MemoryChart, bokehjs_loader, bokehjs_source, chart_payload, count_points  # noqa: E402
 

@@ -3,11 +3,9 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
-
 from conftest import PY, alive, script
 
 MEMSCOPE = [PY, "-m", "memscope.cli"]

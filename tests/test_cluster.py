@@ -9,13 +9,11 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
 
 import pytest
-
 from conftest import PY, has_torch, script
 
 PROMETHEUS = shutil.which("prometheus")

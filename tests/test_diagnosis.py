@@ -1,6 +1,5 @@
 """Phases, marks and the leak verdict on real runs (seeds 001 and 004): spikes alone are not a leak."""
 import pytest
-
 from conftest import has_torch, script
 
 pytestmark = pytest.mark.skipif(not has_torch(), reason="needs torch")

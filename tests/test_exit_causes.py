@@ -1,12 +1,9 @@
 """Each way a run can end, on a real subprocess, and what memscope's summary says about it."""
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
-
 from conftest import PY, alive, has_torch, script, wait_for_output
 
 

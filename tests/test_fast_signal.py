@@ -12,12 +12,11 @@ import time
 
 import psutil
 import pytest
+from conftest import script
 
 import memscope
 from memscope.collect import procfs
 from memscope.record.reader import RunData
-
-from conftest import script
 
 pytest.importorskip("numpy")
 MIB = 1 << 20

@@ -6,10 +6,9 @@ Lightning restores train mode after validation by setting ``module.training`` di
 import re
 
 import pytest
+from conftest import script
 
 import memscope
-
-from conftest import script
 
 
 def _truth(run):

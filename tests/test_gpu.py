@@ -9,8 +9,8 @@ on real GPUs (snapshots, nvidia-smi captures, published OOM messages) are in tes
 import threading
 
 import pytest
-
 from conftest import has_torch, script
+
 from memscope.analysis import gpu as g
 from memscope.collect.gpu import Nvml, sample_loop
 

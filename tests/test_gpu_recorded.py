@@ -13,10 +13,10 @@ import subprocess
 import sys
 import threading
 
-import pytest
-
 import fake_nvml
+import pytest
 from conftest import has_torch, script
+
 from memscope.analysis import gpu as g
 from memscope.analysis import snapshot as S
 from memscope.collect.gpu import Nvml, sample_loop

@@ -6,7 +6,6 @@ import time
 
 import psutil
 import pytest
-
 from conftest import script
 
 jupyter_client = pytest.importorskip("jupyter_client")

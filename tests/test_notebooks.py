@@ -7,7 +7,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from conftest import has_torch
 
 nbclient = pytest.importorskip("nbclient")

@@ -5,7 +5,6 @@ import os
 import platform
 
 import pytest
-
 from conftest import script
 
 np = pytest.importorskip("numpy")

@@ -7,10 +7,8 @@ history recording and the pickled snapshot. Those paths are written against PyTo
 import json
 import os
 import subprocess
-import sys
 
 import pytest
-
 from conftest import PY, has_torch, script
 
 pytestmark = pytest.mark.skipif(not has_torch(), reason="needs torch")

@@ -14,11 +14,11 @@ import time
 import urllib.request
 
 import pytest
+from conftest import PY, script
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import PY, script
-from memscope.export.prometheus import LEAK_EVERY_S, Exporter, check_pushgateway, parse_listen
 from memscope.collect.procfs import read_environ
+from memscope.export.prometheus import LEAK_EVERY_S, Exporter, check_pushgateway, parse_listen
 from memscope.model import Event, HostSample, ProcessExited, ProcessSeen, ProcMem, RunEnded, TreeSample
 
 MEMSCOPE = [PY, "-m", "memscope.cli"]
@@ -334,8 +334,8 @@ def test_the_magic_and_the_python_api_take_the_same_options(tmp_path):
     from IPython.core.interactiveshell import InteractiveShell
 
     import memscope
-    from memscope.magic import load
     from memscope.errors import LaunchError
+    from memscope.magic import load
 
     ip = InteractiveShell.instance()
     load(ip)

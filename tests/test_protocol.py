@@ -1,16 +1,14 @@
 """The agent protocol through the real socket: a closed set of kinds, refused forgeries, untrusted connections
 bounded in number and time, and a recorder that outlives any record."""
-import json
 import os
 import socket
-import threading
 import time
 
 from conftest import script, wait_for_output
 
 from memscope.collect import server as server_mod
 from memscope.collect.server import AgentServer
-from memscope.model import Event, ProcessSeen, TreeSample, ProcMem
+from memscope.model import Event, ProcessSeen, ProcMem, TreeSample
 from memscope.record.reader import RunData
 from memscope.record.writer import Recorder
 

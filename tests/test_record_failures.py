@@ -5,7 +5,6 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import PY, script
 
 MEMSCOPE = [PY, "-m", "memscope.cli"]
@@ -78,9 +77,9 @@ def test_a_summary_path_that_cannot_be_written_leaves_nothing_behind(tmp_path):
 
 
 def test_what_a_full_disk_refuses_is_kept_bounded_with_its_peak(tiny_fs, monkeypatch):
+    from memscope.model import Event, ProcessSeen, ProcMem, TreeSample
     from memscope.record import reader
     from memscope.record import writer as store
-    from memscope.model import Event, ProcMem, ProcessSeen, TreeSample
 
     monkeypatch.setattr(store, "KEEP_SAMPLES", 50)
     lines = []

@@ -5,17 +5,15 @@ import signal
 import time
 
 import pytest
+from conftest import PY, has_torch, script, wait_for_output
 
 import memscope
-from memscope.session import scalene as scalene_mod
 from memscope.analysis.exit_cause import ExitEvidence, decide
 from memscope.cli import build_parser
 from memscope.collect.roles import ProcInfo, classify
-from memscope.errors import LaunchError
-from memscope.errors import ScaleneError
+from memscope.errors import LaunchError, ScaleneError
+from memscope.session import scalene as scalene_mod
 from memscope.ui.scalene import snapshots_html
-
-from conftest import PY, has_torch, script, wait_for_output
 
 needs_scalene = pytest.mark.skipif(not scalene_mod.available(), reason="scalene not installed")
 

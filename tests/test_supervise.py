@@ -15,12 +15,11 @@ import time
 
 import psutil
 import pytest
+from conftest import PY, alive, script, wait_for_output
 
 import memscope
 from memscope import supervise
 from memscope.record.reader import RunData
-
-from conftest import PY, alive, script, wait_for_output
 
 MEMSCOPE = [PY, "-m", "memscope.cli"]
 
@@ -507,7 +506,6 @@ def test_attaching_to_another_users_process_says_pss_is_unreadable(tmp_path):
         pytest.skip("needs root to run memscope as another user")
     import shutil
     import tempfile
-
     from pathlib import Path
 
     target = subprocess.Popen(["sleep", "30"])   # root's; memscope runs as nobody

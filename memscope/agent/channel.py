@@ -9,7 +9,6 @@ import socket
 import threading
 import time
 
-
 _FLAGS = getattr(socket, "MSG_NOSIGNAL", 0) | getattr(socket, "MSG_DONTWAIT", 0)
 
 

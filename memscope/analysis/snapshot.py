@@ -15,6 +15,8 @@ import io
 import pickle
 from typing import Any, Iterable, Mapping
 
+from ..fmt import fmt_bytes
+
 SCHEMA = "memscope.snapshot/1"
 MiB, GiB = 1 << 20, 1 << 30
 MAX_BYTES = 1 << 30          # a snapshot pickle larger than this is refused (a memory-viz trace is megabytes)

@@ -9,15 +9,15 @@ from typing import Any
 
 from ..model import KIND_PSS, KIND_RSS
 from ..record.reader import RunData
-from . import phases as phases_mod
 from . import gpu as gpu_mod
+from . import phases as phases_mod
 from .advice import advise
 from .census import summary_rows as census_rows
 from .exit_cause import ExitEvidence, counter_rise, decide, fault_signal
-from .scalene import summary_rows as scalene_rows
-from .supervision import NOTE_EVENTS, main_pid, notes, process_end
 from .leak import assess_by_role, assess_leak, find_spikes, fit_plan, trim_teardown
 from .loads import probe_summary
+from .scalene import summary_rows as scalene_rows
+from .supervision import NOTE_EVENTS, main_pid, notes, process_end
 
 SCHEMA = "memscope.summary/1"
 

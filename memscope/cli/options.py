@@ -79,8 +79,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                         "--scalene=memory adds memory figures")
     p.add_argument("--scalene=memory", dest="scalene", action="store_const", const="memory", help=argparse.SUPPRESS)
     p.add_argument("--cuda-history", dest="cuda_history", action="store_const", const=CUDA_HISTORY_ENTRIES,
-                   help="record CUDA allocation history (the last %d allocations, with their Python frames) so "
-                        "that the snapshot saved at a CUDA OOM shows what led to it" % CUDA_HISTORY_ENTRIES)
+                   help=f"record CUDA allocation history (the last {CUDA_HISTORY_ENTRIES} allocations, with their Python "
+                        "frames) so that the snapshot saved at a CUDA OOM shows what led to it")
     p.add_argument("--cuda-history-entries", dest="cuda_history", type=_positive_int, metavar="N",
                    help="the same, keeping the last N allocations")
     g = p.add_argument_group("Prometheus (one endpoint per node; see the README's multi-node recipe)")

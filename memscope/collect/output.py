@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import codecs
 import collections
-import os
 import threading
 from typing import Callable
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from ..fmt import decode_wait_status
-from ..model import ProcMem, ProcessExited, ProcessSeen, Record, TreeSample
+from ..model import ProcessExited, ProcessSeen, ProcMem, Record, TreeSample
 from . import roles as roles_mod
 from .estimate import PssCarry
 from .roles import ProcInfo

@@ -32,9 +32,23 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from ..analysis.leak import fit_plan
 from ..errors import LaunchError
-from ..model import (METRIC_EXIT_INFO, METRIC_GPU_MEMORY, METRIC_HOST_AVAILABLE, METRIC_LEAK_SLOPE, METRIC_LIMIT,
-                     METRIC_MEMORY, METRIC_PROCESSES, METRIC_RUN_INFO)
-from ..model import Event, HostSample, ProcessExited, ProcessSeen, Record, RunEnded, TreeSample
+from ..model import (
+    METRIC_EXIT_INFO,
+    METRIC_GPU_MEMORY,
+    METRIC_HOST_AVAILABLE,
+    METRIC_LEAK_SLOPE,
+    METRIC_LIMIT,
+    METRIC_MEMORY,
+    METRIC_PROCESSES,
+    METRIC_RUN_INFO,
+    Event,
+    HostSample,
+    ProcessExited,
+    ProcessSeen,
+    Record,
+    RunEnded,
+    TreeSample,
+)
 
 if sys.platform.startswith("linux"):
     from ..collect.procfs import read_environ

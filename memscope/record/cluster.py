@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ClusterError
-from ..model import METRIC_EXIT_INFO, METRIC_HOST_AVAILABLE, METRIC_LEAK_SLOPE, METRIC_LIMIT, METRIC_MEMORY, METRIC_RUN_INFO
+from ..model import (
+    METRIC_EXIT_INFO,
+    METRIC_HOST_AVAILABLE,
+    METRIC_LEAK_SLOPE,
+    METRIC_LIMIT,
+    METRIC_MEMORY,
+    METRIC_RUN_INFO,
+)
 
 __all__ = ["ClusterError", "Panel", "Job", "load_job", "check_url", "selector", "parse_duration"]
 

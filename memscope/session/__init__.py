@@ -1,7 +1,7 @@
 """Layer 4: a run under memscope. ``Run`` is the public handle (``run.py``); its options and their checks, sampling
 loops, agents' wiring, end and Scalene side are the modules beside it."""
+from .live import Snapshot
 from .options import Options
 from .run import Run
-from .live import Snapshot
 
 __all__ = ["Options", "Run", "Snapshot"]

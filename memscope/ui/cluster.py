@@ -14,8 +14,8 @@ import time
 from typing import Any
 
 from ..errors import ClusterError
-from ..record.cluster import Job, Panel, load_job
 from ..fmt import fmt_bytes
+from ..record.cluster import Job, Panel, load_job
 
 __all__ = ["ClusterView", "cluster", "render_html", "write_html", "job_table", "text_table"]
 
@@ -109,8 +109,6 @@ class ClusterView:
         self._thread.start()
 
     def _show(self, job: Job, note: str = "") -> None:
-        import ipywidgets as w
-
         from .chart import MemoryChart
 
         self._version += 1

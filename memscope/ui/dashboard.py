@@ -16,12 +16,12 @@ import ipywidgets as w
 
 from ..analysis import phases as phases_mod
 from ..analysis.leak import find_spikes, fit_plan
+from ..fmt import fmt_bytes, fmt_elapsed
 from .chart import MemoryChart, count_points
 from .controls import Controls
 from .gpu_chart import GpuSeries
 from .probes_panel import ProbesFeed
 from .series import RunSeries
-from ..fmt import fmt_bytes, fmt_elapsed
 from .terminal import limit_text, verdict_text
 
 if TYPE_CHECKING:

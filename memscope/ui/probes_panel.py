@@ -11,8 +11,8 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..fmt import fmt_bytes
 from ..analysis.loads import summarize_faiss, summarize_loads, summarize_malloc
+from ..fmt import fmt_bytes
 
 if TYPE_CHECKING:
     from ..session.run import Run

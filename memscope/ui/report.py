@@ -13,12 +13,12 @@ import re
 from typing import Any, Iterable
 
 from ..analysis.summary import summarize
+from ..fmt import fmt_bytes, fmt_elapsed
 from ..record.reader import RunData
 from .bokeh_format import HOVER_JS as _HOVER_JS
 from .bokeh_format import TICK_JS as _TICK_JS
 from .dashboard import leak_line, output_tail, process_table, record_procs, verdict_card, with_gpu
 from .series import RunSeries
-from ..fmt import fmt_bytes, fmt_elapsed
 from .terminal import limit_text
 
 __all__ = ["write_html", "render_html", "output_lines", "memory_figure", "hidden_lines"]
@@ -102,8 +102,18 @@ def _recorded_output(rd: RunData) -> Iterable[tuple[str, str]]:
 # -- the chart -----------------------------------------------------------------------------------------------
 def memory_figure(snap: dict[str, Any], phases: list[dict[str, Any]] | None = None, title: str = "") -> Any:
     """A Bokeh figure of a ``RunSeries.snapshot()``: tree PSS stacked by role, the lines, phase bands."""
-    from bokeh.models import (BoxAnnotation, ColumnDataSource, CustomJSHover, CustomJSTickFormatter,
-                              DataRange1d, HoverTool, Label, Legend, LegendItem, NumeralTickFormatter)
+    from bokeh.models import (
+        BoxAnnotation,
+        ColumnDataSource,
+        CustomJSHover,
+        CustomJSTickFormatter,
+        DataRange1d,
+        HoverTool,
+        Label,
+        Legend,
+        LegendItem,
+        NumeralTickFormatter,
+    )
     from bokeh.models.tickers import AdaptiveTicker
     from bokeh.plotting import figure
 

@@ -126,8 +126,7 @@ def details_html(snap: Mapping[str, Any], summary: Mapping[str, Any], bars: bool
 
 # -- Bokeh figures (the page) -----------------------------------------------------------------------------------
 def timeline_figure(snap: Mapping[str, Any], device: int) -> Any:
-    from bokeh.models import (CustomJSHover, CustomJSTickFormatter, DataRange1d, HoverTool, Legend, LegendItem,
-                              Span)
+    from bokeh.models import CustomJSHover, CustomJSTickFormatter, DataRange1d, HoverTool, Legend, LegendItem, Span
     from bokeh.models.tickers import AdaptiveTicker
     from bokeh.plotting import figure
 

@@ -1,6 +1,5 @@
 # Launched by torchrun (2 ranks, gloo on CPU): rank 1 raises first; rank 0, waiting in an all_reduce, fails
 # after it (gloo: the peer closed the connection) or is stopped by torchrun.
-import os
 import time
 
 import torch
