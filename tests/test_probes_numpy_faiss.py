@@ -182,7 +182,7 @@ def _ev(t, pid, **data):
 
 
 def test_member_reads_add_up_across_processes_and_keep_the_last_count():
-    from memscope.analysis.loads import summarize_loads
+    from memscope.analysis.probes.numpy_load import summarize_loads
 
     base = dict(path="/d/pairs.npz", key="X_train", shape=[10, 4], dtype="float32", nbytes=2 << 30,
                 compressed=False, requested_mmap=None, anon_delta_bytes=2 << 30, file_delta_bytes=0)
@@ -195,7 +195,8 @@ def test_member_reads_add_up_across_processes_and_keep_the_last_count():
 
 
 def test_advice_only_where_it_matters():
-    from memscope.analysis.loads import load_advice, malloc_advice
+    from memscope.analysis.probes.malloc import malloc_advice
+    from memscope.analysis.probes.numpy_load import load_advice
 
     npy = dict(path="/d/x.npy", key=None, nbytes=8 << 30, reads=1, requested_mmap=None, mmapped=False)
     assert "mmap_mode='r'" in load_advice(npy)
@@ -208,8 +209,9 @@ def test_advice_only_where_it_matters():
 
 
 def test_panel_escapes_what_comes_from_the_program():
-    from memscope.analysis.loads import summarize_faiss, summarize_loads
-    from memscope.ui.probes_panel import probes_html
+    from memscope.analysis.probes.faiss_index import summarize_faiss
+    from memscope.analysis.probes.numpy_load import summarize_loads
+    from memscope.ui.probes import probes_html
 
     evil = "<script>alert(1)</script>"
     loads = summarize_loads([_ev(1.0, 5, ev="open", id="5-1", path=f"/d/{evil}.npy", kind="npy", shape=[3],
@@ -223,7 +225,8 @@ def test_panel_escapes_what_comes_from_the_program():
 
 def test_row_advice_reaches_the_summary_advice():
     from memscope.analysis.advice import advise
-    from memscope.analysis.loads import summarize_faiss, summarize_malloc
+    from memscope.analysis.probes.faiss_index import summarize_faiss
+    from memscope.analysis.probes.malloc import summarize_malloc
 
     faiss = summarize_faiss([_ev(1.0, 5, ev="new", id="5-1", how="index_factory", type="IndexFlatL2", d=768,
                                  ntotal=771_115, est_bytes=771_115 * 768 * 4)])
@@ -249,7 +252,7 @@ def test_member_reads_in_dataloader_workers_are_all_counted(np_run, start):
 
 
 def test_an_npz_read_in_forked_children_is_flagged():
-    from memscope.analysis.loads import summarize_loads
+    from memscope.analysis.probes.numpy_load import summarize_loads
 
     base = dict(path="/d/pairs.npz", key="X_train", shape=[10, 4], dtype="float32", nbytes=160, compressed=False,
                 requested_mmap=None, anon_delta_bytes=0, file_delta_bytes=0, duration_s=0.1)

@@ -10,6 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from .leak import floor_step
+from .probes import summary_keys
+
+# The summary keys whose rows carry an ``advice`` line, in the order the advice lists them.
+ADVICE_KEYS = ("loads", "faiss", "compile_pool", "cuda_oom", "allocator", "malloc", "gpu")
 
 WORKER_SHARE = 0.5       # workers holding more than half the tree's PSS is worth a line
 MANY_WORKERS = 8
@@ -126,7 +130,7 @@ def advise(summary: dict[str, Any]) -> list[dict[str, str]]:
     if censuses:
         add("census", censuses[-1].get("advice"))
     add("workers", _workers_line(summary))
-    for key in ("loads", "faiss", "compile_pool", "cuda_oom", "allocator", "malloc", "gpu"):
+    for key in ADVICE_KEYS + tuple(k for k in summary_keys() if k not in ADVICE_KEYS):  # a new probe's: last
         rows = summary.get(key)
         if isinstance(rows, dict):
             rows = [rows]

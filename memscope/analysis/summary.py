@@ -15,7 +15,7 @@ from .advice import advise
 from .census import summary_rows as census_rows
 from .exit_cause import ExitEvidence, counter_rise, decide, fault_signal
 from .leak import assess_by_role, assess_leak, find_spikes, fit_plan, trim_teardown
-from .loads import probe_summary
+from .probes import probe_summary
 from .scalene import summary_rows as scalene_rows
 from .supervision import NOTE_EVENTS, main_pid, notes, process_end
 

@@ -11,6 +11,8 @@ import json
 import math
 from typing import Any
 
+from ..agent.protocol import all_kinds
+
 PID_MAX = 1 << 22          # Linux's PID_MAX_LIMIT: no real pid is larger
 INT_MAX = (1 << 63) - 1    # SQLite's INTEGER, and any byte count memscope could see
 MAX_STR = 200_000          # a traceback is cut at 100 000 characters by the agent
@@ -23,34 +25,10 @@ class Refused(ValueError):
     """A message memscope does not accept; the text says why, briefly."""
 
 
-# Field kinds: "pid", "int", "num", "bool", "str", "str?" (str or None), "strs" (list of str), "any" (checked
-# only as bounded JSON), "int?" / "num?" (or None).
+# The kinds and their fields are declared once, in the agent's protocol module.
 _COMMON = {"t": "str", "pid": "pid", "wall": "num"}
-KINDS: dict[str, tuple[dict[str, str], bool]] = {
-    # kind: (fields, extra fields allowed)
-    "hello": ({"ppid": "int", "argv": "strs", "orig_argv": "strs", "executable": "str?", "runs_script": "bool",
-               "forked": "bool", "rank": "str?", "faulthandler_stderr": "bool"}, False),
-    "role": ({"role": "str"}, False),
-    "exception": ({"type": "str", "module": "str?", "message": "str", "traceback": "str", "rank": "str?",
-                   "how": "str?"}, False),
-    "phase": ({"name": "str", "state": "str", "auto": "bool"}, False),
-    "epoch": ({"loader": "int", "n": "int", "workers": "int"}, False),
-    "mark": ({"text": "str"}, False),
-    "scalene": ({"state": "str", "on": "int", "off": "int", "total_cpu_s": "num"}, False),
-    "census": ({"id": "str", "error": "str"}, True),
-    "reply": ({"id": "str?", "error": "str"}, False),
-    "torch_alloc": ({"backend": "str", "device": "int"}, True),
-    "cuda_oom": ({"device": "int", "alloc_bytes": "int", "device_total": "int", "device_free": "int",
-                  "allocator_summary": "str", "snapshot": "str"}, True),
-    "compile": ({"state": "str", "id": "str", "trigger": "str?"}, True),
-    "np_load": ({"ev": "str", "id": "str"}, True),   # path: a file name, or whatever names a file object
-    "np_read": ({"id": "str", "key": "str", "reads": "int"}, True),
-    "malloc": ({}, True),
-    "faiss_index": ({"ev": "str", "id": "str"}, True),
-}
-REQUIRED = {"hello": ("pid",), "role": ("role",), "exception": ("type", "traceback"), "phase": ("name", "state"),
-            "mark": ("text",), "census": ("id",), "np_load": ("ev", "id"), "np_read": ("id",),
-            "faiss_index": ("ev", "id")}
+KINDS: dict[str, tuple[dict[str, str], bool]] = {k: (fields, extra) for k, (fields, extra, _req) in all_kinds().items()}
+REQUIRED: dict[str, tuple[str, ...]] = {k: req for k, (_f, _x, req) in all_kinds().items() if req}
 
 
 def parse_line(line: bytes) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from ..fmt import fmt_bytes, fmt_elapsed
 from .chart import MemoryChart, count_points
 from .controls import Controls
 from .gpu_chart import GpuSeries
-from .probes_panel import ProbesFeed
+from .probes import ProbesFeed
 from .series import RunSeries
 from .terminal import limit_text, verdict_text
 

@@ -18,6 +18,7 @@ from ..record.reader import RunData
 from .bokeh_format import HOVER_JS as _HOVER_JS
 from .bokeh_format import TICK_JS as _TICK_JS
 from .dashboard import leak_line, output_tail, process_table, record_procs, verdict_card, with_gpu
+from .probes import any_shown, probes_html
 from .series import RunSeries
 from .terminal import limit_text
 
@@ -291,10 +292,7 @@ def render_html(record_path: str) -> str:
         from .census import census_html
 
         bottom = f"<h2>Tensor census ({len(censuses)} taken; the last)</h2>{census_html(censuses[-1])}" + bottom
-    if summary.get("loads") or (summary.get("faiss") or {}).get("indexes") or \
-            (summary.get("malloc") or {}).get("processes"):
-        from .probes_panel import probes_html
-
+    if any_shown(summary):
         bottom = f"<h2>Loads and indexes</h2>{probes_html(summary)}" + bottom
     fig = memory_figure(snap, phases)
     hidden = hidden_lines(fig)

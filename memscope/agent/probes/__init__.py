@@ -27,10 +27,9 @@ def _install(name, channel):
 
 
 def install(channel):
-    _install("numpy_load", channel)
-    _install("faiss_index", channel)
-    _install("malloc", channel)
-    _install("torch_memory", channel)
+    from ..protocol import PROBES
+    for module, _key, _kinds in PROBES:
+        _install(module, channel)
     try:
         os.register_at_fork(after_in_child=_after_fork)
         from ..hooks import when_imported

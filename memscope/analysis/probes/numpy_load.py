@@ -1,29 +1,15 @@
-"""What the in-process probes saw about data and heaps: NumPy loads (``loads``), FAISS indexes (``faiss``) and
-glibc's heap (``malloc``), from the agents' ``np_load``, ``np_read``, ``faiss_index`` and ``malloc`` events.
+"""The NumPy probe's section of the summary (``loads``), from the agents' ``np_load`` and ``np_read`` events.
 
-Pure: events in, summary keys out (each row may carry an ``advice`` line; analysis/advice.py lifts them).
+Pure: events in, summary key out (each row may carry an ``advice`` line; analysis/advice.py lifts them).
 """
 from __future__ import annotations
 
 import os
 from typing import Any, Iterable
 
-from ..fmt import fmt_bytes
-from ..record.reader import RunData
+from ...fmt import fmt_bytes
 
 BIG_BYTES = 1 << 30            # a whole-array read this large is worth a line of advice by itself
-FLAT_ADVICE_BYTES = 1 << 30    # a flat FAISS index this large: say what a compressed one would hold
-HELD_ADVICE_BYTES = 256 << 20  # glibc free-but-held memory worth a malloc_trim hint ...
-HELD_ADVICE_SHARE = 0.25       # ... when it is also this share of the heap
-
-
-def probe_summary(rd: RunData) -> dict[str, Any]:
-    """The summary keys ``loads``, ``faiss`` and ``malloc`` of a record."""
-    return {
-        "loads": summarize_loads(rd.events("np_load"), rd.events("np_read")),
-        "faiss": summarize_faiss(rd.events("faiss_index")),
-        "malloc": summarize_malloc(rd.events("malloc")),
-    }
 
 
 def _sum(a: int | None, b: int | None) -> int | None:
@@ -174,87 +160,6 @@ def load_advice(row: dict[str, Any]) -> str | None:
     return None
 
 
-def summarize_faiss(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Every index seen: its last known size and whether it was still alive; totals count each index once
-    (a quantizer or storage inside another index is not added twice)."""
-    idx: dict[str, dict[str, Any]] = {}
-    for e in events:
-        d = e["data"]
-        lid = d.get("id")
-        if lid is None:
-            continue
-        row = idx.get(lid)
-        if row is None:
-            row = idx[lid] = {"id": lid, "pid": e["pid"], "how": None, "type": None, "d": None, "ntotal": 0,
-                              "est_bytes": 0, "peak_est_bytes": 0, "serialized_bytes": None,
-                              "serialized_ntotal": None, "alive": True, "created_s": round(e["t"], 3),
-                              "freed_s": None, "children": [], "ptr": None, "gpu": False, "advice": None}
-        ev = d.get("ev")
-        if ev == "freed":
-            row["alive"], row["freed_s"] = False, round(e["t"], 3)
-            n = d.get("ntotal")
-            if n and row["ntotal"] and n > row["ntotal"]:  # adds not yet reported: scale by vectors
-                row["est_bytes"] = int(row["est_bytes"] * n / row["ntotal"])
-                row["ntotal"] = n
-                row["peak_est_bytes"] = max(row["peak_est_bytes"], row["est_bytes"])
-            continue
-        for k in ("how", "type", "d", "ntotal", "est_bytes", "children", "ptr", "gpu"):
-            if d.get(k) is not None:
-                row[k] = d[k]
-        if d.get("serialized_bytes") is not None:
-            row["serialized_bytes"] = d["serialized_bytes"]
-            row["serialized_ntotal"] = d.get("ntotal", row["ntotal"])
-        row["peak_est_bytes"] = max(row["peak_est_bytes"], row["est_bytes"] or 0)
-    rows = sorted(idx.values(), key=lambda r: r["created_s"])
-    inside = {(r["pid"], c) for r in rows if r["alive"] for c in (r["children"] or [])}
-    for r in rows:
-        r["inside_other"] = (r["pid"], r["ptr"]) in inside and r["alive"]
-        r["advice"] = faiss_advice(r)
-    live = [r for r in rows if r["alive"] and not r["inside_other"]]
-    return {"indexes": rows, "live_count": len(live), "live_est_bytes": sum(r["est_bytes"] or 0 for r in live),
-            "peak_index_bytes": max((r["peak_est_bytes"] for r in rows), default=0),
-            "advice": _top_advice(rows, "peak_est_bytes")}
-
-
-def _top_advice(rows: list[dict[str, Any]], size_key: str) -> str | None:
-    """The advice of the largest row that has one: the line analysis/advice.py lifts from a dict-valued key."""
-    rows = [r for r in rows if r.get("advice")]
-    return max(rows, key=lambda r: r.get(size_key) or 0)["advice"] if rows else None
-
-
-def faiss_advice(r: dict[str, Any]) -> str | None:
-    t, size = r.get("type") or "", r.get("peak_est_bytes") or 0
-    if t in ("IndexFlat", "IndexFlatL2", "IndexFlatIP") and size >= FLAT_ADVICE_BYTES:
-        return (f"{t} (d={r['d']}, {r['ntotal']:,} vectors) holds a full float32 copy of the vectors "
-                f"({fmt_bytes(size, 'tenth')}); if they are also in a NumPy array that is twice; IVF+PQ "
-                f"(faiss.index_factory({r['d']}, 'IVF4096,PQ{max(1, (r['d'] or 8) // 8)}')) holds ~30x less")
-    return None
-
-
-def summarize_malloc(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """glibc's heap per process: last and peak figures, with a malloc_trim hint where much is free but held."""
-    per: dict[int | None, dict[str, Any]] = {}
-    for e in events:
-        d = e["data"]
-        row = per.get(e["pid"])
-        if row is None:
-            row = per[e["pid"]] = {"pid": e["pid"], "peak_in_use_bytes": 0, "peak_free_held_bytes": 0}
-        for k in ("in_use_bytes", "free_held_bytes", "releasable_bytes", "arena_bytes", "mmap_bytes"):
-            row[k] = d.get(k)
-        row["peak_in_use_bytes"] = max(row["peak_in_use_bytes"], d.get("in_use_bytes") or 0)
-        row["peak_free_held_bytes"] = max(row["peak_free_held_bytes"], d.get("free_held_bytes") or 0)
-        row["at_s"] = round(e["t"], 3)
-    rows = list(per.values())
-    for r in rows:
-        r["advice"] = malloc_advice(r)
-    return {"processes": rows, "free_held_bytes": sum(r.get("free_held_bytes") or 0 for r in rows),
-            "advice": _top_advice(rows, "peak_free_held_bytes")}
-
-
-def malloc_advice(r: dict[str, Any]) -> str | None:
-    held, used = r.get("peak_free_held_bytes") or 0, r.get("in_use_bytes") or 0
-    if held < HELD_ADVICE_BYTES or held < HELD_ADVICE_SHARE * (held + used):
-        return None
-    return (f"pid {r['pid']}: glibc held up to {fmt_bytes(held, 'tenth')} of freed memory without returning it to the kernel "
-            f"({fmt_bytes(used, 'tenth')} in use at the end); call ctypes.CDLL('libc.so.6').malloc_trim(0) after the step that "
-            f"frees it, or run with MALLOC_ARENA_MAX=2 / MALLOC_TRIM_THRESHOLD_=<bytes>")
+def summarize(events: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The section from the probe's events by kind (the registry's entry point)."""
+    return summarize_loads(events.get("np_load", []), events.get("np_read", []))
