@@ -266,6 +266,10 @@ class Run:
         """
         return self._subs.add(fn, maxsize)
 
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until everything published so far is in the record file (False if the writer is still behind)."""
+        return self._recorder.sync(timeout)
+
     def on_end(self, fn: Callable[["Run"], None]) -> None:
         """Call ``fn(run)`` once the run has ended (at once if it has)."""
         self._on_end.append(fn)
