@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..fmt import signal_name
+from .gpu import cuda_oom_message, is_cuda_oom
 
 FATAL = {"SIGSEGV": "segfault", "SIGABRT": "abort", "SIGBUS": "bus_error", "SIGFPE": "segfault",
          "SIGILL": "segfault"}
@@ -153,14 +154,30 @@ def crashed_workers(e: ExitEvidence) -> list[tuple[int, str]]:
     return sorted(out.items())
 
 
-def decide(e: ExitEvidence) -> dict[str, Any]:
-    """The summary's ``exit`` object: cause, code, signal, pid, message, traceback."""
+@dataclass
+class _Facts:
+    """What every rule reads, worked out once from the evidence."""
+    e: ExitEvidence
+    code: int | None        # the exit status, when the root exited (not killed)
+    main: int               # the main process (the root when none is known)
+    main_sig: str | None    # the signal that ended the main process, however it is known
+    fault: str | None       # the main process's faulthandler dump
+    exc: dict[str, Any] | None  # the main process's uncaught exception
+    failed: bool            # a non-zero status or a death by signal
+
+    def out(self, cause: str, message: str, *, sig: str | None = None, pid: int | None = None,
+            tb: str | None = None) -> dict[str, Any]:
+        """The ``exit`` object."""
+        return {"cause": cause, "code": self.code, "signal": sig, "pid": pid if pid is not None else self.main,
+                "message": message, "traceback": tb}
+
+
+def _facts(e: ExitEvidence) -> _Facts:
     rc = e.returncode
     code: int | None = rc if rc is not None and rc >= 0 else None
     root_sig = signal_name(-rc) if rc is not None and rc < 0 else None
     main = e.main_pid or e.root_pid
     fault = e.faults.get(main) or None
-    exc = e.exceptions.get(main)
     # Through a wrapper (bash script.sh) a child's death by signal N shows as status 128+N.
     wrapped_sig = signal_name(code - 128) if code is not None and 128 < code < 128 + 65 and main != e.root_pid \
         else None
@@ -169,98 +186,136 @@ def decide(e: ExitEvidence) -> dict[str, Any]:
     main_sig = (root_sig if main == e.root_pid else None) or e.proc_signals.get(main) or fault_signal(fault) \
         or wrapped_sig or root_sig
     failed = (rc is not None and rc != 0) or main_sig is not None
+    return _Facts(e, code, main, main_sig, fault, e.exceptions.get(main), failed)
 
-    def out(cause: str, message: str, *, sig: str | None = None, pid: int | None = None,
-            tb: str | None = None) -> dict[str, Any]:
-        return {"cause": cause, "code": code, "signal": sig, "pid": pid if pid is not None else main,
-                "message": message, "traceback": tb}
 
-    if e.stop_requested:
-        if e.stop_requested == "terminate":
-            return out("stopped_by_user", "memscope was asked to stop (SIGTERM) and passed SIGTERM on to the run, "
-                       "then SIGKILL to what was left after the grace period; no process of the run is left.",
-                       sig=main_sig)
-        return out("stopped_by_user", f"Stopped by you ({stop_words(e)}); no process of the run is left.",
-                   sig=main_sig)
+# -- the rules, one per cause, tried in this order (RULES below); the first that answers decides ---------------------
+def _stopped_by_user(f: _Facts) -> dict[str, Any] | None:
+    e = f.e
+    if not e.stop_requested:
+        return None
+    if e.stop_requested == "terminate":
+        return f.out("stopped_by_user", "memscope was asked to stop (SIGTERM) and passed SIGTERM on to the run, "
+                     "then SIGKILL to what was left after the grace period; no process of the run is left.",
+                     sig=f.main_sig)
+    return f.out("stopped_by_user", f"Stopped by you ({stop_words(e)}); no process of the run is left.",
+                 sig=f.main_sig)
 
-    first = first_rank_failure(e) if failed else None
 
-    workers = crashed_workers(e) if failed else []
-    if workers:
-        wpid, wsig = workers[0]
-        role = e.roles.get(wpid, "dataloader_worker")
-        what = "DataLoader worker" if role == "dataloader_worker" else "rank"
-        extra = f" (and {len(workers) - 1} more)" if len(workers) > 1 else ""
-        hint = ("look for an OOM kill: " + "; ".join(oom_evidence(e)) if wsig == "SIGKILL" and oom_evidence(e)
-                else "run with num_workers=0 to see the failing code in the main process, or use fewer workers"
-                if role == "dataloader_worker" else "read that rank's stack in exit.traceback")
-        tb = e.faults.get(wpid) or (exc or {}).get("traceback")
-        return out("worker_crash", f"{what[0].upper() + what[1:]} pid {wpid} ({role}) died of {wsig}{extra} and the main "
-                   f"process failed after it; {hint}.", sig=wsig, pid=wpid, tb=tb)
+def _worker_crash(f: _Facts) -> dict[str, Any] | None:
+    e = f.e
+    workers = crashed_workers(e) if f.failed else []
+    if not workers:
+        return None
+    wpid, wsig = workers[0]
+    role = e.roles.get(wpid, "dataloader_worker")
+    what = "DataLoader worker" if role == "dataloader_worker" else "rank"
+    extra = f" (and {len(workers) - 1} more)" if len(workers) > 1 else ""
+    hint = ("look for an OOM kill: " + "; ".join(oom_evidence(e)) if wsig == "SIGKILL" and oom_evidence(e)
+            else "run with num_workers=0 to see the failing code in the main process, or use fewer workers"
+            if role == "dataloader_worker" else "read that rank's stack in exit.traceback")
+    tb = e.faults.get(wpid) or (f.exc or {}).get("traceback")
+    return f.out("worker_crash", f"{what[0].upper() + what[1:]} pid {wpid} ({role}) died of {wsig}{extra} and the "
+                 f"main process failed after it; {hint}.", sig=wsig, pid=wpid, tb=tb)
 
-    if first is not None:
-        return _rank_exception(e, first, out)
 
-    if main_sig in FATAL:
-        where = _last_frame(fault)
-        at = f" in {where}" if where else ""
-        stack = "the Python stack of every thread is in exit.traceback" if fault else \
-            "no Python stack was captured (the process did not load memscope's agent)" \
-            if e.agent_pids is not None and main not in e.agent_pids else "no Python stack was captured"
-        return out(FATAL[main_sig], f"The main process (pid {main}) died of {main_sig}{at}; {stack}; a crash in "
-                   "native code (an extension, a library or CUDA) is the usual cause.", sig=main_sig, tb=fault)
+def _rank_failed_first(f: _Facts) -> dict[str, Any] | None:
+    first = first_rank_failure(f.e) if f.failed else None
+    return _rank_exception(f.e, first, f.out) if first is not None else None
 
-    if exc and failed:
-        name = exc.get("type", "Exception")
-        msg = (exc.get("message") or "").strip().splitlines()
-        first = msg[0][:300] if msg else ""
-        where = _last_frame(exc.get("traceback"))
-        from .gpu import cuda_oom_message, is_cuda_oom
 
-        if is_cuda_oom(name, exc.get("message")):  # older PyTorch raised a RuntimeError
-            return out("cuda_oom", cuda_oom_message(exc.get("message") or "", where, e.cuda_ooms.get(main)),
-                       tb=exc.get("traceback"))
-        at = f" at {where}" if where else ""
-        return out("exception", f"{name}: {first}{at}." if first else f"{name} was raised{at}.",
-                   tb=exc.get("traceback"))
+def _fatal_signal(f: _Facts) -> dict[str, Any] | None:
+    e, main, fault = f.e, f.main, f.fault
+    if f.main_sig not in FATAL:
+        return None
+    where = _last_frame(fault)
+    at = f" in {where}" if where else ""
+    stack = "the Python stack of every thread is in exit.traceback" if fault else \
+        "no Python stack was captured (the process did not load memscope's agent)" \
+        if e.agent_pids is not None and main not in e.agent_pids else "no Python stack was captured"
+    return f.out(FATAL[f.main_sig], f"The main process (pid {main}) died of {f.main_sig}{at}; {stack}; a crash in "
+                 "native code (an extension, a library or CUDA) is the usual cause.", sig=f.main_sig, tb=fault)
 
-    if main_sig == "SIGKILL":
-        ev = oom_evidence(e)
-        peak = f"; the kernel's peak RSS for it was {_gib(e.maxrss_bytes)}" if e.maxrss_bytes else ""
-        if ev:
-            return out("oom_kill", f"The run was killed by SIGKILL and it looks like the OOM killer: "
-                       f"{'; '.join(ev)}{peak}. Lower its memory use or raise the limit.", sig="SIGKILL")
-        at = f" at {_gib(e.last_tree_bytes)}" if e.last_tree_bytes is not None else ""
-        lim = f" of a {_gib(e.limit_bytes)} limit" if e.limit_bytes else ""
-        if e.cgroup_oom_delta is not None and e.host_oom_delta:
-            why = (f"its cgroup's oom_kill counter did not rise (the host's rose by {e.host_oom_delta}: the OOM "
-                   "killer took another process on this host)")
-        elif e.host_oom_delta:
-            why = (f"the host's oom_kill counter rose by {e.host_oom_delta} but the run was far from any limit, "
-                   "so another process was the OOM killer's victim")
-        else:
-            why = "no OOM counter rose"
-        return out("killed", f"The run was killed by SIGKILL from outside{at}{lim}; {why}, so look "
-                   "for who sent it (a scheduler, a time limit, a person).", sig="SIGKILL")
 
-    if main_sig is not None:
-        return out("killed", f"The run was ended by {main_sig} from outside memscope.", sig=main_sig)
+def _exception(f: _Facts) -> dict[str, Any] | None:
+    exc = f.exc
+    if not (exc and f.failed):
+        return None
+    name = exc.get("type", "Exception")
+    msg = (exc.get("message") or "").strip().splitlines()
+    first = msg[0][:300] if msg else ""
+    where = _last_frame(exc.get("traceback"))
+    if is_cuda_oom(name, exc.get("message")):  # older PyTorch raised a RuntimeError
+        return f.out("cuda_oom", cuda_oom_message(exc.get("message") or "", where, f.e.cuda_ooms.get(f.main)),
+                     tb=exc.get("traceback"))
+    at = f" at {where}" if where else ""
+    return f.out("exception", f"{name}: {first}{at}." if first else f"{name} was raised{at}.",
+                 tb=exc.get("traceback"))
 
+
+def _sigkill(f: _Facts) -> dict[str, Any] | None:
+    e = f.e
+    if f.main_sig != "SIGKILL":
+        return None
+    ev = oom_evidence(e)
+    peak = f"; the kernel's peak RSS for it was {_gib(e.maxrss_bytes)}" if e.maxrss_bytes else ""
+    if ev:
+        return f.out("oom_kill", f"The run was killed by SIGKILL and it looks like the OOM killer: "
+                     f"{'; '.join(ev)}{peak}. Lower its memory use or raise the limit.", sig="SIGKILL")
+    at = f" at {_gib(e.last_tree_bytes)}" if e.last_tree_bytes is not None else ""
+    lim = f" of a {_gib(e.limit_bytes)} limit" if e.limit_bytes else ""
+    if e.cgroup_oom_delta is not None and e.host_oom_delta:
+        why = (f"its cgroup's oom_kill counter did not rise (the host's rose by {e.host_oom_delta}: the OOM "
+               "killer took another process on this host)")
+    elif e.host_oom_delta:
+        why = (f"the host's oom_kill counter rose by {e.host_oom_delta} but the run was far from any limit, "
+               "so another process was the OOM killer's victim")
+    else:
+        why = "no OOM counter rose"
+    return f.out("killed", f"The run was killed by SIGKILL from outside{at}{lim}; {why}, so look "
+                 "for who sent it (a scheduler, a time limit, a person).", sig="SIGKILL")
+
+
+def _other_signal(f: _Facts) -> dict[str, Any] | None:
+    if f.main_sig is None:
+        return None
+    return f.out("killed", f"The run was ended by {f.main_sig} from outside memscope.", sig=f.main_sig)
+
+
+def _exit_status(f: _Facts) -> dict[str, Any]:
+    e, main, exc, rc = f.e, f.main, f.exc, f.e.returncode
     if rc == 0:
-        return out("ok", "The run finished normally (exit code 0).")
+        return f.out("ok", "The run finished normally (exit code 0).")
     if rc is None:
         if exc:
-            return out("exception", f"{exc.get('type')}: {exc.get('message', '')[:300]}", tb=exc.get("traceback"))
-        return out("unknown", "The watched process ended; its exit status could not be observed (attached, "
-                   "not its parent).")
+            return f.out("exception", f"{exc.get('type')}: {exc.get('message', '')[:300]}", tb=exc.get("traceback"))
+        return f.out("unknown", "The watched process ended; its exit status could not be observed (attached, "
+                     "not its parent).")
     if e.agent_pids is not None and main not in e.agent_pids:
         # No agent in the process: an exception may well have ended it; memscope cannot say.
-        return out("exit_nonzero", f"The command exited with status {rc}; memscope could not see inside this "
-                   f"process (pid {main}: no agent loaded — not Python, started with python -I or -S, or a "
-                   "PYTHONPATH that dropped memscope's), so whether an exception ended it is unknown; read its last "
-                   "output lines for the reason.")
-    return out("exit_nonzero", f"The command exited with status {rc} without an uncaught Python exception; "
-               "read its last output lines for the reason.")
+        return f.out("exit_nonzero", f"The command exited with status {rc}; memscope could not see inside this "
+                     f"process (pid {main}: no agent loaded — not Python, started with python -I or -S, or a "
+                     "PYTHONPATH that dropped memscope's), so whether an exception ended it is unknown; read its "
+                     "last output lines for the reason.")
+    return f.out("exit_nonzero", f"The command exited with status {rc} without an uncaught Python exception; "
+                 "read its last output lines for the reason.")
+
+
+# In priority order: a stop the user asked for explains everything after it; a crashed worker or rank explains
+# the main process's failure that follows it; then how the main process itself ended. The last always answers.
+RULES: tuple[Callable[[_Facts], dict[str, Any] | None], ...] = (
+    _stopped_by_user, _worker_crash, _rank_failed_first, _fatal_signal, _exception, _sigkill, _other_signal,
+    _exit_status)
+
+
+def decide(e: ExitEvidence) -> dict[str, Any]:
+    """The summary's ``exit`` object: cause, code, signal, pid, message, traceback (the first rule that answers)."""
+    f = _facts(e)
+    for rule in RULES:
+        verdict = rule(f)
+        if verdict is not None:
+            return verdict
+    raise AssertionError("the last rule always answers")
 
 
 def first_rank_failure(e: ExitEvidence) -> int | None:
