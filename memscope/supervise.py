@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Callable, Mapping, Sequence
 
-from .collect.tree import LINUX, procfs
+from .collect.platform import LINUX, procfs
 from .fmt import signal_name
 
 PR_SET_CHILD_SUBREAPER = 36

@@ -12,7 +12,6 @@ process's private memory in RSS rounds. That fast series is what the chart, "now
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -22,15 +21,11 @@ from ..fmt import decode_wait_status
 from ..model import ProcessExited, ProcessSeen, ProcMem, Record, TreeSample
 from . import roles as roles_mod
 from .estimate import PssCarry
+from .platform import procfs
 from .roles import ProcInfo
 
-LINUX = sys.platform.startswith("linux")
 FOREIGN_RECHECK_S = 2.0   # how often discovery reads again the processes it found not to be ours
 _KEEP_BASES_ROUNDS = 3    # torn PSS rounds in a row whose readings are not taken as bases (then one is)
-if LINUX:
-    from . import procfs
-else:  # pragma: no cover - exercised on macOS
-    from . import portable as procfs  # type: ignore[no-redef]
 
 
 @dataclass

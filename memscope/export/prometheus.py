@@ -31,6 +31,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from ..analysis.leak import fit_plan
+from ..collect.platform import procfs
 from ..errors import LaunchError
 from ..model import (
     METRIC_EXIT_INFO,
@@ -49,11 +50,6 @@ from ..model import (
     RunEnded,
     TreeSample,
 )
-
-if sys.platform.startswith("linux"):
-    from ..collect.procfs import read_environ
-else:  # pragma: no cover - macOS
-    from ..collect.portable import read_environ
 
 if TYPE_CHECKING:
     from ..session.run import Run
@@ -217,7 +213,7 @@ class Exporter:
 
     def _rank(self, pid: int, ppid: int) -> str:
         self._parent[pid] = ppid
-        env = read_environ(pid)
+        env = procfs.read_environ(pid)
         if env is None:  # unreadable, or caught mid-exec: the parent's for now, read again next rounds
             self._unread.setdefault(pid, REREAD_ROUNDS)
             rank = self._rank_of.get(ppid, "")
