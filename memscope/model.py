@@ -6,7 +6,7 @@ the run started (``t``), memory is bytes. Records are immutable so they can be s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, TypedDict, Union
 
 ROLES = ("main", "wrapper", "dataloader_worker", "compile_worker", "rank", "helper", "other")
 
@@ -121,3 +121,101 @@ class RunEnded:
 
 
 Record = Union[TreeSample, HostSample, ProcessSeen, ProcessExited, Event, RunEnded]
+
+
+# -- the summary (schema "memscope.summary/1"): what summarize() returns, Run.wait() gives and --summary-json writes.
+# Typed here, once, for readers of the code; the JSON itself is unchanged. Sections that are long lists of rows
+# (processes' rows excepted) stay ``dict[str, Any]``: their fields are documented where they are made.
+SUMMARY_SCHEMA = "memscope.summary/1"
+
+
+class ExitInfo(TypedDict):
+    """Why the run ended (analysis/exit_cause.py): the cause, the status, and one message for a person."""
+    cause: str            # ok | exception | cuda_oom | oom_kill | killed | segfault | abort | bus_error |
+                          # worker_crash | stopped_by_user | exit_nonzero | unknown | running | detached
+    code: int | None
+    signal: str | None
+    pid: int | None
+    message: str
+    traceback: str | None
+
+
+class Peak(TypedDict):
+    """The tree's peak: PSS at the RSS rate (a spike between PSS rounds is seen), RSS, and when."""
+    tree_pss_bytes: int | None
+    tree_rss_bytes: int
+    at_s: float
+    tree_pss_measured_bytes: int | None
+
+
+class Limit(TypedDict):
+    """The limit the run is compared against and where it came from ("flag", "cgroup" or "host")."""
+    bytes: int
+    source: str
+
+
+class ProcessRow(TypedDict):
+    """One process of the tree in the summary."""
+    pid: int
+    ppid: int
+    role: str
+    cmdline: str
+    peak_rss_bytes: int
+    peak_pss_bytes: int | None
+    exit_code: int | None
+    exit_signal: str | None
+    end: str | None
+
+
+class LeakInfo(TypedDict, total=False):
+    """The leak verdict (analysis/leak.py's LeakVerdict as a dict), per role too."""
+    verdict: str          # leak | no_leak | insufficient_data
+    slope_bytes_per_s: float | None
+    baseline_start_bytes: int | None
+    baseline_end_bytes: int | None
+    confidence: float | None
+    time_to_limit_s: float | None
+    reason: str | None
+    pace: str | None
+    series: str
+    by_role: dict[str, dict[str, Any]]
+    main_private: dict[str, Any]
+    advice: str | None
+
+
+class AdviceLine(TypedDict):
+    """One line of advice and what it is about."""
+    topic: str
+    text: str
+
+
+class Summary(TypedDict, total=False):
+    """A run's summary. Keys are added, never renamed: records written by older memscope read with this."""
+    schema: str
+    run_id: str
+    command: list[str]
+    started_at: str
+    duration_s: float
+    exit: ExitInfo
+    peak: Peak
+    limit_bytes: int | None
+    limit: Limit | None
+    processes: list[ProcessRow]
+    warnings: list[str]
+    record: str
+    phases: list[dict[str, Any]]
+    marks: list[dict[str, Any]]
+    leak: LeakInfo
+    spikes: list[dict[str, Any]]
+    workers: dict[str, Any] | None
+    allocator: dict[str, Any] | None
+    gpu: dict[str, Any] | None
+    compile_pool: dict[str, Any] | None
+    cuda_oom: dict[str, Any] | None
+    loads: list[dict[str, Any]]
+    faiss: dict[str, Any]
+    malloc: dict[str, Any]
+    census: list[dict[str, Any]]
+    scalene: list[dict[str, Any]]
+    advice: list[AdviceLine]
+    record_errors: dict[str, Any]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..fmt import signal_name
+from ..model import ExitInfo
 from .gpu import cuda_oom_message, is_cuda_oom
 
 FATAL = {"SIGSEGV": "segfault", "SIGABRT": "abort", "SIGBUS": "bus_error", "SIGFPE": "segfault",
@@ -166,7 +167,7 @@ class _Facts:
     failed: bool            # a non-zero status or a death by signal
 
     def out(self, cause: str, message: str, *, sig: str | None = None, pid: int | None = None,
-            tb: str | None = None) -> dict[str, Any]:
+            tb: str | None = None) -> ExitInfo:
         """The ``exit`` object."""
         return {"cause": cause, "code": self.code, "signal": sig, "pid": pid if pid is not None else self.main,
                 "message": message, "traceback": tb}
@@ -308,7 +309,7 @@ RULES: tuple[Callable[[_Facts], dict[str, Any] | None], ...] = (
     _exit_status)
 
 
-def decide(e: ExitEvidence) -> dict[str, Any]:
+def decide(e: ExitEvidence) -> ExitInfo:
     """The summary's ``exit`` object: cause, code, signal, pid, message, traceback (the first rule that answers)."""
     f = _facts(e)
     for rule in RULES:

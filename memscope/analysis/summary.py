@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model import KIND_PSS, KIND_RSS
+from ..model import KIND_PSS, KIND_RSS, SUMMARY_SCHEMA, Summary
 from ..record.reader import RunData
 from . import gpu as gpu_mod
 from . import phases as phases_mod
@@ -19,7 +19,7 @@ from .probes import probe_summary
 from .scalene import summary_rows as scalene_rows
 from .supervision import NOTE_EVENTS, main_pid, notes, process_end
 
-SCHEMA = "memscope.summary/1"
+SCHEMA = SUMMARY_SCHEMA
 
 
 def limit_info(rd: RunData, limit: int | None) -> dict[str, Any] | None:
@@ -84,7 +84,7 @@ def _agents(rd: RunData, run: dict[str, Any]) -> dict[str, Any]:
     return {"agent_pids": {h["pid"] for h in hellos}, "ranks": ranks}
 
 
-def summarize(rd: RunData) -> dict[str, Any]:
+def summarize(rd: RunData) -> Summary:
     run = rd.run_row()
     procs = rd.processes()
     ev = evidence(rd)
@@ -107,7 +107,7 @@ def summarize(rd: RunData) -> dict[str, Any]:
         st = next(iter(rd.events("exit_status")), None)
         if st is not None:
             duration = max(duration, st["t"])
-    summary = {
+    summary: Summary = {
         "schema": SCHEMA,
         "run_id": run["id"],
         "command": run["command"],
