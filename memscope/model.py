@@ -50,10 +50,12 @@ class TreeSample:
 
     @property
     def rss_total(self) -> int:
+        """The tree's RSS in this round."""
         return sum(p.rss for p in self.procs)
 
     @property
     def pss_total(self) -> int | None:
+        """The tree's measured PSS in this round (None in RSS rounds)."""
         if not self.procs or any(p.pss is None for p in self.procs):
             return None
         return sum(p.pss for p in self.procs)  # type: ignore[misc]
@@ -67,6 +69,7 @@ class TreeSample:
 
     @property
     def est_private_total(self) -> int | None:
+        """The tree's private memory (anonymous PSS + swap) at this round's moment, None for old-style rounds."""
         if not self.procs or any(p.est_private is None for p in self.procs):
             return None
         return sum(p.est_private for p in self.procs)  # type: ignore[misc]
@@ -74,6 +77,7 @@ class TreeSample:
 
 @dataclass(frozen=True)
 class HostSample:
+    """The host's memory and the run's cgroup at one moment."""
     t: float
     total: int
     available: int
@@ -99,6 +103,7 @@ class ProcessSeen:
 
 @dataclass(frozen=True)
 class ProcessExited:
+    """A process of the tree ended."""
     t: float
     pid: int
     exit_code: int | None     # None when the status could not be observed (not our child, reaped by another)
@@ -116,6 +121,7 @@ class Event:
 
 @dataclass(frozen=True)
 class RunEnded:
+    """The run ended; ``summary`` is its summary."""
     t: float
     summary: dict[str, Any]
 

@@ -59,6 +59,7 @@ def hold_subreaper() -> bool:
 
 
 def release_subreaper() -> None:
+    """Give the subreaper role back once no run needs it."""
     global _subreaper_users
     with _lock:
         if _subreaper_users <= 0:
@@ -77,6 +78,7 @@ def declare_sole_launcher() -> None:
 
 
 def supervised_runs() -> int:
+    """How many runs hold the subreaper role now."""
     with _lock:
         return _subreaper_users
 
@@ -102,6 +104,7 @@ def launch(command: Sequence[str], cwd: str | None, env: Mapping[str, str],
 
 
 def forget_launched(pid: int) -> None:
+    """The run's root is gone: forget its pid."""
     with _lock:
         _launched.discard(pid)
 
@@ -160,6 +163,7 @@ class Membership:
 
 # -- signals ---------------------------------------------------------------------------------------------------
 def same_process(pid: int, start: int) -> bool:
+    """Whether ``pid`` is still the process that started at ``start`` (clock ticks since boot)."""
     st = procfs.read_stat(pid)
     return st is not None and st.starttime == start and st.state not in ("Z", "X")
 

@@ -54,6 +54,7 @@ def _serve():
 
 
 def start():
+    """Start the agent in this process (the sitecustomize calls it): connect, say hello, install the probes."""
     global channel
     sock, token, run_dir = os.environ.get(ENV_SOCK), os.environ.get(ENV_TOKEN), os.environ.get(ENV_DIR)
     if not (sock and token and run_dir):

@@ -13,6 +13,7 @@ _FLAGS = getattr(socket, "MSG_NOSIGNAL", 0) | getattr(socket, "MSG_DONTWAIT", 0)
 
 
 class Channel:
+    """The agent's one connection to memscope: JSON lines over a Unix socket, never blocking the user's code."""
     def __init__(self, path, token):
         self._path = path
         self._token = token
@@ -23,6 +24,7 @@ class Channel:
         self.dropped = 0
 
     def connect(self, hello):
+        """Connect and authenticate with the run's token; False when memscope cannot be reached."""
         try:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.settimeout(1.0)
@@ -36,6 +38,7 @@ class Channel:
         self.send(hello)
 
     def send(self, msg):
+        """Send one message (a dict) without ever blocking the user's code; False when it could not go."""
         if self._dead or self._sock is None:
             return False
         data = _encode(msg)
@@ -118,6 +121,7 @@ class Channel:
             pass
 
     def after_fork(self, hello):
+        """In a forked child: a connection of its own (the parent's socket is not shared)."""
         # The child shares the parent's socket: drop it without shutdown (that would cut the parent too).
         self._lock = threading.Lock()
         self._sock = None

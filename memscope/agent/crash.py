@@ -21,6 +21,7 @@ _saved = [False]  # this process's uncaught exception is saved
 
 
 def enable_faulthandler(run_dir):
+    """Dump every thread's stack to the run's crash file on a fatal signal (and to stderr if the user asked)."""
     global _fault_file, _echo
     if _echo is None:
         _echo = faulthandler.is_enabled()
@@ -98,6 +99,7 @@ def save_exception(run_dir, channel, etype, value, tb, how):
 
 
 def install_excepthook(run_dir, channel):
+    """Write an uncaught exception to the run's crash file, then let the user's hook run as before."""
     previous = sys.excepthook
 
     def hook(etype, value, tb):
@@ -123,4 +125,5 @@ def install_excepthook(run_dir, channel):
 
 
 def after_fork():
+    """In a forked child: crash files of its own pid."""
     _saved[0] = False  # a child's exception is its own

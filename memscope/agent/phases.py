@@ -125,6 +125,7 @@ def _patch_dataloader(mod):
 
 
 def install(channel):
+    """Watch the frameworks' loops (epochs, train/eval switches) once their modules are imported."""
     global _channel
     _channel = channel
     when_imported("torch.nn.modules.module", _patch_module)
@@ -132,6 +133,7 @@ def install(channel):
 
 
 def after_fork():
+    """In a forked child: forget the parent's phase state."""
     global _last_mode, _top, _stopped
     _last_mode = None  # a forked worker never reports its parent's switches as its own
     _top = _stopped = None

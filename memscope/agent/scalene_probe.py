@@ -17,6 +17,7 @@ import sys
 
 
 def install(channel):
+    """Tell memscope Scalene's on/off signals and profiled pid once Scalene is ready in this process."""
     from .hooks import when_imported
 
     when_imported("scalene.scalene_profiler", lambda mod: _patch_profiler(mod, channel))

@@ -20,6 +20,7 @@ def _key(row: dict[str, Any]) -> tuple[str, str, tuple[int, ...]]:
 
 
 def shape_str(shape: list[int] | tuple[int, ...]) -> str:
+    """A tensor shape as "(a,b,c)"."""
     return "(" + ",".join(str(s) for s in shape) + ")"
 
 
@@ -125,10 +126,12 @@ class Census:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Census":
+        """A census from its recorded dict (unknown keys ignored)."""
         names = cls.__dataclass_fields__
         return cls(**{k: v for k, v in d.items() if k in names})
 
     def to_dict(self) -> dict[str, Any]:
+        """The census as the dict the record and the summary keep."""
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
     def __str__(self) -> str:

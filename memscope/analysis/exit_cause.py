@@ -29,6 +29,7 @@ NEAR_LIMIT = 0.95
 
 @dataclass
 class ExitEvidence:
+    """Everything the exit cause is decided from, gathered from the record (analysis/summary.evidence)."""
     root_pid: int
     returncode: int | None                 # Popen style: -N = killed by signal N; None = not observed
     main_pid: int | None = None

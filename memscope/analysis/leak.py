@@ -90,6 +90,7 @@ class Spike:
     phase: str | None  # phase overlapping most of the spike, if phases were given
 
     def to_dict(self) -> dict:
+        """The spike as the summary's dict."""
         return asdict(self)
 
 
@@ -119,6 +120,7 @@ class LeakVerdict:
         return "slow" if self.slope_bytes_per_s < SLOW_BYTES_PER_S else "fast"
 
     def to_dict(self) -> dict:
+        """The verdict as the summary's dict, with its pace."""
         return dict(asdict(self), pace=self.pace)
 
 
@@ -159,9 +161,11 @@ class FitPlan:
     ended: bool = False
 
     def span(self, t: Sequence[float], y: Sequence[float]) -> tuple[list, list]:
+        """The part of (t, y) the leak fit looks at (the training, past its warm-up)."""
         return fit_span(t, y, self.start_s, self.ended)
 
     def verdict(self, t: Sequence[float], y: Sequence[float], limit_bytes: int | None = None) -> LeakVerdict:
+        """The leak verdict over the planned span of (t, y)."""
         return assess_leak(*self.span(t, y), limit_bytes=limit_bytes, phases=self.phases)
 
 

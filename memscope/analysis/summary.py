@@ -38,6 +38,7 @@ def limit_info(rd: RunData, limit: int | None) -> dict[str, Any] | None:
 
 
 def evidence(rd: RunData) -> ExitEvidence:
+    """The exit cause's evidence, from the record."""
     run = rd.run_row()
     procs = rd.processes()
     status = next(iter(rd.events("exit_status")), None)
@@ -85,6 +86,7 @@ def _agents(rd: RunData, run: dict[str, Any]) -> dict[str, Any]:
 
 
 def summarize(rd: RunData) -> Summary:
+    """The summary of a record (schema memscope.summary/1, model.Summary): pure, from the reader's data."""
     run = rd.run_row()
     procs = rd.processes()
     ev = evidence(rd)

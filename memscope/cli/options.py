@@ -17,6 +17,7 @@ class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one clear line, not a usage block."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        """Say the error in one line and exit with status 2."""
         self.exit(EXIT_BAD_INPUT, f"memscope: {message} (see '{self.prog} --help')\n")
 
 

@@ -86,6 +86,7 @@ class Nvml:
         return {"devices": devices, "procs": procs, "other_procs": others, "other_used": other_used}
 
     def close(self) -> None:
+        """Let go of NVML."""
         try:
             self._nv.nvmlShutdown()
         except Exception:

@@ -38,6 +38,7 @@ def parse_keyed(text: str) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class Cgroup:
+    """A memory cgroup: its path and version (1 or 2)."""
     version: int   # 1 or 2
     path: str      # directory of the process's memory cgroup, under root
     mount: str     # the controller's mount point: limits are looked up from ``path`` up to here
@@ -58,6 +59,7 @@ def _mounts(root: str) -> list[tuple[str, str, str, str]]:
 
 
 def find_memory_cgroup(pid: int | str = "self", root: str = "/") -> Cgroup | None:
+    """The memory cgroup of ``pid`` (this process by default), None when none can be read."""
     text = _text(root, f"/proc/{pid}/cgroup")
     if not text:
         return None
@@ -105,6 +107,7 @@ def _int_file(path: str) -> int | None:
 
 @dataclass(frozen=True)
 class CgroupMemory:
+    """A cgroup's limit, usage and OOM-kill counter."""
     limit: int | None
     usage: int | None
     oom_kills: int | None
@@ -130,6 +133,7 @@ def read_cgroup_memory(cg: Cgroup) -> CgroupMemory:
 
 @dataclass(frozen=True)
 class HostMemory:
+    """The host's memory and swap, and its OOM-kill counter."""
     total: int
     available: int
     swap_total: int
@@ -138,6 +142,7 @@ class HostMemory:
 
 
 def read_host_memory(root: str = "/") -> HostMemory:
+    """The host's memory now (/proc/meminfo, /proc/vmstat); zeros when unreadable."""
     if sys.platform.startswith("linux"):
         mi = parse_keyed(_text(root, "/proc/meminfo") or "")
         vm = parse_keyed(_text(root, "/proc/vmstat") or "")

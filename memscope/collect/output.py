@@ -37,6 +37,7 @@ class LineReader:
         self.partial = ""       # the line being written (a progress bar), for live views
 
     def feed(self, data: bytes, final: bool = False) -> None:
+        """Take a chunk of output: complete lines go on, the line being written is kept as ``partial``."""
         text = self._decoder.decode(data, final)
         kept: list[str] = []
         pos = 0

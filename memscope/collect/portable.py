@@ -14,10 +14,12 @@ _STATES = {psutil.STATUS_ZOMBIE: "Z", psutil.STATUS_DEAD: "X"}
 
 
 def list_pids() -> list[int]:
+    """Every pid on the machine."""
     return psutil.pids()
 
 
 def boot_time() -> float:
+    """When the machine booted (epoch seconds)."""
     return 0.0
 
 
@@ -29,6 +31,7 @@ def uptime() -> float:
 
 
 def read_stat(pid: int) -> Stat | None:
+    """A process's stat (ppid, state, start time...), None when it is gone."""
     try:
         p = psutil.Process(pid)
         with p.oneshot():
@@ -38,6 +41,7 @@ def read_stat(pid: int) -> Stat | None:
 
 
 def read_statm(pid: int) -> tuple[int, int] | None:
+    """A process's RSS and shared memory, None when it is gone."""
     try:
         m = psutil.Process(pid).memory_info()
         return m.rss, 0
@@ -46,6 +50,7 @@ def read_statm(pid: int) -> tuple[int, int] | None:
 
 
 def read_smaps_rollup(pid: int) -> dict[str, int] | None:
+    """A process's PSS family (psutil's memory_full_info), None when unreadable."""
     try:
         m = psutil.Process(pid).memory_full_info()
     except (psutil.Error, OSError):
@@ -55,6 +60,7 @@ def read_smaps_rollup(pid: int) -> dict[str, int] | None:
 
 
 def read_cmdline(pid: int) -> list[str] | None:
+    """A process's command line, None when it is gone."""
     try:
         return psutil.Process(pid).cmdline()
     except (psutil.Error, OSError):
@@ -62,6 +68,7 @@ def read_cmdline(pid: int) -> list[str] | None:
 
 
 def environ_has(pid: int, marker: bytes) -> bool:
+    """Whether a process's environment holds ``marker`` (KEY=VALUE bytes)."""
     name, _, value = marker.decode().partition("=")
     try:
         return psutil.Process(pid).environ().get(name) == value
@@ -70,6 +77,7 @@ def environ_has(pid: int, marker: bytes) -> bool:
 
 
 def read_environ(pid: int) -> dict[str, str] | None:
+    """A process's environment, None when unreadable."""
     try:
         return psutil.Process(pid).environ() or None
     except (psutil.Error, OSError):

@@ -54,6 +54,7 @@ def first_denied(pids: list[int], name: str) -> int | None:
 
 
 def list_pids() -> list[int]:
+    """Every pid in /proc."""
     try:
         return [int(n) for n in os.listdir("/proc") if n.isdigit()]
     except OSError as exc:
@@ -64,6 +65,7 @@ def list_pids() -> list[int]:
 
 @dataclass(frozen=True)
 class Stat:
+    """The fields of /proc/PID/stat memscope reads."""
     pid: int
     comm: str
     state: str
@@ -76,6 +78,7 @@ class Stat:
 
 
 def parse_stat(data: bytes) -> Stat | None:
+    """/proc/PID/stat's text as a Stat (the command name may hold spaces and parentheses)."""
     # comm is in parentheses and may itself contain spaces and ')': split on the last ')'.
     try:
         text = data.decode("utf-8", "replace")
@@ -91,6 +94,7 @@ def parse_stat(data: bytes) -> Stat | None:
 
 
 def read_stat(pid: int) -> Stat | None:
+    """A process's Stat, None when it is gone (Unreadable when /proc cannot be opened)."""
     data = _read(f"/proc/{pid}/stat", 4096)
     return parse_stat(data) if data else None
 
@@ -108,6 +112,7 @@ def read_statm(pid: int) -> tuple[int, int] | None:
 
 
 def parse_smaps_rollup(data: bytes) -> dict[str, int]:
+    """smaps_rollup's text as {field: bytes}."""
     out: dict[str, int] = {}
     for line in data.decode("ascii", "replace").splitlines():
         key, _, rest = line.partition(":")
@@ -127,6 +132,7 @@ def read_smaps_rollup(pid: int) -> dict[str, int] | None:
 
 
 def read_cmdline(pid: int) -> list[str] | None:
+    """A process's argv, None when it is gone."""
     data = _read(f"/proc/{pid}/cmdline", 1 << 20)
     if data is None:
         return None
@@ -162,6 +168,7 @@ def read_environ(pid: int) -> dict[str, str] | None:
 
 
 def boot_time() -> float:
+    """When the machine booted (epoch seconds, /proc/stat's btime)."""
     # /proc/stat can be long (one line per interrupt): read it line by line, not in one bounded read.
     try:
         with open("/proc/stat", "rb") as f:

@@ -23,6 +23,7 @@ _PY_EXE = re.compile(r"^(python|pypy)(\d+(\.\d+)?)?[a-z]?(\.exe)?$")
 
 @dataclass(frozen=True)
 class ProcInfo:
+    """What the role of a process is decided from: its name, command line and parent."""
     pid: int
     ppid: int
     name: str                 # comm: DataLoader workers rename themselves "pt_data_worker"
@@ -31,6 +32,7 @@ class ProcInfo:
 
 @dataclass(frozen=True)
 class PyTarget:
+    """What a Python command line runs: a script, a module, or code."""
     kind: str   # "script" | "module" | "code" | "repl"
     value: str
 

@@ -62,6 +62,7 @@ def _open_fds() -> int:
 
 
 class AgentServer:
+    """The agents' Unix socket: authenticates each connection, checks each message, passes it on."""
     def __init__(self, path: str, token: str, on_message: OnMessage) -> None:
         self.path = path
         self._token = token
@@ -91,9 +92,11 @@ class AgentServer:
         self._by_pid: dict[int, socket.socket] = {}
 
     def start(self) -> None:
+        """Listen, on a daemon thread."""
         self._thread.start()
 
     def close(self) -> None:
+        """Stop listening and close every connection."""
         if self._stop.is_set():
             return
         self._stop.set()
@@ -137,6 +140,7 @@ class AgentServer:
         return True
 
     def stats(self) -> dict[str, Any]:
+        """Counts of refused messages and rejected connections, and the last refusal."""
         return {"connections": self.connections, "rejected_connections": self.rejected,
                 "refused_messages": self.refused, "last_refusal": self.last_refusal}
 

@@ -30,6 +30,7 @@ _KEEP_BASES_ROUNDS = 3    # torn PSS rounds in a row whose readings are not take
 
 @dataclass
 class Tracked:
+    """A process of the run as the sampler knows it."""
     pid: int
     start: int
     info: ProcInfo
@@ -60,6 +61,7 @@ KEEP_ROLES = ("main", "wrapper", "rank")
 
 
 class TreeSampler:
+    """Finds every process of the run and measures it, round after round (see the module's docstring)."""
     def __init__(self, root: int, emit: Callable[[Record], None], clock: Callable[[], float],
                  marker: bytes | None = None, script: str | None = None, membership: MembershipRule | None = None,
                  reap: Callable[[int], int | None] | None = None) -> None:
@@ -285,10 +287,12 @@ class TreeSampler:
                                        " ".join(t.info.cmdline), t.create_time))
 
     def alive_pids(self) -> list[int]:
+        """The pids of the run's live processes."""
         with self._lock:
             return [p for p, t in self.procs.items() if t.alive]
 
     def mark_exited(self, pid: int, code: int | None, signal_name: str | None) -> None:
+        """Record that ``pid`` exited (once; a known status is never overwritten by an unknown one)."""
         with self._lock:
             t = self.procs.get(pid)
             if t is None:
@@ -322,6 +326,7 @@ class TreeSampler:
 
     # -- measuring -------------------------------------------------------------------------------------------
     def rss_round(self) -> TreeSample:
+        """One RSS round (statm) over the tree, published as a TreeSample."""
         # Read every process first, then estimate: a process found gone hands its share of shared pages to its
         # parent (``mark_exited``), and the parent's estimate must come after that, in the same round, or the
         # tree's total dips for a round at every DataLoader worker's exit.
@@ -362,6 +367,7 @@ class TreeSampler:
         return s
 
     def pss_round(self) -> TreeSample:
+        """One PSS round (smaps_rollup) over the tree, published as a TreeSample."""
         # Processes forked since the last discovery share their parent's pages: measured without them, the parent's
         # PSS drops by their share and nobody counts it. Discover first; a fork that still slips through asks for
         # another round (``pss_wanted``).

@@ -9,6 +9,7 @@ import time
 
 
 def progress(epoch, i, n, t0, extra=""):
+    """Print a progress line."""
     width = 24
     done = int(width * (i + 1) / n)
     rate = (i + 1) / max(time.monotonic() - t0, 1e-9)
@@ -17,6 +18,7 @@ def progress(epoch, i, n, t0, extra=""):
 
 
 def with_torch(seconds):
+    """A tiny torch training that leaks a little each step."""
     import torch
     from torch import nn
     from torch.utils.data import DataLoader, TensorDataset
@@ -49,6 +51,7 @@ def with_torch(seconds):
 
 
 def without_torch(seconds):
+    """The same story without torch: a list that grows."""
     kept = []
     end, epoch = time.monotonic() + seconds, 0
     while time.monotonic() < end:

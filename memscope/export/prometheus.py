@@ -168,12 +168,14 @@ class Exporter:
 
     @classmethod
     def for_run(cls, run: "Run", hostname: str | None = None) -> "Exporter":
+        """An exporter that follows ``run`` (subscribed to its records)."""
         ex = cls(run.run_id, run.command, hostname, limit_from_flag=run.options.limit_bytes is not None)
         ex._unsubscribe = run.subscribe(ex.on_record, maxsize=100000)
         return ex
 
     # -- the record stream (the Run's subscriber thread) -----------------------------------------------------
     def on_record(self, rec: Record) -> None:
+        """Fold one record into the latest state (the run's subscriber thread)."""
         c0 = time.thread_time()
         with self._lock:
             if isinstance(rec, TreeSample):
@@ -287,9 +289,11 @@ class Exporter:
 
     # -- a scrape (the HTTP server's thread) -----------------------------------------------------------------
     def describe(self) -> list:
+        """Nothing to check at registration: the families vary with the run."""
         return []  # families vary with the run: nothing to check at registration
 
     def collect(self) -> Iterator[Any]:
+        """The families of a scrape, from the latest state."""
         from prometheus_client.core import GaugeMetricFamily
 
         base = ["run", "hostname"]
@@ -408,6 +412,7 @@ class Exporter:
                         grouping_key={"run": self.run_id, "hostname": self.hostname})
 
     def close(self) -> None:
+        """Unsubscribe and stop serving."""
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -418,6 +423,7 @@ class Exporter:
         self._closed.set()
 
     def wait_closed(self, timeout: float | None = None) -> bool:
+        """Wait until closed (after the linger); False on timeout."""
         return self._closed.wait(timeout)
 
     def finish(self, pushgateway: str | None, linger_s: float, warn: Callable[[str], None]) -> None:

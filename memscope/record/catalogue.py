@@ -10,6 +10,7 @@ from .reader import RunData
 
 @dataclass
 class RunInfo:
+    """One recorded run, as ``memscope ls`` lists it."""
     run_id: str
     path: str
     command: list[str]
@@ -20,10 +21,12 @@ class RunInfo:
 
 
 def default_record_dir() -> str:
+    """./.memscope/runs, where records go unless told otherwise."""
     return os.path.join(os.getcwd(), ".memscope", "runs")
 
 
 def list_runs(record_dir: str) -> list[RunInfo]:
+    """The runs recorded in ``record_dir`` (files that are not records are skipped)."""
     out = []
     if not os.path.isdir(record_dir):
         return out

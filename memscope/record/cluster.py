@@ -50,6 +50,7 @@ class Panel:
 
     @property
     def title(self) -> str:
+        """The panel's title: hostname and rank."""
         return f"{self.hostname} rank {self.rank}" if self.rank else f"{self.hostname} (no RANK: launcher)"
 
     def now_bytes(self) -> int:
@@ -70,6 +71,7 @@ class Panel:
 
 @dataclass
 class Job:
+    """A multi-node job as Prometheus holds it: a panel per hostname/rank."""
     url: str
     selector: str
     t0: float              # unix time of the chart's 0 (the job's first scrape in the window)
@@ -79,6 +81,7 @@ class Job:
 
     @property
     def hostnames(self) -> list[str]:
+        """The job's hostnames, in order."""
         return sorted({p.hostname for p in self.panels})
 
 
@@ -162,6 +165,7 @@ def _one_line(x: Any) -> str:
 
 def query_range(base: str, promql: str, start: float, end: float, step: float,
                 timeout: float = TIMEOUT_S) -> list[dict[str, Any]]:
+    """A PromQL range query's series (ClusterError, one line, when Prometheus cannot answer)."""
     data = _get(base, "/api/v1/query_range",
                 {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}, timeout)
     result = data.get("result")

@@ -26,6 +26,7 @@ CREATE TABLE IF NOT EXISTS events (t REAL, pid INTEGER, kind TEXT, data TEXT);
 
 
 def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
+    """A connection to a record: read-only, or WAL with synchronous=FULL for the writer."""
     if readonly:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5, check_same_thread=False)
     else:
@@ -47,9 +48,11 @@ class RunData:
         self.has_fast = "est_pss" in cols
 
     def close(self) -> None:
+        """Close the record."""
         self.con.close()
 
     def run_row(self) -> dict[str, Any]:
+        """The run's row: id, command, cwd, times, root pid, exit cause, summary, meta (JSON decoded)."""
         cur = self.con.execute("SELECT id, command, cwd, started_at, t0_epoch, root_pid, ended_at, duration_s, "
                                "exit_cause, summary, meta FROM run")
         row = cur.fetchone()
@@ -63,6 +66,7 @@ class RunData:
         return d
 
     def processes(self) -> list[dict[str, Any]]:
+        """Every process of the tree, in the order they were seen."""
         cur = self.con.execute("SELECT * FROM processes ORDER BY first_t, pid")
         keys = [d[0] for d in cur.description]
         return [dict(zip(keys, r)) for r in cur]
@@ -138,6 +142,7 @@ class RunData:
         return out
 
     def fast_peak(self) -> tuple[float, int] | None:
+        """(t, tree PSS) at the fast series' peak, None for records without it."""
         if not self.has_fast:
             return None
         row = self.con.execute("SELECT t, SUM(est_pss) AS s FROM samples WHERE kind=0 GROUP BY t "
@@ -145,17 +150,20 @@ class RunData:
         return (row[0], row[1]) if row and row[1] is not None else None
 
     def tree_peak(self, kind: int) -> tuple[float, int] | None:
+        """(t, tree total) at the peak of the rounds of ``kind``, None when there are none."""
         col = "pss" if kind == KIND_PSS else "rss"
         row = self.con.execute(f"SELECT t, SUM({col}) AS s FROM samples WHERE kind=? GROUP BY t "
                                "ORDER BY s DESC LIMIT 1", (kind,)).fetchone()
         return (row[0], row[1]) if row and row[1] is not None else None
 
     def last_tree_total(self) -> tuple[float, int] | None:
+        """(t, tree RSS) at the last RSS round, None when there is none."""
         row = self.con.execute("SELECT t, SUM(rss) FROM samples WHERE kind=0 AND t=(SELECT MAX(t) FROM samples "
                                "WHERE kind=0 AND rss>0)").fetchone()
         return (row[0], row[1]) if row and row[0] is not None else None
 
     def host_rows(self) -> list[tuple]:
+        """Every host sample, in time order, as stored."""
         return self.con.execute("SELECT t, total, available, swap_total, swap_used, lim, cgroup_usage, host_oom, "
                                 "cgroup_oom FROM host ORDER BY t").fetchall()
 
@@ -225,6 +233,7 @@ class RunData:
         return bool(row and row[0])
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        """The events (of ``kind``, or all), in time order, their data decoded."""
         sql, args = "SELECT t, pid, kind, data FROM events", ()
         if kind:
             sql, args = sql + " WHERE kind=?", (kind,)

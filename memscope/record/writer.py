@@ -74,6 +74,7 @@ class Recorder:
 
     @property
     def errors(self) -> int:
+        """How many writes the file refused."""
         return self.bad_records + self.lost_records
 
     def health(self) -> dict[str, Any]:
@@ -82,11 +83,13 @@ class Recorder:
 
     def begin(self, run_id: str, command: list[str], cwd: str, started_at: str, t0_epoch: float,
               root_pid: int, meta: dict[str, Any]) -> None:
+        """Write the run's row (once, at the start)."""
         self._q.put(_Sql("INSERT OR REPLACE INTO run (id, command, cwd, started_at, t0_epoch, root_pid, meta) "
                          "VALUES (?,?,?,?,?,?,?)",
                          (run_id, json.dumps(command), cwd, started_at, t0_epoch, root_pid, json.dumps(meta))))
 
     def put(self, rec: Record) -> None:
+        """Queue a record for the writer thread (never blocks the collectors)."""
         if not isinstance(rec, _RECORDS):
             raise TypeError(f"not a record: {type(rec).__name__}")
         self._q.put(rec)
@@ -98,6 +101,7 @@ class Recorder:
         return b.done.wait(timeout)
 
     def close(self, timeout: float = 5.0) -> None:
+        """Write what is queued, then close the file."""
         self._q.put(_CLOSE)
         self._thread.join(timeout)
 

@@ -85,6 +85,7 @@ def catches(pid: int, *signals: int) -> bool:
 
 @dataclass
 class ScaleneSnapshot:
+    """One Scalene window: when, how long, the hottest lines, and where Scalene's own report is."""
     index: int
     pid: int
     mode: str
@@ -99,6 +100,7 @@ class ScaleneSnapshot:
     t_s: float | None = None       # on the run's clock (seconds since it started)
 
     def to_dict(self) -> dict[str, Any]:
+        """The snapshot as the recorded event's data."""
         return asdict(self)
 
 

@@ -29,6 +29,7 @@ _SCALAR_KEYS = ("version", "t_last", "ended")
 
 
 def bokeh_version() -> str:
+    """The installed bokeh's version (the chart's BokehJS must match it)."""
     import bokeh
 
     return bokeh.__version__

@@ -128,6 +128,7 @@ class ClusterView:
 
     @property
     def ended(self) -> bool:
+        """Whether every node's run has ended."""
         return bool(self.job.hostnames) and all(
             any(p.exit for p in self.job.panels if p.hostname == h) for h in self.job.hostnames)
 
@@ -155,6 +156,7 @@ class ClusterView:
         self._show(load_job(self.url, **self._args))
 
     def close(self) -> None:
+        """Stop refreshing."""
         self._closed.set()
 
     def _ipython_display_(self) -> None:
@@ -168,6 +170,7 @@ class ClusterView:
 
 def cluster(url: str, *, run: str | None = None, job: str | None = None, since: str | float = "6h",
             refresh_s: float = REFRESH_S) -> ClusterView:
+    """``memscope.cluster``: the job's view in a notebook, refreshed until every node has ended."""
     return ClusterView(url, run=run, job=job, since=since, refresh_s=refresh_s)
 
 
@@ -198,6 +201,7 @@ def _command(job: Job, hostname: str) -> str:
 
 
 def write_html(job: Job, out_path: str) -> str:
+    """Write the job's standalone page to ``path``; returns the path."""
     page = render_html(job)
     with open(out_path, "w", encoding="utf-8") as f:
         f.write(page)

@@ -95,6 +95,7 @@ def keep_frontend_subshell(comm: Any) -> bool:
 
 
 class Controls(anywidget.AnyWidget):
+    """The dashboard's buttons (stop, kill, census, Scalene snapshot) as one small widget."""
     _esm = _ESM
     ack = traitlets.Int(0).tag(sync=True)              # bumped by the kernel for every click it handled
     acked = traitlets.Dict({}).tag(sync=True)          # action -> the last click id the kernel handled

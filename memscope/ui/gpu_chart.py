@@ -32,6 +32,7 @@ class GpuSeries:
         return self._tree_on_gpu or bool(self._alloc)
 
     def add_event(self, kind: str, t: float, pid: int | None, data: Mapping[str, Any]) -> None:
+        """Take one GPU sample or allocator event."""
         with self._lock:
             if kind == "gpu":
                 self._rounds.append((t, dict(data)))
@@ -55,6 +56,7 @@ class GpuSeries:
 
     @classmethod
     def from_record(cls, path: str) -> "GpuSeries":
+        """The GPU series of a recorded run."""
         s = cls()
         s.load(path)
         return s

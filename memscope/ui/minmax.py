@@ -41,6 +41,7 @@ class MinMaxSeries:
         self._count = 0              # samples appended
 
     def append(self, t: float, y: float) -> None:
+        """Add one point (time order)."""
         if y is None:
             return
         self._count += 1
@@ -97,6 +98,7 @@ class MinMaxSeries:
         return ts, ys
 
     def last(self) -> tuple[float, float] | None:
+        """The last point, None when empty."""
         return None if self._k is None else (self._tlast, self._ylast)
 
     @property
@@ -115,6 +117,7 @@ class MinMaxSeries:
         return n
 
     def to_json(self) -> dict[str, list[float]]:
+        """{"t": [...], "y": [...]}, the kept points in time order."""
         ts, ys = self.points()
         return {"t": ts, "y": ys}
 
@@ -276,6 +279,7 @@ class AlignedMinMax:
         return {name: (ts, [_val(r, j) for r in rows]) for name, j in self._index.items()}
 
     def total(self) -> tuple[list[float], list[float]]:
+        """(t, y) of the first column (the total) at each kept round."""
         rows = self.rows()
         return [r[0] for r in rows], [r[1][0] for r in rows]
 

@@ -81,6 +81,7 @@ class RunSeries:
 
     # -- feeding -----------------------------------------------------------------------------------------------
     def feed(self, rec: Any) -> None:
+        """Take one record of the run."""
         with self._lock:
             if self._feed(rec):
                 self._version += 1
@@ -286,9 +287,11 @@ class RunSeries:
     # -- reading -----------------------------------------------------------------------------------------------
     @property
     def version(self) -> int:
+        """A number that changes whenever the series do."""
         return self._version
 
     def changed_since(self, version: int) -> bool:
+        """Whether the series changed since ``version``."""
         return self._version != version
 
     def snapshot(self) -> dict[str, Any]:

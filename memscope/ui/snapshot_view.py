@@ -53,6 +53,7 @@ def _frame_text(f: Mapping[str, Any]) -> str:
 
 # -- HTML fragments (page and notebook alike) -------------------------------------------------------------------
 def devices_table(summary: Mapping[str, Any]) -> str:
+    """The snapshot's devices as an HTML table."""
     head = "".join(f"<th>{h}</th>" for h in ("device", "reserved", "allocated", "active", "free in segments",
                                                "largest free block", "segments", "trace events"))
     rows = "".join(
@@ -64,12 +65,14 @@ def devices_table(summary: Mapping[str, Any]) -> str:
 
 
 def advice_html(summary: Mapping[str, Any]) -> str:
+    """The snapshot's advice as an HTML list."""
     items = "".join(f"<li>{_esc(a)}</li>" for a in summary.get("advice") or [])
     return f"<ul class='memscope-advice'>{items}</ul>" if items else \
         "<div class='memscope-meta'>nothing to advise: PyTorch's cache holds little that is not in use</div>"
 
 
 def allocations_html(rows: list[dict[str, Any]]) -> str:
+    """The largest allocations and their stacks, as HTML."""
     if not rows:
         return "<div class='memscope-meta'>no live allocations</div>"
     out = []
@@ -107,6 +110,7 @@ def segments_bars_html(layout: list[dict[str, Any]], limit: int = MAX_SEGMENTS) 
 
 
 def legend_html() -> str:
+    """The timeline's legend."""
     return " ".join(f"<span style='display:inline-block;width:10px;height:10px;background:{c}'></span> "
                     f"{_esc(STATE_LABELS[k])}" for k, c in STATE_COLORS.items())
 
@@ -126,6 +130,7 @@ def details_html(snap: Mapping[str, Any], summary: Mapping[str, Any], bars: bool
 
 # -- Bokeh figures (the page) -----------------------------------------------------------------------------------
 def timeline_figure(snap: Mapping[str, Any], device: int) -> Any:
+    """The allocation timeline (bokeh)."""
     from bokeh.models import CustomJSHover, CustomJSTickFormatter, DataRange1d, HoverTool, Legend, LegendItem, Span
     from bokeh.models.tickers import AdaptiveTicker
     from bokeh.plotting import figure
@@ -155,6 +160,7 @@ def timeline_figure(snap: Mapping[str, Any], device: int) -> Any:
 
 
 def segments_figure(snap: Mapping[str, Any], device: int) -> Any:
+    """The segments and their blocks (bokeh)."""
     from bokeh.models import ColumnDataSource, HoverTool
     from bokeh.plotting import figure
 
@@ -295,6 +301,7 @@ class SnapshotView:
 
     @property
     def widget(self) -> Any:
+        """The view as a widget (built on first use)."""
         if self._widget is None:
             import ipywidgets as w
 
@@ -321,4 +328,5 @@ class SnapshotView:
 
 
 def open_snapshot(path: str) -> SnapshotView:
+    """``memscope.open_snapshot``: a snapshot pickle, read safely, as a view."""
     return SnapshotView(path)

@@ -27,6 +27,7 @@ def _install(name, channel):
 
 
 def install(channel):
+    """Install every probe the registry lists (agent/protocol.PROBES), each on its own guarded line."""
     from ..protocol import PROBES
     for module, _key, _kinds in PROBES:
         _install(module, channel)

@@ -308,6 +308,7 @@ def _after_fork():
 
 
 def install(channel):
+    """Attach to faiss once the user's code imports it."""
     global _channel
     _channel = channel
     from ..hooks import when_imported

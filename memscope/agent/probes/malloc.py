@@ -90,6 +90,7 @@ def _after_fork():
 
 
 def install(channel):
+    """Report glibc's heap (mallinfo2) periodically on the probes' thread."""
     global _channel
     if not os.path.exists("/proc/self"):  # glibc is a Linux matter; stay silent elsewhere
         return

@@ -329,6 +329,7 @@ def _after_fork():
 
 
 def install(channel):
+    """Attach to numpy's load once the user's code imports numpy."""
     global _channel
     _channel = channel
     from ..hooks import when_imported

@@ -245,6 +245,7 @@ def _on_compile_worker_utils(mod):
 
 
 def install(channel):
+    """Attach to torch's allocator and OOM path once the user's code imports torch."""
     global _channel
     _channel = channel
     when_imported("torch", _on_torch)

@@ -52,6 +52,7 @@ def summarize_faiss(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 
 def faiss_advice(r: dict[str, Any]) -> str | None:
+    """One line of advice for an index that holds more than it needs to, else None."""
     t, size = r.get("type") or "", r.get("peak_est_bytes") or 0
     if t in ("IndexFlat", "IndexFlatL2", "IndexFlatIP") and size >= FLAT_ADVICE_BYTES:
         return (f"{t} (d={r['d']}, {r['ntotal']:,} vectors) holds a full float32 copy of the vectors "

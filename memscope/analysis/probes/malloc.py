@@ -31,6 +31,7 @@ def summarize_malloc(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 
 def malloc_advice(r: dict[str, Any]) -> str | None:
+    """A malloc_trim hint for a process whose heap holds much freed memory, else None."""
     held, used = r.get("peak_free_held_bytes") or 0, r.get("in_use_bytes") or 0
     if held < HELD_ADVICE_BYTES or held < HELD_ADVICE_SHARE * (held + used):
         return None

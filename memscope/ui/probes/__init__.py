@@ -85,6 +85,7 @@ class ProbesFeed:
         return text
 
     def close(self) -> None:
+        """Stop following the run."""
         if self._unsubscribe is not None:
             unsubscribe, self._unsubscribe = self._unsubscribe, None
             unsubscribe()
