@@ -10,6 +10,8 @@ import sys
 import threading
 from dataclasses import dataclass
 
+from . import procfs
+
 # v1 reports "no limit" as a huge page-aligned number (9223372036854771712); anything this big is unlimited.
 _V1_UNLIMITED = 1 << 60
 
@@ -167,8 +169,6 @@ class CgroupFollower:
 
     def follow(self, pid: int) -> tuple[Cgroup, Cgroup | None] | None:
         """(new cgroup, the one before) when ``pid`` is now in another memory cgroup, else None."""
-        from . import procfs
-
         try:
             with open(f"/proc/{pid}/cgroup", "rb") as f:
                 text = f.read()

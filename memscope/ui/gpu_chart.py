@@ -10,6 +10,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Mapping
 
+from ..record.reader import RunData
+
 MAX_POINTS = 2000      # per series: the chart holds the whole run, thinned evenly past this
 
 LABELS = {"tree_pss": "GPU used by the tree", "main_rss": "PyTorch allocated", "tree_rss": "PyTorch reserved",
@@ -63,8 +65,6 @@ class GpuSeries:
 
     def load(self, path: str) -> None:
         """Add what a run's record holds so far (a dashboard opened on a run that already has GPU data)."""
-        from ..record.reader import RunData
-
         try:
             rd = RunData(path)
             try:

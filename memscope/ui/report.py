@@ -17,6 +17,7 @@ from ..fmt import fmt_bytes, fmt_elapsed
 from ..record.reader import RunData
 from .bokeh_format import HOVER_JS as _HOVER_JS
 from .bokeh_format import TICK_JS as _TICK_JS
+from .census import census_html
 from .dashboard import leak_line, output_tail, process_table, record_procs, verdict_card, with_gpu
 from .probes import any_shown, probes_html
 from .series import RunSeries
@@ -289,8 +290,6 @@ def render_html(record_path: str) -> str:
                                                   "output was not captured, or it printed nothing)</div>"))
     censuses = summary.get("census") or []
     if censuses:
-        from .census import census_html
-
         bottom = f"<h2>Tensor census ({len(censuses)} taken; the last)</h2>{census_html(censuses[-1])}" + bottom
     if any_shown(summary):
         bottom = f"<h2>Loads and indexes</h2>{probes_html(summary)}" + bottom

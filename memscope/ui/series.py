@@ -17,7 +17,8 @@ import threading
 from collections import deque
 from typing import Any, Iterable
 
-from ..model import ROLES, Event, HostSample, ProcessExited, ProcessSeen, RunEnded, TreeSample
+from ..model import KIND_PSS, KIND_RSS, ROLES, Event, HostSample, ProcessExited, ProcessSeen, RunEnded, TreeSample
+from ..record.reader import RunData
 from .minmax import AlignedMinMax, MinMaxSeries
 
 __all__ = ["MinMaxSeries", "AlignedMinMax", "RunSeries"]
@@ -243,9 +244,6 @@ class RunSeries:
         The record keeps each process's latest role only, so a process whose role changed during the run counts
         under its final role for the whole run here.
         """
-        from ..model import KIND_PSS, KIND_RSS
-        from ..record.reader import RunData
-
         self = cls(max_points)
         rd = RunData(path)
         try:

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from ..analysis import snapshot as snap_mod
 from ..fmt import fmt_bytes
+from .bokeh_format import HOVER_JS, TICK_JS
 
 __all__ = ["render_html", "write_html", "SnapshotView", "open_snapshot", "details_html"]
 
@@ -134,8 +135,6 @@ def timeline_figure(snap: Mapping[str, Any], device: int) -> Any:
     from bokeh.models import CustomJSHover, CustomJSTickFormatter, DataRange1d, HoverTool, Legend, LegendItem, Span
     from bokeh.models.tickers import AdaptiveTicker
     from bokeh.plotting import figure
-
-    from .bokeh_format import HOVER_JS, TICK_JS
 
     tl = snap_mod.timeline(snap, device)
     x, (alloc, reserved) = decimate(tl["x"], [tl["allocated"], tl["reserved"]])
