@@ -12,7 +12,7 @@ same code a notebook kernel runs, in this one process:
 - ``store.Recorder`` (a real SQLite file in a temporary directory, deleted at the end): RSS rounds at 10 Hz,
   PSS rounds every 2 s, a host sample every second, processes seen and exited, phase/epoch/mark events and a
   line of program output every 10 s;
-- ``Run._update_snapshot`` (the live snapshot the status line and process table read);
+- ``Snapshot.update`` (the live snapshot the status line and process table read);
 - ``ui.series.RunSeries`` (fed every record, as ``RunSeries.follow`` does) and, every simulated minute, what the
   dashboard pushes: ``snapshot()`` through ``chart.chart_payload``; the points counted with ``count_points`` and
   the payload's size as JSON (what each push sends to the browser);
@@ -35,7 +35,6 @@ minute of records (a live run's queue holds about 0.5 s: the figure is an upper 
 from __future__ import annotations
 
 import argparse
-import collections
 import gc
 import json
 import math
@@ -48,7 +47,6 @@ import tempfile
 import time
 import tracemalloc
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -60,7 +58,7 @@ from memscope.analysis.summary import summarize  # noqa: E402
 from memscope.model import Event, HostSample, ProcessExited, ProcessSeen, ProcMem, RunEnded, TreeSample  # noqa: E402
 from memscope.record.reader import RunData  # noqa: E402
 from memscope.record.writer import Recorder  # noqa: E402
-from memscope.session import Run, Snapshot  # noqa: E402
+from memscope.session import Snapshot  # noqa: E402
 from memscope.ui.chart import chart_payload, count_points  # noqa: E402
 from memscope.ui.series import RunSeries  # noqa: E402
 
@@ -295,10 +293,8 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
               {"attached": False, "script": None, "agent": True, "interval_s": 1 / hz, "pss_interval_s": 2.0})
     series = RunSeries()
     phase_events: list[dict] = []
-    # What Run._update_snapshot reads and updates: its snapshot, the order exited processes leave it in, and the
-    # root's pid (kept in the snapshot whatever exits).
-    snap_owner = SimpleNamespace(snapshot=Snapshot(), _exited_order=collections.deque(), pid=day.wrapper.pid)
-    update_snapshot = Run._update_snapshot
+    # The live snapshot a Run folds each record into (Snapshot.update), with the root's pid (kept whatever exits).
+    snapshot, root_pid = Snapshot(), day.wrapper.pid
     gc.collect()
     if trace:
         tracemalloc.start()
@@ -360,7 +356,7 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
             pids.add(r.pid)
         a = perf()
         rec.put(r)
-        update_snapshot(snap_owner, r)
+        snapshot.update(r, root_pid)
         series.feed(r)
         if type(r) is Event and r.kind in ("phase", "epoch"):   # what Dashboard._on_record keeps
             phase_events.append({"t": r.t, "pid": r.pid, "kind": r.kind, "data": r.data})
@@ -379,7 +375,7 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
     res.pids = len(pids)
     say(f"replayed {res.rounds} rounds in {res.replay_s:.1f} s; summarizing the record...")
 
-    # The end of the run: the summary from the record (what Run._finish does), then the recorder closes.
+    # The end of the run: the summary from the record (what session/finish.py does), then the recorder closes.
     reset_hwm()
     a = time.perf_counter()
     rd = RunData(path)
@@ -398,7 +394,7 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
     res.summary_spikes = len(summary.get("spikes") or [])
     res.summary_phases = len(summary.get("phases") or [])
     res.db_bytes = sum(os.path.getsize(path + s) for s in ("", "-wal") if os.path.exists(path + s))
-    del series, snap_owner, summary, phase_events
+    del series, snapshot, summary, phase_events
     gc.collect()
 
     say("reopening the record (RunSeries.from_record)...")
