@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from .runner import Run
 
 __version__ = "0.1.0"
-__all__ = ["run", "attach", "phase", "mark", "reopen", "open_snapshot", "cluster", "load_ipython_extension", "Run", "Options",
+__all__ = ["run", "attach", "last_run", "phase", "mark", "reopen", "open_snapshot", "cluster", "load_ipython_extension", "Run", "Options",
            "LaunchError", "__version__"]
 
 from .phases import mark, phase  # noqa: E402  (tiny, stdlib only: safe to import in training code)
@@ -50,6 +50,14 @@ def _in_notebook() -> bool:
     from .magic import widgets_can_render
 
     return widgets_can_render(get_ipython())
+
+
+def last_run() -> "Run | None":
+    """The run that the last ``%memscope``, ``%%memscope`` or ``memscope.run()`` in this notebook started: how to
+    reach a ``%%memscope`` cell's run (that cell shows its dashboard and returns nothing)."""
+    from .magic import last_run as _last_run
+
+    return _last_run()
 
 
 def reopen(run_id: str, record_dir: str | None = None) -> Any:

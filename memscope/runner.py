@@ -159,8 +159,12 @@ class Run:
     """A command running under memscope (or a tree it attached to)."""
 
     def __init__(self, command: Sequence[str] | None = None, *, attach: int | None = None,
-                 options: Options | None = None) -> None:
+                 options: Options | None = None, say: Callable[[str], None] | None = None) -> None:
         self.options = o = options or Options()
+        # Where memscope's own lines about this run go (warnings, the summary's path, the exporter's word): stderr
+        # in a terminal; in a notebook, the view of the cell that started the run (a print from a background
+        # thread would land in whichever cell is running then).
+        self.say: Callable[[str], None] = say or _say
         for name in ("interval_s", "pss_interval_s", "host_interval_s", "discover_interval_s", "grace_s"):
             v = getattr(o, name)
             # NaN makes a busy loop, inf a sampler that never wakes: refuse both here too (the API's door).
@@ -467,7 +471,7 @@ class Run:
                 raise LaunchError(f"--prometheus {o.prometheus}: cannot listen on {host}:{port}: "
                                   f"{exc.strerror or exc}") from None
         self._on_end.insert(0, lambda _run: self.exporter.finish(
-            o.pushgateway, o.prometheus_linger_s, lambda line: print(line, file=sys.stderr)))
+            o.pushgateway, o.prometheus_linger_s, self.say))
 
     def census(self, timeout: float = 30.0) -> "Census":
         """Take a tensor census in the main process: torch tensors by device, dtype and shape (count, bytes, how
@@ -662,8 +666,8 @@ class Run:
         self._publish(Event(self._clock(), None, "collector_degraded", {
             "what": what, "error": f"{exc.strerror or exc} ({exc.filename})" if exc.filename else str(exc)}))
         if self._episodes == 1:
-            sys.stderr.write(f"memscope: warning: cannot read /proc: {exc.strerror or exc}; samples are missing "
-                             "until it can again (live processes are not taken for exited)\n")
+            self.say(f"memscope: warning: cannot read /proc: {exc.strerror or exc}; samples are missing "
+                     "until it can again (live processes are not taken for exited)")
 
     def _degraded_over(self, what: str) -> None:
         if what in self._warned:
@@ -719,7 +723,7 @@ class Run:
         msg = f"PSS of pid {pid} is unreadable: permission denied (another user's process)"
         self._publish(Event(self._clock(), pid, "pss_unreadable", {
             "reason": "permission", "message": msg + "; run memscope as that user or as root. RSS is shown instead."}))
-        sys.stderr.write(f"memscope: warning: {msg}; showing RSS\n")
+        self.say(f"memscope: warning: {msg}; showing RSS")
 
     def _main_pid(self) -> int:
         for pid, d in list(self.snapshot.procs.items()):
@@ -785,7 +789,7 @@ class Run:
                 try:
                     _write_json(self.options.summary_json, self._summary)
                 except OSError as exc:
-                    _say(f"memscope: cannot write the summary to {self.options.summary_json}: {exc}")
+                    self.say(f"memscope: cannot write the summary to {self.options.summary_json}: {exc}")
         finally:
             shutil.rmtree(self._dir, ignore_errors=True)  # the socket and crash files, whatever happened
             self._output_done.set()
@@ -853,7 +857,7 @@ class Run:
             try:
                 _write_json(self.options.summary_json, summary)
             except OSError as exc:  # the run's own summary is still returned; the user is told once
-                _say(f"memscope: cannot write the summary to {self.options.summary_json}: {exc}")
+                self.say(f"memscope: cannot write the summary to {self.options.summary_json}: {exc}")
 
     def _summarize_record(self) -> dict[str, Any]:
         """The summary as the record says it now. Everything published so far is flushed first: a summary read
@@ -913,7 +917,7 @@ class Run:
 
     def _record_trouble(self, line: str) -> None:
         """The recorder's one warning (a full disk): said on stderr, and to the live views as an event."""
-        _say(line)
+        self.say(line)
         try:
             self._publish(Event(self._clock(), None, "record_error", {"error": line}))
         except Exception:
@@ -926,7 +930,7 @@ class Run:
             self._publish(Event(self._clock(), self.pid, "output", {"stream": "stderr", "text": text}))
             self.output_tail.extend(text.rstrip("\n").split("\n"))
         else:
-            _say(text.rstrip("\n"))
+            self.say(text.rstrip("\n"))
 
     def _recorder_sync(self, timeout: float = 5.0) -> bool:
         return self._recorder.sync(timeout)
