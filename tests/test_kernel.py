@@ -261,6 +261,10 @@ for r in runs + [other]:
 
 
 def _open_subshell(kc):
+    """A subshell's id, or None where the kernel has none (ipykernel < 7: Colab's, Kaggle's, VS Code's)."""
+    features = _reply(kc, kc.kernel_info(), 30)["content"].get("supported_features") or []
+    if "kernel subshells" not in features:
+        return None
     msg = kc.session.msg("create_subshell_request", {})
     kc.control_channel.send(msg)
     deadline = time.monotonic() + 30
