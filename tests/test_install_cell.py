@@ -21,7 +21,9 @@ def _run_first_cell(tmp_path, src, offline=True):
     nb = json.load(open(os.path.join(ROOT, "notebooks", "01-quickstart.ipynb")))
     cell = "".join(next(c for c in nb["cells"] if c["cell_type"] == "code")["source"])
     (tmp_path / "cell.ipy").write_text(cell + "\nimport memscope; print('IMPORTED', memscope.__file__)\n")
-    env = {**os.environ, "MEMSCOPE_SRC": src, "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+    # A kernel's environment: no other virtualenv active (IPython would warn about it in the cell's output).
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    env.update(MEMSCOPE_SRC=src, PYDEVD_DISABLE_FILE_VALIDATION="1")
     if offline:  # Kaggle's default: no index to reach (a git address cannot be reached from here either)
         env["PIP_NO_INDEX"] = "1"
     p = subprocess.run([PYTHON, "-m", "IPython", "--no-banner", "--colors=NoColor",
