@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
 # The package's face: everything the README uses. Only this module, the CLI and the IPython extension import
 # lazily (the engine, the views and the exporter load when first used, so that `import memscope` stays cheap).
-__all__ = ["run", "attach", "phase", "mark", "reopen", "open_snapshot", "cluster", "load_ipython_extension", "Run",
-           "Options", "LaunchError", "CensusError", "ScaleneError", "ClusterError", "__version__"]
+__all__ = ["run", "attach", "last_run", "phase", "mark", "reopen", "open_snapshot", "cluster", "load_ipython_extension",
+           "Run", "Options", "LaunchError", "CensusError", "ScaleneError", "ClusterError", "__version__"]
 
 
 def run(command: Sequence[str] | str, **options: Any) -> "Run":
@@ -54,6 +54,14 @@ def _in_notebook() -> bool:
     from .magic import widgets_can_render
 
     return widgets_can_render(get_ipython())
+
+
+def last_run() -> "Run | None":
+    """The run that the last ``%memscope``, ``%%memscope`` or ``memscope.run()`` in this notebook started: how to
+    reach a ``%%memscope`` cell's run (that cell shows its dashboard and returns nothing)."""
+    from .magic import last_run as _last_run
+
+    return _last_run()
 
 
 def reopen(run_id: str, record_dir: str | None = None) -> Any:

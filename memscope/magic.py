@@ -7,7 +7,7 @@
     run = %memscope --scalene train.py          # under Scalene, profiling off: the "Scalene snapshot" button
 
     %%memscope
-    ...cell body runs as a script in the background...
+    ...cell body runs as a script in the background...      (the run: memscope.last_run())
 
 The cell returns at once; the dashboard follows the run. Bad input prints one line, never a traceback.
 """
@@ -16,33 +16,135 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import threading
 import time
-from typing import Any
+import weakref
+from typing import Any, Callable
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 
 def widgets_can_render(ip: Any) -> bool:
-    """Widgets need a kernel with a frontend (Jupyter, VS Code, Colab); IPython in a terminal has none."""
-    return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
+    """Widgets need a Jupyter kernel's shell with a comm manager (JupyterLab, Notebook 7, VS Code, Colab, Kaggle).
+
+    Decided by what the shell can do, never by its class name: Colab's shell (``google.colab._shell.Shell``) is a
+    *subclass* of ipykernel's ``ZMQInteractiveShell``. IPython in a terminal has no kernel and gets text."""
+    if ip is None:
+        return False
+    zmqshell = sys.modules.get("ipykernel.zmqshell")  # a kernel has imported it; a terminal has no reason to
+    if zmqshell is None or not isinstance(ip, zmqshell.ZMQInteractiveShell):
+        return False
+    if getattr(getattr(ip, "kernel", None), "comm_manager", None) is not None:  # ipykernel 6.x and 7.x
+        return True
+    try:  # kernels that keep it only in the `comm` package
+        import comm
+
+        return comm.get_comm_manager() is not None
+    except Exception:
+        return False
+
+
+class CellOutput:
+    """The lines memscope says about one run (warnings, the end-of-run text), kept for the output area of the cell
+    that started it. A print from one of the run's threads would land in whichever cell executes at that moment.
+
+    Lines said before a view is bound are kept and handed to it when it binds."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.lines: list[str] = []
+        self._view: Callable[[str], None] | None = None
+
+    def __call__(self, line: str) -> None:
+        with self._lock:
+            self.lines.append(line)
+            view = self._view
+        if view is not None:
+            try:
+                view(line)
+            except Exception:
+                pass  # a closed view: the line stays in self.lines
+
+    def bind(self, view: Callable[[str], None]) -> None:
+        with self._lock:
+            self._view, said = view, list(self.lines)
+        for line in said:
+            view(line)
+
+
+class TextArea:
+    """A kernel whose frontend renders no widgets: one display in the starting cell, updated in place (by its
+    display id, which the frontend resolves wherever the cell is) with the run's lines and its end-of-run text."""
+
+    def __init__(self, head: str) -> None:
+        from IPython.display import display
+
+        self._lock = threading.Lock()
+        self._lines = [head]
+        self._handle = display(_Text(head), display_id=True)
+
+    def __call__(self, line: str) -> None:
+        with self._lock:
+            self._lines.append(line.rstrip("\n"))
+            text = "\n".join(self._lines)
+        if self._handle is not None:
+            self._handle.update(_Text(text))
+
+
+class _Text:
+    """Plain text for a display (no ANSI colour codes: a notebook shows them as garbage)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def final_text(summary: dict[str, Any]) -> str:
+    """The end-of-run text as plain lines (the terminal's closing lines, without colour)."""
+    import io
+
+    from .ui.terminal import print_final
+
+    buf = io.StringIO()
+    print_final(summary, file=buf, plain=True)
+    return buf.getvalue().rstrip("\n")
+
+
+_last: "weakref.ref[Any] | None" = None
+
+
+def last_run() -> Any:
+    """The run the last ``%memscope``, ``%%memscope`` or ``memscope.run()`` of this kernel started (None if none)."""
+    return _last() if _last is not None else None
 
 
 def start_in_notebook(argv: list[str] | None, attach: int | None, options: Any) -> Any:
-    """Start a run with its output captured, and show it: a dashboard, or text where widgets cannot render."""
+    """Start a run with its output captured, and show it in the cell that started it: a dashboard where widgets
+    render, its text in place in a kernel that renders none, plain lines in a terminal IPython."""
     from IPython import get_ipython
 
     from .session import Run
 
+    global _last
     options.output = "capture"
-    run = Run(argv, attach=attach, options=options).start()
     ip = get_ipython()
+    sink = CellOutput()
+    run = Run(argv, attach=attach, options=options, say=sink).start()
+    _last = weakref.ref(run)
     if widgets_can_render(ip):
         from .ui.dashboard import show
 
-        show(run)
-    else:
+        sink.bind(show(run).note)
+    elif ip is not None and getattr(ip, "kernel", None) is not None:
+        area = TextArea(f"memscope: started {run.run_id} (pid {run.pid}); record {run.record_path}")
+        sink.bind(area)
+        run.on_end(lambda r: area(final_text(r.wait() or {})))
+    else:  # IPython in a terminal: lines on stderr, as `memscope run` prints them
         from .ui.terminal import print_final
 
+        sink.bind(lambda line: print(line, file=sys.stderr))
         print(f"memscope: started {run.run_id} (pid {run.pid}); record {run.record_path}", file=sys.stderr)
         run.on_end(lambda r: print_final(r.wait() or {}))
     return run
@@ -71,7 +173,10 @@ class MemscopeMagics(Magics):
                 argv = [_cell_script(cell, ns.record)] + argv
             if ns.attach is None and not argv:
                 raise LaunchError("no command given: %memscope train.py [args] | %memscope -- CMD [args]")
-            return start_in_notebook(argv or None, ns.attach, options_from(ns))
+            run = start_in_notebook(argv or None, ns.attach, options_from(ns))
+            # %%memscope shows its dashboard and nothing under it (no "Out[n]: <memscope.Run ...>"): the run is
+            # memscope.last_run(). The line magic returns it, for `run = %memscope train.py`.
+            return None if cell is not None else run
         except LaunchError as exc:
             print(f"memscope: {exc}", file=sys.stderr)
             return None

@@ -8,6 +8,13 @@ import memscope
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "scripts")
+# The Jupyter kernel the kernel and notebook tests start: "python3" (ipykernel's), or "colab" (Colab's own kernel
+# class and extension, as .ci/colab-kernelspec installs it into a replica of Colab's runtime).
+KERNEL = os.environ.get("MEMSCOPE_TEST_KERNEL", "python3")
+# CI's replica stages test the installed wheel, not this source tree: a file missing from the wheel must fail.
+if os.environ.get("MEMSCOPE_EXPECT_INSTALLED") and \
+        os.path.abspath(memscope.__file__).startswith(os.path.join(os.path.dirname(HERE), "memscope") + os.sep):
+    raise RuntimeError(f"memscope was imported from the source tree ({memscope.__file__}), not the installed wheel")
 
 
 def script(name: str) -> str:

@@ -6,7 +6,7 @@ import time
 
 import psutil
 import pytest
-from conftest import script
+from conftest import KERNEL, script
 
 jupyter_client = pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
@@ -21,8 +21,8 @@ def kernel(tmp_path):
 
 def _start_kernel(cwd):
     """A real python3 kernel in ``cwd``, ready: (manager, client)."""
-    km = jupyter_client.KernelManager(kernel_name="python3")
-    km.start_kernel(cwd=str(cwd), env=dict(os.environ))
+    km = jupyter_client.KernelManager(kernel_name=KERNEL)
+    km.start_kernel(cwd=str(cwd), env={**os.environ, "PYDEVD_DISABLE_FILE_VALIDATION": "1"})
     kc = km.client()
     kc.start_channels()
     try:
@@ -260,6 +260,10 @@ for r in runs + [other]:
 
 
 def _open_subshell(kc):
+    """A subshell's id, or None where the kernel has none (ipykernel < 7: Colab's, Kaggle's, VS Code's)."""
+    features = _reply(kc, kc.kernel_info(), 30)["content"].get("supported_features") or []
+    if "kernel subshells" not in features:
+        return None
     msg = kc.session.msg("create_subshell_request", {})
     kc.control_channel.send(msg)
     deadline = time.monotonic() + 30
@@ -346,3 +350,95 @@ def test_stop_click_waits_for_a_busy_cell_without_subshells_and_runs_on_interrup
         assert "CAUSE stopped_by_user" in _printed(msgs)
     finally:
         _close(km, kc)
+
+
+# -- Colab's and Kaggle's kernels (MEMSCOPE_TEST_KERNEL=colab in CI's Colab stages) -------------------------------
+def _controls(msgs):
+    """The comm ids of the dashboards' Controls widgets opened by these messages."""
+    return [m["content"]["comm_id"] for m in msgs if m["msg_type"] == "comm_open"
+            and "ack" in m["content"]["data"].get("state", {})]
+
+
+def test_the_kernel_is_the_one_asked_for(kernel):
+    """CI's Colab stage must really run Colab's kernel class and shell (a subclass of ZMQInteractiveShell), with
+    Colab's extension loaded: what hid the missing dashboard was a test kernel that was not Colab's."""
+    _, msgs = execute(kernel, "import sys; ip = get_ipython()\n"
+                              "print('SHELL', type(ip).__module__, type(ip).__name__, type(ip.kernel).__module__)\n"
+                              "print('COLAB', 'google.colab' in sys.modules)")
+    out = _printed(msgs)
+    if KERNEL == "colab":
+        assert "SHELL google.colab._shell Shell google.colab._kernel" in out, out
+        assert "COLAB True" in out, out
+    else:
+        assert "SHELL ipykernel.zmqshell ZMQInteractiveShell" in out, out
+
+
+def test_cell_magic_shows_a_dashboard_and_no_out_line(kernel, tmp_path):
+    """%%memscope: the dashboard (its buttons) and no `Out[n]: <memscope.Run ...>` under it; the run is
+    memscope.last_run()."""
+    reply, msgs = execute(kernel, "%load_ext memscope")
+    reply, msgs = execute(kernel, f"%%memscope --record {tmp_path}/runs\nimport time\ntime.sleep(1)\nprint('body ran')")
+    assert reply["content"]["status"] == "ok"
+    assert len(_controls(msgs)) == 1, [m["msg_type"] for m in msgs]
+    assert not [m for m in msgs if m["msg_type"] == "execute_result"]
+    _, msgs = execute(kernel, "import memscope\nr = memscope.last_run()\ns = r.wait(60)\n"
+                              "print('LAST', type(r).__name__, s['exit']['cause'], list(r.output_tail))")
+    out = _printed(msgs)
+    assert "LAST Run ok" in out and "body ran" in out, out
+
+
+def test_python_api_and_reopen_show_dashboards_of_a_run_with_workers(kernel, tmp_path):
+    """memscope.run() shows the same dashboard as %memscope (a numpy training with two multiprocessing workers);
+    memscope.reopen() shows the recorded run's."""
+    reply, msgs = execute(kernel, f"import memscope\nrun = memscope.run([{script('np_workers.py')!r}, '3'], "
+                                  f"record_dir={str(tmp_path / 'runs')!r})")
+    assert reply["content"]["status"] == "ok"
+    assert len(_controls(msgs)) == 1
+    _, msgs = execute(kernel, "s = run.wait(90)\nroles = sorted(p['role'] for p in s['processes'])\n"
+                              "print('END', s['exit']['cause'], len(s['processes']), run.run_id)")
+    out = _printed(msgs)
+    assert "END ok 3" in out, out
+    run_id = out.split("END ok 3")[1].split()[0]
+    reply, msgs = execute(kernel, f"d = memscope.reopen({run_id!r}, {str(tmp_path / 'runs')!r})")
+    assert reply["content"]["status"] == "ok"
+    views = [m for m in msgs if m["msg_type"] == "display_data"
+             and "application/vnd.jupyter.widget-view+json" in m["content"]["data"]]
+    assert len(views) == 1
+    _, msgs = execute(kernel, "print('CARD', d.card.value)\nprint('PROCS', d.table.value.count('<tr'))")
+    out = _printed(msgs)
+    assert "CARD" in out and "finished normally" in out.lower(), out
+    assert not _controls(msgs)  # a recorded run has no Stop to click
+
+
+def test_a_runs_lines_stay_in_its_own_cell(kernel, tmp_path):
+    """What memscope says about a run from its threads (here: the summary cannot be written) goes to that run's
+    dashboard, never into the cell that happens to be executing when the run ends."""
+    execute(kernel, "%load_ext memscope")
+    out = tmp_path / "out"
+    out.mkdir()
+    # The summary's folder is there at the start (checked then) and gone at the end.
+    reply, msgs = execute(kernel, f"run = %memscope --record {tmp_path}/runs --summary-json {out}/s.json "
+                                  f"{script('clean.py')} 1.5\nimport shutil; shutil.rmtree({str(out)!r})")
+    controls = _controls(msgs)
+    assert len(controls) == 1
+    _, busy = execute(kernel, "import time\nrun.wait(60)\ntime.sleep(1.5)\nprint('OTHER CELL')")
+    assert _printed(busy).strip() == "OTHER CELL", _printed(busy)
+    assert not [m for m in busy if m["msg_type"] in ("display_data", "error")]
+    _, msgs = execute(kernel, "import memscope.ui.dashboard as D\nprint('NOTES', D.last._notes)")
+    assert "cannot write the summary to" in _printed(msgs), _printed(msgs)
+
+
+def test_without_widgets_the_end_of_run_text_updates_its_own_cell(kernel, tmp_path):
+    """A kernel whose frontend renders no widgets: the run's text is one display in the cell that started it,
+    updated in place at the end; the cell executing then gets nothing."""
+    execute(kernel, "%load_ext memscope\nimport memscope.magic as M\nM.widgets_can_render = lambda ip: False")
+    reply, msgs = execute(kernel, f"run = %memscope --record {tmp_path}/runs {script('clean.py')} 1")
+    shown = [m for m in msgs if m["msg_type"] == "display_data"]
+    assert len(shown) == 1 and "memscope: started" in shown[0]["content"]["data"]["text/plain"]
+    display_id = shown[0]["content"]["transient"]["display_id"]
+    _, busy = execute(kernel, "import time\nrun.wait(60)\ntime.sleep(1.5)\nprint('OTHER CELL')")
+    assert _printed(busy).strip() == "OTHER CELL", _printed(busy)
+    updates = [m for m in busy if m["msg_type"] == "update_display_data"]
+    assert updates and all(m["content"]["transient"]["display_id"] == display_id for m in updates)
+    final = updates[-1]["content"]["data"]["text/plain"]
+    assert "memscope: ok" in final and "\x1b[" not in final, final

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import has_torch
+from conftest import KERNEL, has_torch
 
 nbclient = pytest.importorskip("nbclient")
 nbformat = pytest.importorskip("nbformat")
@@ -20,7 +20,7 @@ NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[os.path.basename(p) for p in NOTEBOOKS])
 def test_notebook_runs_and_its_checks_pass(path, tmp_path):
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=240, kernel_name="python3",
+    client = nbclient.NotebookClient(nb, timeout=240, kernel_name=KERNEL,
                                      resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
@@ -48,4 +48,6 @@ def test_notebooks_are_saved_clean_install_memscope_first_and_end_with_their_che
         # name from PyPI (another project owns "memscope" there).
         assert "MEMSCOPE_SRC" in code[0].source and "pip" in code[0].source, name
         assert '"memscope"]' not in code[0].source, name
+        # ... and accepts a wheel (Kaggle with Internet off: attached as a dataset); failures are one line.
+        assert "memscope_ml-*.whl" in code[0].source and "_render_traceback_" in code[0].source, name
         assert "assert" in code[-1].source and "print(" in code[-1].source and "ok" in code[-1].source, name

@@ -261,3 +261,18 @@ def test_an_npz_read_in_forked_children_is_flagged():
     [row] = summarize_loads([], [_ev(1.0, 11, id="10-1", reads=1, **base), _ev(1.0, 12, id="10-1", reads=1, **base)])
     assert row["shared_after_fork"] == [11, 12] and row["reads"] == 2
     assert "opened before a fork" in row["advice"] and "was read 2 times" in row["advice"]
+
+
+def test_npz_member_sizes_are_read_in_both_numpy_layouts(tmp_path):
+    """numpy 2.4 keeps NpzFile._files as {key: member name}; numpy 2.1 (what Colab ships) as the list of member
+    names ("X.npy" for key "X"). Reading only the first made every member read on Colab go unseen (notebook 04
+    failed under Colab's pins)."""
+    from memscope.agent.probes.numpy_load import _member_info
+
+    np.savez(tmp_path / "p.npz", X=np.zeros((512, 512), np.float32))
+    with np.load(tmp_path / "p.npz") as z:
+        names = {"X": "X.npy"}
+        for files in (names, list(names.values())):  # this numpy's layout, then the other one
+            z._files = files
+            assert _member_info(z, "X") == (512 * 512 * 4 + 128, False), files
+            assert _member_info(z, "missing") is None

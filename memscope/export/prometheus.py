@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 import shlex
 import socket
-import sys
 import threading
 import time
 import urllib.parse
@@ -465,8 +464,7 @@ class PrometheusSink:
                 raise LaunchError(f"--prometheus {o.prometheus}: cannot listen on {host}:{port}: "
                                   f"{exc.strerror or exc}") from None
         exporter = self.exporter
-        run.on_end(lambda _run: exporter.finish(o.pushgateway, o.prometheus_linger_s,
-                                                lambda line: print(line, file=sys.stderr)))
+        run.on_end(lambda _run: exporter.finish(o.pushgateway, o.prometheus_linger_s, run.say))
 
     def close(self) -> None:
         """The run could not start: close the endpoint at once."""

@@ -15,7 +15,6 @@ from ..analysis.census import Census, advice, diff
 from ..collect.gpu import keep_snapshot
 from ..collect.server import AgentServer
 from ..errors import CensusError
-from ..fmt import stderr_line
 from ..model import Event
 from .options import AGENT_SITE
 
@@ -158,4 +157,4 @@ class Agents:
             run.publish(Event(run.elapsed(), run.pid, "output", {"stream": "stderr", "text": text}))
             run.output_tail.extend(text.rstrip("\n").split("\n"))
         else:
-            stderr_line(text.rstrip("\n"))
+            run.say(text.rstrip("\n"))

@@ -13,7 +13,7 @@ from .. import supervise
 from ..analysis.summary import summarize
 from ..collect.output import LineReader, follow
 from ..collect.tree import alive
-from ..fmt import decode_wait_status, signal_name, stderr_line
+from ..fmt import decode_wait_status, signal_name
 from ..model import Event, RunEnded
 from ..record.reader import RunData
 from ..record.writer import record_health
@@ -52,7 +52,7 @@ def finish(run: Run) -> None:
             try:
                 write_json(run.options.summary_json, run._summary)
             except OSError as exc:
-                stderr_line(f"memscope: cannot write the summary to {run.options.summary_json}: {exc}")
+                run.say(f"memscope: cannot write the summary to {run.options.summary_json}: {exc}")
     finally:
         shutil.rmtree(run.agents.dir, ignore_errors=True)  # the socket and crash files, whatever happened
         run._output_done.set()
@@ -114,7 +114,7 @@ def _finish_steps(run: Run) -> None:
         try:
             write_json(run.options.summary_json, summary)
         except OSError as exc:  # the run's own summary is still returned; the user is told once
-            stderr_line(f"memscope: cannot write the summary to {run.options.summary_json}: {exc}")
+            run.say(f"memscope: cannot write the summary to {run.options.summary_json}: {exc}")
 
 
 def _clean_leftovers(run: Run) -> None:

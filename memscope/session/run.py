@@ -43,8 +43,12 @@ class Run:
     """A command running under memscope (or a tree it attached to)."""
 
     def __init__(self, command: Sequence[str] | None = None, *, attach: int | None = None,
-                 options: Options | None = None) -> None:
+                 options: Options | None = None, say: Callable[[str], None] | None = None) -> None:
         self.options = o = options or Options()
+        # Where memscope's own lines about this run go (warnings, the summary's path, the exporter's word): stderr
+        # in a terminal; in a notebook, the view of the cell that started the run (a print from a background
+        # thread would land in whichever cell is running then).
+        self.say: Callable[[str], None] = say or stderr_line
         check_options(o)
         if attach is not None:
             self.command, self.script = attach_target(attach), o.script
@@ -324,7 +328,7 @@ class Run:
 
     def _record_trouble(self, line: str) -> None:
         """The recorder's one warning (a full disk): said on stderr, and to the live views as an event."""
-        stderr_line(line)
+        self.say(line)
         try:
             self.publish(Event(self.elapsed(), None, "record_error", {"error": line}))
         except Exception:

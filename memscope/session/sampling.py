@@ -3,7 +3,6 @@ cgroup the main process lives in. When /proc cannot be read the loops say so onc
 """
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from typing import Any
@@ -78,8 +77,8 @@ class Sampler:
         self.run.publish(Event(self.run.elapsed(), None, "collector_degraded", {
             "what": what, "error": f"{exc.strerror or exc} ({exc.filename})" if exc.filename else str(exc)}))
         if self._episodes == 1:
-            sys.stderr.write(f"memscope: warning: cannot read /proc: {exc.strerror or exc}; samples are missing "
-                             "until it can again (live processes are not taken for exited)\n")
+            self.run.say(f"memscope: warning: cannot read /proc: {exc.strerror or exc}; samples are missing "
+                         "until it can again (live processes are not taken for exited)")
 
     def _degraded_over(self, what: str) -> None:
         if what in self._warned:
@@ -137,4 +136,4 @@ class Sampler:
         msg = f"PSS of pid {pid} is unreadable: permission denied (another user's process)"
         run.publish(Event(run.elapsed(), pid, "pss_unreadable", {
             "reason": "permission", "message": msg + "; run memscope as that user or as root. RSS is shown instead."}))
-        sys.stderr.write(f"memscope: warning: {msg}; showing RSS\n")
+        run.say(f"memscope: warning: {msg}; showing RSS")

@@ -189,6 +189,8 @@ class Dashboard:
         self.table = w.HTML()
         self.output = w.HTML()
         self.card = w.HTML()
+        self.notes = w.HTML()  # memscope's own lines about the run (warnings), here and not in another cell
+        self._notes: list[str] = []
         self.census = w.HTML()
         self.probes = w.HTML()  # NumPy loads, FAISS indexes, glibc heap
         self._probe_feed = ProbesFeed(run)
@@ -196,7 +198,7 @@ class Dashboard:
         self._scalene_snaps: list[dict[str, Any]] = []
         self.controls = Controls(self._action) if run is not None else None
         self._working: set[str] = set()  # buttons whose slow work (census, Scalene window) is under way
-        parts: list[w.Widget] = [self.status, self.card]
+        parts: list[w.Widget] = [self.status, self.notes, self.card]
         if self.controls is not None:
             parts.append(self.controls)
         parts.append(self.census)
@@ -228,6 +230,11 @@ class Dashboard:
         if key not in self._phase_keys:
             self._phase_keys.add(key)
             self._phase_events.append(e)
+
+    def note(self, line: str) -> None:
+        """Show one of memscope's own lines about the run (a warning) under the status line (the last ten)."""
+        self._notes.append(line)
+        self.notes.value = "".join(f"<div style='color:#a15c00'>{_esc(x)}</div>" for x in self._notes[-10:])
 
     # -- data out --------------------------------------------------------------------------------------------
     def _loop(self) -> None:

@@ -91,7 +91,8 @@ def render_lines(run: "Run", width: int, note: str = "") -> list[str]:
     if note:
         tail.append(f"  {note}", style="yellow")
     buf = io.StringIO()
-    con = Console(file=buf, force_terminal=True, width=width, color_system="standard", legacy_windows=False)
+    con = Console(file=buf, force_terminal=True, width=width, color_system="standard", legacy_windows=False,
+                  force_jupyter=False)
     con.print(head, no_wrap=True, overflow="ellipsis", crop=True)
     con.print(table)
     con.print(tail, no_wrap=True, overflow="ellipsis", crop=True)
@@ -161,14 +162,17 @@ class TerminalView:
         self._write(f"\x1b7\x1b[r{clear}\x1b8")
 
 
-def print_final(summary: dict, file=None) -> None:
-    """The closing lines after a run, for a terminal or a log."""
+def print_final(summary: dict, file=None, plain: bool = False) -> None:
+    """The closing lines after a run, for a terminal or a log (``plain``: no colour codes, for a notebook)."""
     import sys
 
     f = file or sys.stderr
     ex = summary["exit"]
     peak = summary["peak"]
-    con = Console(file=f, highlight=False, soft_wrap=True)
+    # force_jupyter=False: in a kernel rich would otherwise display() these lines into whichever cell is
+    # executing when the run ends, whatever file it was given.
+    con = Console(file=f, highlight=False, soft_wrap=True, force_jupyter=False,
+                  **({"color_system": None, "force_terminal": False} if plain else {}))
     style = "green" if ex["cause"] == "ok" else "bold red"
     con.print(Text.assemble(("memscope: ", "bold"), (ex["cause"], style), f" — {ex['message']}"))
     # markup=False: a path such as rec[/x] is text, not a closing tag.

@@ -252,7 +252,13 @@ def _wrap_getitem(NpzFile, ndarray):
 
 def _member_info(npz, key):
     """(uncompressed size, compressed) of a member, from the zip directory NpzFile has already read."""
-    name = npz._files.get(key) if hasattr(npz, "_files") else None
+    files = getattr(npz, "_files", None)
+    if isinstance(files, dict):  # numpy 2.4 (seen): key -> member name
+        name = files.get(key)
+    elif files is not None:      # numpy 2.1 (Colab's, seen): the member names; "X" is stored as "X.npy"
+        name = key if key in files else key + ".npy" if key + ".npy" in files else None
+    else:
+        name = None
     if name is None:
         return None
     zi = npz.zip.getinfo(name)
