@@ -6,6 +6,7 @@ census's own duration (in the agent), and the training's longest step during a c
 
     python benchmarks/census.py [--objects 1000000] [--censuses 5] [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-TRAIN = r'''
+TRAIN = r"""
 import json, sys, time
 import torch
 n_objects = int(sys.argv[1]); out = sys.argv[2]; seconds = float(sys.argv[3])
@@ -36,7 +37,7 @@ while time.time() < end:
     opt.zero_grad(); loss.backward(); opt.step()
     stamps.append(time.time())
 json.dump(stamps, open(out, "w"))
-'''
+"""
 
 
 def main() -> None:
@@ -56,8 +57,9 @@ def main() -> None:
         f.write(TRAIN)
     stamps_path = os.path.join(tmp, "stamps.json")
     seconds = 6 + 3 * a.censuses
-    run = memscope.run([script, str(a.objects), stamps_path, str(seconds)], output="capture",
-                       record_dir=os.path.join(tmp, "runs"))
+    run = memscope.run(
+        [script, str(a.objects), stamps_path, str(seconds)], output="capture", record_dir=os.path.join(tmp, "runs")
+    )
     while not any("ready" in line for line in list(run.output_tail)):
         time.sleep(0.1)
     time.sleep(2.0)
@@ -76,13 +78,20 @@ def main() -> None:
     steps = [(b, b - a_) for a_, b in zip(stamps, stamps[1:])]
     median = statistics.median(d for _, d in steps)
     during = [max((d for t, d in steps if w0 <= t <= w1 + median * 3), default=0.0) for w0, w1 in windows]
-    result = {"objects": objects, "censuses": a.censuses, "census_s_median": statistics.median(durations),
-              "census_s_max": max(durations), "median_step_s": median,
-              "longest_step_during_census_s": max(during),
-              "stall_s": max(during) - median}
-    print(f"census of {objects:,} objects: {result['census_s_median']:.3f} s median, {result['census_s_max']:.3f} s "
-          f"max (in the agent); the training's median step {median * 1000:.1f} ms, its longest step during a "
-          f"census {max(during) * 1000:.0f} ms (stall {result['stall_s'] * 1000:.0f} ms)")
+    result = {
+        "objects": objects,
+        "censuses": a.censuses,
+        "census_s_median": statistics.median(durations),
+        "census_s_max": max(durations),
+        "median_step_s": median,
+        "longest_step_during_census_s": max(during),
+        "stall_s": max(during) - median,
+    }
+    print(
+        f"census of {objects:,} objects: {result['census_s_median']:.3f} s median, {result['census_s_max']:.3f} s "
+        f"max (in the agent); the training's median step {median * 1000:.1f} ms, its longest step during a "
+        f"census {max(during) * 1000:.0f} ms (stall {result['stall_s'] * 1000:.0f} ms)"
+    )
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=2)

@@ -7,6 +7,7 @@ many children a second, each living 0.2 s (a busy multiprocessing pool, a shell 
 time (user + system, from /proc) and its RSS are read from outside every second; CPU% is over the steady window
 (after the first 3 s), and the RSS figures show whether memory grows with the number of processes ever seen.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,9 +38,28 @@ def _cpu_rss(pid: int) -> tuple[float, int]:
 def measure(rate: float, seconds: float, life: float = 0.2) -> dict:
     tmp = tempfile.mkdtemp(prefix="memscope-churn-")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    p = subprocess.Popen([sys.executable, "-m", "memscope.cli", "run", "--quiet", "--record", tmp,
-                          "--summary-json", os.path.join(tmp, "s.json"), "--", sys.executable, CHILD,
-                          str(rate), str(seconds), str(life)], env=env, stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "memscope.cli",
+            "run",
+            "--quiet",
+            "--record",
+            tmp,
+            "--summary-json",
+            os.path.join(tmp, "s.json"),
+            "--",
+            sys.executable,
+            CHILD,
+            str(rate),
+            str(seconds),
+            str(life),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     points = []
     t0 = time.monotonic()
     while p.poll() is None:
@@ -58,14 +78,22 @@ def measure(rate: float, seconds: float, life: float = 0.2) -> dict:
     rss = [pt[2] for pt in steady] or [pt[2] for pt in points]
     with open(os.path.join(tmp, "s.json")) as f:
         s = json.load(f)
-    return {"rate_per_s": rate, "births": births, "seconds": seconds,
-            "memscope_cpu_percent_of_a_core": round(cpu_pct, 1) if cpu_pct is not None else None,
-            "memscope_rss_mib_first": round(rss[0] / 2**20, 1), "memscope_rss_mib_last": round(rss[-1] / 2**20, 1),
-            "memscope_rss_growth_bytes_per_birth": round((rss[-1] - rss[0]) / max(1, (births or 1) *
-                                                         (steady[-1][0] - steady[0][0]) / seconds))
-            if len(steady) >= 2 else None,
-            "memscope_rss_mib_every_5s": [round(pt[2] / 2**20, 1) for pt in points[::5]],
-            "processes_in_summary": len(s.get("processes", [])), "exit": s["exit"]["cause"]}
+    return {
+        "rate_per_s": rate,
+        "births": births,
+        "seconds": seconds,
+        "memscope_cpu_percent_of_a_core": round(cpu_pct, 1) if cpu_pct is not None else None,
+        "memscope_rss_mib_first": round(rss[0] / 2**20, 1),
+        "memscope_rss_mib_last": round(rss[-1] / 2**20, 1),
+        "memscope_rss_growth_bytes_per_birth": round(
+            (rss[-1] - rss[0]) / max(1, (births or 1) * (steady[-1][0] - steady[0][0]) / seconds)
+        )
+        if len(steady) >= 2
+        else None,
+        "memscope_rss_mib_every_5s": [round(pt[2] / 2**20, 1) for pt in points[::5]],
+        "processes_in_summary": len(s.get("processes", [])),
+        "exit": s["exit"]["cause"],
+    }
 
 
 def main() -> None:

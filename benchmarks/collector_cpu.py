@@ -8,6 +8,7 @@ until the run has ended; a thread's figure is its last reading (threads that end
 most 0.1 s of theirs). The main thread's figure covers memscope's imports and ``Run.start``; the waiter's covers
 the summary at the end. The record tells how many rounds of each kind were made, hence the cost per round.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,10 @@ def measure(loop_args: list[str]) -> dict:
     try:
         main_tid = threading.get_native_id()
         c0 = thread_cpu(main_tid) or 0.0
-        run = Run([os.path.join(REPO, "benchmarks", "train_loop.py"), *loop_args],
-                  options=Options(record_dir=tmp, output="capture")).start()
+        run = Run(
+            [os.path.join(REPO, "benchmarks", "train_loop.py"), *loop_args],
+            options=Options(record_dir=tmp, output="capture"),
+        ).start()
         start_cpu = (thread_cpu(main_tid) or 0.0) - c0
         last: dict[tuple[str, int], float] = {}
         while True:
@@ -65,16 +68,24 @@ def measure(loop_args: list[str]) -> dict:
         rd = RunData(run.record_path)
         try:
             con = rd.con
-            rounds = {kind: con.execute("SELECT COUNT(DISTINCT t) FROM samples WHERE kind=?", (k,)).fetchone()[0]
-                      for kind, k in (("rss", 0), ("pss", 1))}
+            rounds = {
+                kind: con.execute("SELECT COUNT(DISTINCT t) FROM samples WHERE kind=?", (k,)).fetchone()[0]
+                for kind, k in (("rss", 0), ("pss", 1))
+            }
             rounds["host"] = con.execute("SELECT COUNT(*) FROM host").fetchone()[0]
             rounds["events"] = con.execute("SELECT COUNT(*) FROM events").fetchone()[0]
             rounds["processes"] = con.execute("SELECT COUNT(*) FROM processes").fetchone()[0]
         finally:
             rd.close()
-        return {"duration_s": summary.get("duration_s"), "threads": by_name, "rounds": rounds,
-                "imports_cpu_s": imports_cpu, "imports_wall_s": imports_wall, "start_cpu_s": start_cpu,
-                "cause": (summary.get("exit") or {}).get("cause")}
+        return {
+            "duration_s": summary.get("duration_s"),
+            "threads": by_name,
+            "rounds": rounds,
+            "imports_cpu_s": imports_cpu,
+            "imports_wall_s": imports_wall,
+            "start_cpu_s": start_cpu,
+            "cause": (summary.get("exit") or {}).get("cause"),
+        }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -82,22 +93,30 @@ def measure(loop_args: list[str]) -> dict:
 def table(d: dict) -> str:
     dur = d["duration_s"] or 1.0
     r = d["rounds"]
-    per = {"memscope-pss": ("PSS round (smaps_rollup of every process)", r.get("pss")),
-           "memscope-rss": ("RSS round + discovery every 0.5 s + host sample every 1 s", r.get("rss")),
-           "memscope-recorder": ("SQLite inserts, a commit (fsync) every 0.5 s", None),
-           "memscope-agent-server": ("agents' messages", None),
-           "memscope-waiter": ("wait4, then the summary at the end", None),
-           "memscope-stdout": ("the program's output (captured)", None),
-           "memscope-stderr": ("the program's output (captured)", None)}
-    lines = ["| memscope thread | does | CPU (s) | % of one core over the run | rounds | ms CPU per round |",
-             "|---|---|---:|---:|---:|---:|"]
+    per = {
+        "memscope-pss": ("PSS round (smaps_rollup of every process)", r.get("pss")),
+        "memscope-rss": ("RSS round + discovery every 0.5 s + host sample every 1 s", r.get("rss")),
+        "memscope-recorder": ("SQLite inserts, a commit (fsync) every 0.5 s", None),
+        "memscope-agent-server": ("agents' messages", None),
+        "memscope-waiter": ("wait4, then the summary at the end", None),
+        "memscope-stdout": ("the program's output (captured)", None),
+        "memscope-stderr": ("the program's output (captured)", None),
+    }
+    lines = [
+        "| memscope thread | does | CPU (s) | % of one core over the run | rounds | ms CPU per round |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     for name, cpu in sorted(d["threads"].items(), key=lambda x: -x[1]):
         what, n = per.get(name, ("", None))
-        lines.append(f"| {name} | {what} | {cpu:.3f} | {100 * cpu / dur:.2f} % | {n if n else ''} | "
-                     f"{f'{1e3 * cpu / n:.2f}' if n else ''} |")
+        lines.append(
+            f"| {name} | {what} | {cpu:.3f} | {100 * cpu / dur:.2f} % | {n if n else ''} | "
+            f"{f'{1e3 * cpu / n:.2f}' if n else ''} |"
+        )
     steady = sum(c for n, c in d["threads"].items() if n != "memscope-waiter")
-    lines.append(f"| (main thread) | memscope's imports ({d['imports_wall_s']:.2f} s wall) and Run.start | "
-                 f"{d['imports_cpu_s'] + d['start_cpu_s']:.3f} | | | |")
+    lines.append(
+        f"| (main thread) | memscope's imports ({d['imports_wall_s']:.2f} s wall) and Run.start | "
+        f"{d['imports_cpu_s'] + d['start_cpu_s']:.3f} | | | |"
+    )
     lines.append(f"| **all threads while the run goes** | | **{steady:.3f}** | **{100 * steady / dur:.2f} %** | | |")
     return "\n".join(lines) + "\n"
 

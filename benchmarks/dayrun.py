@@ -32,6 +32,7 @@ during it; with ``--tracemalloc``, the peak of Python's traced allocations too. 
 state. The replay waits for the recorder every simulated minute, so the recorder's queue never holds more than a
 minute of records (a live run's queue holds about 0.5 s: the figure is an upper bound).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,12 +65,12 @@ from memscope.ui.series import RunSeries  # noqa: E402
 
 MiB, GiB = 2**20, 2**30
 HOST_TOTAL = 64 * GiB
-EPOCH_S = 1800.0          # a new set of DataLoader workers every 30 min
-EVAL_S = 300.0            # the last 5 min of each epoch is validation
-PUSH_EVERY_S = 60.0       # a dashboard push (snapshot -> chart payload) every simulated minute
-LEAK_EVERY_S = 300.0      # the live leak verdict every simulated 5 min
-SYNC_EVERY_S = 60.0       # wait for the recorder every simulated minute
-MAIN_PSS = 0.85           # the main's PSS / RSS; anonymous PSS is 0.8 of PSS in every process
+EPOCH_S = 1800.0  # a new set of DataLoader workers every 30 min
+EVAL_S = 300.0  # the last 5 min of each epoch is validation
+PUSH_EVERY_S = 60.0  # a dashboard push (snapshot -> chart payload) every simulated minute
+LEAK_EVERY_S = 300.0  # the live leak verdict every simulated 5 min
+SYNC_EVERY_S = 60.0  # wait for the recorder every simulated minute
+MAIN_PSS = 0.85  # the main's PSS / RSS; anonymous PSS is 0.8 of PSS in every process
 
 
 def vm_status() -> dict[str, int]:
@@ -110,14 +111,15 @@ class Proc:
     role: str
     name: str
     cmdline: str
-    base: float          # bytes of RSS
-    pss_frac: float      # PSS / RSS
-    noise: float         # bytes (sd)
+    base: float  # bytes of RSS
+    pss_frac: float  # PSS / RSS
+    noise: float  # bytes (sd)
 
 
 @dataclass
 class Day:
     """A seeded generator of one day's records (O(1) state: nothing is kept but the live processes)."""
+
     seconds: float
     hz: float = 10.0
     seed: int = 0
@@ -127,14 +129,23 @@ class Day:
         self.rng = random.Random(self.seed)
         self.next_pid = 1000
         self.wrapper = self._spawn(1, "wrapper", "bash", "bash train.sh", 4 * MiB, 1.0, 0.0)
-        self.main = self._spawn(self.wrapper.pid, "main", "python", "python train.py --epochs 48", 3 * GiB,
-                                MAIN_PSS, 4 * MiB)
+        self.main = self._spawn(
+            self.wrapper.pid, "main", "python", "python train.py --epochs 48", 3 * GiB, MAIN_PSS, 4 * MiB
+        )
         for i in range(4):
-            self._spawn(self.main.pid, "compile_worker", "python", "python -m torch._inductor.compile_worker",
-                        300 * MiB, 0.45, 1 * MiB)
+            self._spawn(
+                self.main.pid,
+                "compile_worker",
+                "python",
+                "python -m torch._inductor.compile_worker",
+                300 * MiB,
+                0.45,
+                1 * MiB,
+            )
         for i in range(2):
-            self._spawn(self.main.pid, "helper", "python", "python -m tensorboard.summary_writer", 120 * MiB,
-                        0.6, 0.5 * MiB)
+            self._spawn(
+                self.main.pid, "helper", "python", "python -m tensorboard.summary_writer", 120 * MiB, 0.6, 0.5 * MiB
+            )
         self.workers: list[Proc] = []
         self.spike_end = -1.0
         self.spike_h = 0.0
@@ -167,14 +178,23 @@ class Day:
         for i in range(n):
             t = i / self.hz
             e = int(t // EPOCH_S)
-            if e != epoch:                    # a new epoch: the old workers exit, 8 new ones start
+            if e != epoch:  # a new epoch: the old workers exit, 8 new ones start
                 epoch = e
                 for w in self.workers:
                     del self.procs[w.pid]
                     yield ProcessExited(t, w.pid, 0, None)
-                self.workers = [self._spawn(self.main.pid, "dataloader_worker", "pt_data_worker",
-                                            "python train.py --epochs 48", 650 * MiB, 0.3, 2 * MiB)
-                                for _ in range(8)]
+                self.workers = [
+                    self._spawn(
+                        self.main.pid,
+                        "dataloader_worker",
+                        "pt_data_worker",
+                        "python train.py --epochs 48",
+                        650 * MiB,
+                        0.3,
+                        2 * MiB,
+                    )
+                    for _ in range(8)
+                ]
                 for w in self.workers:
                     yield ProcessSeen(t, w.pid, w.ppid, w.role, w.name, w.cmdline, 1.7e9 + t)
                 yield Event(t, self.main.pid, "epoch", {"loader": 1, "n": e + 1, "workers": 8, "pid": self.main.pid})
@@ -182,8 +202,9 @@ class Day:
             want = "eval" if evaluating else "train"
             if want != mode:
                 mode = want
-                yield Event(t, self.main.pid, "phase", {"name": mode, "state": "switch", "auto": True,
-                                                         "pid": self.main.pid})
+                yield Event(
+                    t, self.main.pid, "phase", {"name": mode, "state": "switch", "auto": True, "pid": self.main.pid}
+                )
             # Spikes: a transient allocation every ~10 min on average, 1-8 s long, ramping up and down.
             if t > self.spike_end and rng.random() < 1.0 / (600 * self.hz):
                 self.spike_start, self.spike_end = t, t + rng.uniform(1, 8)
@@ -200,19 +221,20 @@ class Day:
             for p in self.procs.values():
                 v = p.base
                 if p.noise:
-                    v += p.noise * noise[k % nn]   # a precomputed N(0, 1) table: rng.gauss per value is slow
+                    v += p.noise * noise[k % nn]  # a precomputed N(0, 1) table: rng.gauss per value is slow
                     k += 7
                 if p is self.main:
                     v += main_extra
                 elif p.role == "dataloader_worker":
-                    v += 40 * MiB * min(1.0, (t % EPOCH_S) / 60.0)   # workers warm up over their first minute
+                    v += 40 * MiB * min(1.0, (t % EPOCH_S) / 60.0)  # workers warm up over their first minute
                 rss = int(v) // 4096 * 4096
                 # Every round carries the fast series, as the real sampler's do: statm's private memory (anonymous
                 # resident), and PSS and anonymous PSS carried forward between PSS rounds (here: in proportion).
                 pss = int(rss * p.pss_frac)
                 anon = int(pss * 0.8)
-                rss_procs.append(ProcMem(p.pid, rss, private=int(rss * 0.8) // 4096 * 4096, est_pss=pss,
-                                         est_private=anon))
+                rss_procs.append(
+                    ProcMem(p.pid, rss, private=int(rss * 0.8) // 4096 * 4096, est_pss=pss, est_private=anon)
+                )
                 if pss_round:
                     pss_procs.append(ProcMem(p.pid, rss, pss, anon, pss - anon, 0, est_pss=pss, est_private=anon))
             yield TreeSample(t, "rss", tuple(rss_procs))
@@ -224,12 +246,19 @@ class Day:
                 yield HostSample(t, HOST_TOTAL, avail, 8 * GiB, 0, None, None, 0, None)
             if i % out_every == 0:
                 step += 1
-                yield Event(t, self.main.pid, "output",
-                            {"stream": "stdout", "text": f"epoch {epoch} step {step * 50}: loss "
-                                                          f"{2.3 * math.exp(-t / 40000) + 0.1:.4f} 12.3 it/s\n"})
-            if i and i % 36000 == 0:   # hourly checkpoint mark
+                yield Event(
+                    t,
+                    self.main.pid,
+                    "output",
+                    {
+                        "stream": "stdout",
+                        "text": f"epoch {epoch} step {step * 50}: loss "
+                        f"{2.3 * math.exp(-t / 40000) + 0.1:.4f} 12.3 it/s\n",
+                    },
+                )
+            if i and i % 36000 == 0:  # hourly checkpoint mark
                 yield Event(t, self.main.pid, "mark", {"text": f"checkpoint {int(t // 3600)}", "pid": self.main.pid})
-            done = (i + 1) / self.hz   # simulated time covered so far
+            done = (i + 1) / self.hz  # simulated time covered so far
             if i % sync_every == sync_every - 1:
                 yield ("sync", done)
             if i % push_every == push_every - 1:
@@ -239,8 +268,12 @@ class Day:
         t = n / self.hz
         for p in list(self.procs.values()):
             yield ProcessExited(t, p.pid, 0 if p.role != "wrapper" else 0, None)
-        yield Event(t, self.wrapper.pid, "exit_status", {"returncode": 0, "maxrss_bytes": int(4.6 * GiB),
-                                                        "stop_requested": None, "detached": False})
+        yield Event(
+            t,
+            self.wrapper.pid,
+            "exit_status",
+            {"returncode": 0, "maxrss_bytes": int(4.6 * GiB), "stop_requested": None, "detached": False},
+        )
 
 
 # -- the replay -------------------------------------------------------------------------------------------------
@@ -254,8 +287,8 @@ class Result:
     pids: int = 0
     replay_s: float = 0.0
     cpu_s: float = 0.0
-    feed_s: float = 0.0                 # wall time inside Recorder.put + the snapshot + RunSeries.feed
-    writer_cpu_s: float | None = None   # the recorder's writer thread (SQLite inserts, commits)
+    feed_s: float = 0.0  # wall time inside Recorder.put + the snapshot + RunSeries.feed
+    writer_cpu_s: float | None = None  # the recorder's writer thread (SQLite inserts, commits)
     rss_before: int = 0
     rss_after_replay: int = 0
     hwm_replay: int = 0
@@ -289,8 +322,15 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
     path = os.path.join(workdir, "day.sqlite")
     day = Day(hours * 3600.0, hz)
     rec = Recorder(path)
-    rec.begin("day-replay", ["bash", "train.sh"], workdir, "2026-01-01T00:00:00+0000", 1.7e9, day.wrapper.pid,
-              {"attached": False, "script": None, "agent": True, "interval_s": 1 / hz, "pss_interval_s": 2.0})
+    rec.begin(
+        "day-replay",
+        ["bash", "train.sh"],
+        workdir,
+        "2026-01-01T00:00:00+0000",
+        1.7e9,
+        day.wrapper.pid,
+        {"attached": False, "script": None, "agent": True, "interval_s": 1 / hz, "pss_interval_s": 2.0},
+    )
     series = RunSeries()
     phase_events: list[dict] = []
     # The live snapshot a Run folds each record into (Snapshot.update), with the root's pid (kept whatever exits).
@@ -321,8 +361,10 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
                     res.wal_bytes_max = max(res.wal_bytes_max, os.path.getsize(wal))
                 if t + 1e-9 >= next_report:
                     res.rss_by_hour.append((t / 3600.0, vm_status()["VmRSS"]))
-                    say(f"  {t / 3600:5.1f} h replayed in {time.perf_counter() - w0:6.1f} s, "
-                        f"RSS {res.rss_by_hour[-1][1] / MiB:.0f} MiB")
+                    say(
+                        f"  {t / 3600:5.1f} h replayed in {time.perf_counter() - w0:6.1f} s, "
+                        f"RSS {res.rss_by_hour[-1][1] / MiB:.0f} MiB"
+                    )
                     next_report += 3600.0
             elif what == "push":
                 a = time.perf_counter()
@@ -342,7 +384,8 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
                 with series._lock:
                     pt, py_ = series.tree_private.points()
                 v = fit_plan(sorted(phase_events, key=lambda e: e["t"]), pt[-1], day.main.pid).verdict(
-                    pt, py_, HOST_TOTAL)
+                    pt, py_, HOST_TOTAL
+                )
                 res.leak_ms.append((time.perf_counter() - a) * 1e3)
                 res.live_leak = v.verdict
             continue
@@ -358,7 +401,7 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
         rec.put(r)
         snapshot.update(r, root_pid)
         series.feed(r)
-        if type(r) is Event and r.kind in ("phase", "epoch"):   # what Dashboard._on_record keeps
+        if type(r) is Event and r.kind in ("phase", "epoch"):  # what Dashboard._on_record keeps
             phase_events.append({"t": r.t, "pid": r.pid, "kind": r.kind, "data": r.data})
         feed_s += perf() - a
     sync()
@@ -409,10 +452,16 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
 
 # -- the report -------------------------------------------------------------------------------------------------
 def machine() -> list[tuple[str, str]]:
-    return [("CPU", cpu_model() + hypervisor()), ("cores", str(os.cpu_count())), ("RAM", ram()),
-            ("kernel", f"{platform.system()} {platform.release()}"), ("Python", platform.python_version()),
-            ("SQLite", __import__("sqlite3").sqlite_version), ("memscope", package_version("memscope")),
-            ("load average at start", " ".join(f"{x:.2f}" for x in os.getloadavg()))]
+    return [
+        ("CPU", cpu_model() + hypervisor()),
+        ("cores", str(os.cpu_count())),
+        ("RAM", ram()),
+        ("kernel", f"{platform.system()} {platform.release()}"),
+        ("Python", platform.python_version()),
+        ("SQLite", __import__("sqlite3").sqlite_version),
+        ("memscope", package_version("memscope")),
+        ("load average at start", " ".join(f"{x:.2f}" for x in os.getloadavg())),
+    ]
 
 
 def _mib(x: int | None) -> str:
@@ -434,56 +483,68 @@ def report(r: Result, load_end: tuple[float, float, float]) -> str:
     lines = ["# memscope on a day-long run (replayed)", "", "| machine | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in machine()]
     lines += [f"| load average at end | {' '.join(f'{x:.2f}' for x in load_end)} |", ""]
-    lines += ["| the run | |", "|---|---|",
-              f"| simulated | {r.hours:.3g} h at {r.hz:g} Hz: {r.rounds:,} RSS rounds, {r.pss_rounds:,} PSS rounds "
-              f"(every 2 s), 16 processes at a time, {r.pids} pids in all (DataLoader workers restart every "
-              f"30 min) |",
-              f"| records through the recorder | {r.records:,} ({r.sample_rows:,} sample rows) |",
-              ""]
+    lines += [
+        "| the run | |",
+        "|---|---|",
+        f"| simulated | {r.hours:.3g} h at {r.hz:g} Hz: {r.rounds:,} RSS rounds, {r.pss_rounds:,} PSS rounds "
+        f"(every 2 s), 16 processes at a time, {r.pids} pids in all (DataLoader workers restart every "
+        f"30 min) |",
+        f"| records through the recorder | {r.records:,} ({r.sample_rows:,} sample rows) |",
+        "",
+    ]
     per_h = r.db_bytes / r.hours if r.hours else 0
     hwm = "VmHWM" if r.hwm_reset else "VmHWM (could not be reset: peak since process start)"
-    lines += ["| result | |", "|---|---|",
-              f"| **memscope's own memory** (RSS of this process) | before the replay {_mib(r.rss_before)}; "
-              f"**peak during it {_mib(r.hwm_replay)}** ({hwm}); at the end {_mib(r.rss_after_replay)}; "
-              f"**growth {_mib(growth)}** |"]
+    lines += [
+        "| result | |",
+        "|---|---|",
+        f"| **memscope's own memory** (RSS of this process) | before the replay {_mib(r.rss_before)}; "
+        f"**peak during it {_mib(r.hwm_replay)}** ({hwm}); at the end {_mib(r.rss_after_replay)}; "
+        f"**growth {_mib(growth)}** |",
+    ]
     if r.rss_by_hour:
         marks = [x for x in r.rss_by_hour if abs(x[0] - round(x[0])) < 1e-6]
         step = max(1, len(marks) // 6)
         lines.append("| RSS by the hour | " + ", ".join(f"{h:g} h {v / MiB:.0f} MiB" for h, v in marks[::step]) + " |")
     if r.traced_peak is not None:
-        lines.append(f"| Python allocations (tracemalloc) | peak {_mib(r.traced_peak)}, at the end "
-                     f"{_mib(r.traced_end)} |")
-    lines += [f"| **points sent to the browser** per push | **max {r.points_max:,}**, at the end {r.points_last:,} "
-              f"(all lines together; {r.pushes:,} pushes, one per simulated minute) |",
-              f"| a push's payload (JSON) | max {r.payload_bytes_max / 1024:.0f} KiB; snapshot + payload + JSON "
-              f"{_med(r.push_ms):.1f} ms median, {max(r.push_ms or [0]):.1f} ms max |",
-              f"| live leak verdict (dashboard, every 5 s in a real run) | {_med(r.leak_ms):.1f} ms median, "
-              f"{max(r.leak_ms or [0]):.1f} ms max; last verdict {r.live_leak} |",
-              f"| **record size on disk** | {r.db_bytes / MiB:.0f} MiB in all, **{per_h / MiB:.1f} MiB per hour** "
-              f"(WAL at most {r.wal_bytes_max / MiB:.1f} MiB while written) |",
-              f"| replay time | {r.replay_s:.1f} s wall, {r.cpu_s:.1f} s CPU: {sim_s / r.replay_s:,.0f}x real time "
-              f"({r.rounds / r.replay_s:,.0f} rounds/s; a live run makes {r.hz:g} rounds/s). memscope's share: "
-              f"{r.feed_s:.1f} s in Recorder.put + snapshot + RunSeries.feed "
-              f"({1e6 * r.feed_s / max(r.rounds, 1):.0f} µs a round) and "
-              f"{_f(r.writer_cpu_s)} s CPU in the recorder's writer thread "
-              f"({_f(None if r.writer_cpu_s is None else 1e6 * r.writer_cpu_s / max(r.rounds, 1), '{:.0f}')} µs "
-              f"a round); the rest is generating the records and waiting for the commits |",
-              f"| memscope's kernel-side CPU at {r.hz:g} Hz, from these | "
-              f"{_f(None if r.writer_cpu_s is None else 100 * r.hz * (r.feed_s + r.writer_cpu_s) / max(r.rounds, 1), '{:.2f}')} "
-              f"% of one core (feeding + writing, per round x {r.hz:g} rounds/s; pushes and the leak verdict "
-              f"not included) |",
-              f"| summary at the end (summarize: leak, spikes, phases) | {r.summarize_s:.1f} s, peak RSS "
-              f"{_mib(r.summarize_hwm)}; leak verdict {r.summary_leak.get('verdict')} (slope "
-              f"{(r.summary_leak.get('slope_bytes_per_s') or 0) * 3600 / MiB:.1f} MiB/h of "
-              f"{r.summary_leak.get('series')}; truth: 25 MiB/h of the main's RSS, i.e. {25 * MAIN_PSS * 0.8:.1f} "
-              f"MiB/h of its private PSS, {25 * MAIN_PSS:.1f} of its PSS), "
-              f"{r.summary_spikes} spikes, {r.summary_phases} phases |",
-              f"| reopen (RunSeries.from_record) | {r.reopen_s:.1f} s, peak RSS {_mib(r.reopen_hwm)}, "
-              f"{r.reopen_points:,} points |",
-              f"| recorder errors | {r.recorder_errors} |", ""]
-    lines.append("Memory is this whole process (Python, memscope, SQLite) as /proc/self/status shows it; the "
-                 "process imports no notebook package, so a kernel adds ipywidgets/bokeh's import cost on top "
-                 "(see the start-up benchmark). The replay waits for the recorder every simulated minute.")
+        lines.append(
+            f"| Python allocations (tracemalloc) | peak {_mib(r.traced_peak)}, at the end {_mib(r.traced_end)} |"
+        )
+    lines += [
+        f"| **points sent to the browser** per push | **max {r.points_max:,}**, at the end {r.points_last:,} "
+        f"(all lines together; {r.pushes:,} pushes, one per simulated minute) |",
+        f"| a push's payload (JSON) | max {r.payload_bytes_max / 1024:.0f} KiB; snapshot + payload + JSON "
+        f"{_med(r.push_ms):.1f} ms median, {max(r.push_ms or [0]):.1f} ms max |",
+        f"| live leak verdict (dashboard, every 5 s in a real run) | {_med(r.leak_ms):.1f} ms median, "
+        f"{max(r.leak_ms or [0]):.1f} ms max; last verdict {r.live_leak} |",
+        f"| **record size on disk** | {r.db_bytes / MiB:.0f} MiB in all, **{per_h / MiB:.1f} MiB per hour** "
+        f"(WAL at most {r.wal_bytes_max / MiB:.1f} MiB while written) |",
+        f"| replay time | {r.replay_s:.1f} s wall, {r.cpu_s:.1f} s CPU: {sim_s / r.replay_s:,.0f}x real time "
+        f"({r.rounds / r.replay_s:,.0f} rounds/s; a live run makes {r.hz:g} rounds/s). memscope's share: "
+        f"{r.feed_s:.1f} s in Recorder.put + snapshot + RunSeries.feed "
+        f"({1e6 * r.feed_s / max(r.rounds, 1):.0f} µs a round) and "
+        f"{_f(r.writer_cpu_s)} s CPU in the recorder's writer thread "
+        f"({_f(None if r.writer_cpu_s is None else 1e6 * r.writer_cpu_s / max(r.rounds, 1), '{:.0f}')} µs "
+        f"a round); the rest is generating the records and waiting for the commits |",
+        f"| memscope's kernel-side CPU at {r.hz:g} Hz, from these | "
+        f"{_f(None if r.writer_cpu_s is None else 100 * r.hz * (r.feed_s + r.writer_cpu_s) / max(r.rounds, 1), '{:.2f}')} "
+        f"% of one core (feeding + writing, per round x {r.hz:g} rounds/s; pushes and the leak verdict "
+        f"not included) |",
+        f"| summary at the end (summarize: leak, spikes, phases) | {r.summarize_s:.1f} s, peak RSS "
+        f"{_mib(r.summarize_hwm)}; leak verdict {r.summary_leak.get('verdict')} (slope "
+        f"{(r.summary_leak.get('slope_bytes_per_s') or 0) * 3600 / MiB:.1f} MiB/h of "
+        f"{r.summary_leak.get('series')}; truth: 25 MiB/h of the main's RSS, i.e. {25 * MAIN_PSS * 0.8:.1f} "
+        f"MiB/h of its private PSS, {25 * MAIN_PSS:.1f} of its PSS), "
+        f"{r.summary_spikes} spikes, {r.summary_phases} phases |",
+        f"| reopen (RunSeries.from_record) | {r.reopen_s:.1f} s, peak RSS {_mib(r.reopen_hwm)}, "
+        f"{r.reopen_points:,} points |",
+        f"| recorder errors | {r.recorder_errors} |",
+        "",
+    ]
+    lines.append(
+        "Memory is this whole process (Python, memscope, SQLite) as /proc/self/status shows it; the "
+        "process imports no notebook package, so a kernel adds ipywidgets/bokeh's import cost on top "
+        "(see the start-up benchmark). The replay waits for the recorder every simulated minute."
+    )
     return "\n".join(lines) + "\n"
 
 

@@ -89,9 +89,17 @@ def _arange(a, b, step):
 def scenarios():
     def leak_spikes(duration):
         def make(rng):
-            t, y = _trace(rng, duration, 5, 500 * MB, lambda x: 1 * MB * x, 2 * MB,
-                          periodic_spikes(duration, 20, 5, 300 * MB, offset=rng.uniform(0, 20)))
+            t, y = _trace(
+                rng,
+                duration,
+                5,
+                500 * MB,
+                lambda x: 1 * MB * x,
+                2 * MB,
+                periodic_spikes(duration, 20, 5, 300 * MB, offset=rng.uniform(0, 20)),
+            )
             return t, y, ()
+
         return make
 
     def big_spikes_no_leak(rng):
@@ -115,9 +123,11 @@ def scenarios():
     def sawtooth(period, amp, leak):
         def make(rng):
             ph = rng.uniform(0, period)
-            t, y = _trace(rng, 600, 5, 1000 * MB, lambda x: leak * x, 2 * MB,
-                          extra=lambda x: amp * (((x + ph) % period) / period))
+            t, y = _trace(
+                rng, 600, 5, 1000 * MB, lambda x: leak * x, 2 * MB, extra=lambda x: amp * (((x + ph) % period) / period)
+            )
             return t, y, ()
+
         return make
 
     def validation(leak):
@@ -128,6 +138,7 @@ def scenarios():
             val = lambda x: 400 * MB if (x % 60) >= 50 else 0.0  # noqa: E731
             t, y = _trace(rng, d, 5, 2000 * MB, lambda x: leak * x, 3 * MB, extra=val)
             return t, y, tuple(phases)
+
         return make
 
     return [
@@ -196,16 +207,43 @@ REAL = [
     # name, script args, truth, module that must import
     ("1.5 MiB per 0.1 s under 250 MiB spikes every 2.3 s", ["leak_spikes.py", "--seconds", "25"], "leak", None),
     ("250 MiB spikes every 2.3 s, no leak", ["leak_spikes.py", "--seconds", "25", "--keep-mib", "0"], "no_leak", None),
-    ("0.2 MiB per 0.1 s under 100 MiB spikes every 4 s",
-     ["leak_spikes.py", "--seconds", "30", "--keep-mib", "0.2", "--spike-mib", "100", "--period", "4"], "leak", None),
-    ("150 MiB spikes every 1.1 s (near the PSS period), no leak",
-     ["leak_spikes.py", "--seconds", "25", "--keep-mib", "0", "--spike-mib", "150", "--period", "1.1",
-      "--spike-s", "0.3"], "no_leak", None),
-    ("Lightning, 2 workers, validation outputs kept", ["lightning_train.py", "--seconds", "25", "--leak"], "leak",
-     "lightning"),
+    (
+        "0.2 MiB per 0.1 s under 100 MiB spikes every 4 s",
+        ["leak_spikes.py", "--seconds", "30", "--keep-mib", "0.2", "--spike-mib", "100", "--period", "4"],
+        "leak",
+        None,
+    ),
+    (
+        "150 MiB spikes every 1.1 s (near the PSS period), no leak",
+        [
+            "leak_spikes.py",
+            "--seconds",
+            "25",
+            "--keep-mib",
+            "0",
+            "--spike-mib",
+            "150",
+            "--period",
+            "1.1",
+            "--spike-s",
+            "0.3",
+        ],
+        "no_leak",
+        None,
+    ),
+    (
+        "Lightning, 2 workers, validation outputs kept",
+        ["lightning_train.py", "--seconds", "25", "--leak"],
+        "leak",
+        "lightning",
+    ),
     ("Lightning, 2 workers, no leak", ["lightning_train.py", "--seconds", "25"], "no_leak", "lightning"),
-    ("HF Trainer, 2 workers, eval outputs kept", ["hf_trainer.py", "--seconds", "25", "--leak"], "leak",
-     "transformers"),
+    (
+        "HF Trainer, 2 workers, eval outputs kept",
+        ["hf_trainer.py", "--seconds", "25", "--leak"],
+        "leak",
+        "transformers",
+    ),
     ("HF Trainer, 2 workers, no leak", ["hf_trainer.py", "--seconds", "25"], "no_leak", "transformers"),
 ]
 
@@ -254,14 +292,16 @@ def real_runs(quick: bool) -> list[str]:
 
     import memscope
 
-    lines = ["| real run | machine | truth | verdict | slope error % | spikes found | first verdict s | "
-             "right from s |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| real run | machine | truth | verdict | slope error % | spikes found | first verdict s | right from s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     todo = REAL[:1] if quick else REAL
     for name, args, truth, module in todo:
         if module and importlib.util.find_spec(module) is None:
             lines.append(f"| {name} | - | {truth} | not run: {module} is not installed | | | | |")
             continue
-        for busy in ((False,) if quick else (False, True)):
+        for busy in (False,) if quick else (False, True):
             spinners = _busy(busy)
             try:
                 with tempfile.TemporaryDirectory() as d:
@@ -276,15 +316,20 @@ def real_runs(quick: bool) -> list[str]:
                     p.wait()
             leak = s["leak"]
             rate = tr.get("rate_bytes_per_s") or (tr.get("kept", 0) * 4 * MIB / tr["fit_s"] if tr.get("fit_s") else 0)
-            err = (f"{100 * (leak['slope_bytes_per_s'] / rate - 1):+.0f}" if truth == "leak" and rate and
-                   leak.get("slope_bytes_per_s") else "-")
+            err = (
+                f"{100 * (leak['slope_bytes_per_s'] / rate - 1):+.0f}"
+                if truth == "leak" and rate and leak.get("slope_bytes_per_s")
+                else "-"
+            )
             if "spikes" in tr:
                 good = [sp for sp in s["spikes"] if abs(sp["height_bytes"] / tr["spike_bytes"] - 1) <= 0.35]
                 spikes = f"{len(good)}/{tr['spikes']:.0f}"
             else:
                 spikes = "-"
-            lines.append(f"| {name} | {'busy' if busy else 'quiet'} | {truth} | {leak['verdict']} | {err} | {spikes} | "
-                         f"{'-' if first is None else f'{first:.0f}'} | {'-' if settled is None else f'{settled:.0f}'} |")
+            lines.append(
+                f"| {name} | {'busy' if busy else 'quiet'} | {truth} | {leak['verdict']} | {err} | {spikes} | "
+                f"{'-' if first is None else f'{first:.0f}'} | {'-' if settled is None else f'{settled:.0f}'} |"
+            )
             print(lines[-1], flush=True)
     return lines
 
@@ -316,8 +361,11 @@ def main(argv=None):
         lines.append(f"| {name} | {truth} | {vtxt} | {etxt} | {ttxt} | {ftxt} |")
 
     secs, v = timing()
-    lines += ["", f"assess_leak on 864,000 points (24 h at 10 Hz): {secs * 1000:.0f} ms "
-                  f"(verdict {v.verdict}, slope {v.slope_bytes_per_s / KB:.2f} KB/s, truth 10 KB/s)"]
+    lines += [
+        "",
+        f"assess_leak on 864,000 points (24 h at 10 Hz): {secs * 1000:.0f} ms "
+        f"(verdict {v.verdict}, slope {v.slope_bytes_per_s / KB:.2f} KB/s, truth 10 KB/s)",
+    ]
     if args.real:
         lines += ["", *real_runs(args.quick)]
     table = "\n".join(lines)

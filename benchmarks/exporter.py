@@ -10,6 +10,7 @@ each scrape (the collector, the leak refit when due, and the text format: thread
 call), and the listening thread's poll loop (schedstat). The scraping client's own CPU is not the exporter's and
 is not counted. Target: < 0.5 % of one core.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,6 @@ for k in kids:
 """
 
 
-
-
 def measure(seconds: float) -> dict:
     from memscope.session import Options, Run
 
@@ -54,8 +53,9 @@ def measure(seconds: float) -> dict:
     with open(script, "w") as f:
         f.write(TREE)
     try:
-        run = Run([script, str(seconds)], options=Options(record_dir=tmp, output="capture",
-                                                          prometheus="127.0.0.1:0")).start()
+        run = Run(
+            [script, str(seconds)], options=Options(record_dir=tmp, output="capture", prometheus="127.0.0.1:0")
+        ).start()
         ex = run.exporter
         scrapes, sizes, lines, procs_seen = 0, [], 0, 0
         last: dict[tuple[str, int], float] = {}
@@ -70,8 +70,16 @@ def measure(seconds: float) -> dict:
                     sizes.append(len(body))
                     text = body.decode()
                     lines = max(lines, sum(1 for ln in text.splitlines() if ln and not ln.startswith("#")))
-                    procs_seen = max(procs_seen, int(sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
-                                                         if ln.startswith("memscope_processes{"))))
+                    procs_seen = max(
+                        procs_seen,
+                        int(
+                            sum(
+                                float(ln.rsplit(" ", 1)[1])
+                                for ln in text.splitlines()
+                                if ln.startswith("memscope_processes{")
+                            )
+                        ),
+                    )
                 except OSError:
                     pass
                 next_scrape += 1.0
@@ -86,11 +94,21 @@ def measure(seconds: float) -> dict:
         sub = sum(c for (n, _), c in last.items() if n == "memscope-subscriber")
         loop = sum(c for (n, _), c in last.items() if n == "memscope-prometheus")
         total = sub + ex.scrape_cpu_s + loop
-        return {"wall_s": wall, "duration_s": summary.get("duration_s"), "scrapes": scrapes,
-                "procs": procs_seen, "samples_per_scrape": lines, "bytes_per_scrape": max(sizes) if sizes else 0,
-                "subscriber_cpu_s": sub, "record_cpu_s": ex.record_cpu_s, "scrape_cpu_s": ex.scrape_cpu_s,
-                "server_loop_cpu_s": loop, "total_cpu_s": total, "core_percent": 100 * total / wall,
-                "ms_per_scrape": 1e3 * ex.scrape_cpu_s / max(1, ex.scrapes)}
+        return {
+            "wall_s": wall,
+            "duration_s": summary.get("duration_s"),
+            "scrapes": scrapes,
+            "procs": procs_seen,
+            "samples_per_scrape": lines,
+            "bytes_per_scrape": max(sizes) if sizes else 0,
+            "subscriber_cpu_s": sub,
+            "record_cpu_s": ex.record_cpu_s,
+            "scrape_cpu_s": ex.scrape_cpu_s,
+            "server_loop_cpu_s": loop,
+            "total_cpu_s": total,
+            "core_percent": 100 * total / wall,
+            "ms_per_scrape": 1e3 * ex.scrape_cpu_s / max(1, ex.scrapes),
+        }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -111,7 +129,8 @@ def report(d: dict) -> str:
         f"| the listening thread's poll loop | {d['server_loop_cpu_s']:.3f} | "
         f"{100 * d['server_loop_cpu_s'] / d['wall_s']:.3f} % |\n"
         f"| **all** | **{d['total_cpu_s']:.3f}** | **{d['core_percent']:.3f} %** |\n\n"
-        f"Target: < 0.5 % of one core at a 1 s scrape interval on a 16-process tree: **{ok}**.\n")
+        f"Target: < 0.5 % of one core at a 1 s scrape interval on a 16-process tree: **{ok}**.\n"
+    )
 
 
 def main() -> int:

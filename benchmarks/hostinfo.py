@@ -1,5 +1,6 @@
 """The machine a benchmark ran on: one description for every benchmark's report (run as scripts, so imported
 as a sibling module)."""
+
 from __future__ import annotations
 
 import importlib.metadata

@@ -38,6 +38,7 @@ machine, each against the median plain run:
 - scalene-off: ``python -m scalene run --cpu-only --off`` (started with profiling off: Scalene's cost when loaded
   but not profiling). Scalene's default mode (memory profiling through its preloaded allocator) is not run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,20 +68,21 @@ QUICK_STEPS = 60
 
 # -- measuring one run -------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Result:
     mode: str
     wall_s: float
     loop_s: float | None
     rc: int
-    tree_cpu_s: float                # user+sys of the whole tree (wait4 rusage: the process and reaped children)
+    tree_cpu_s: float  # user+sys of the whole tree (wait4 rusage: the process and reaped children)
     self_cpu_s: float | None = None  # the launched process alone (memscope's collector, for memscope runs)
     self_cpu_method: str = ""
     self_cpu_polled: float | None = None  # the last polled utime+stime: a lower bound, for a cross-check
     steady_cpu_frac: float | None = None
     other_load: float | None = None  # cores used by the rest of the machine during the run
-    steal: float | None = None       # cores the hypervisor gave to other guests during the run
-    final: str = ""                  # the FINAL line (losses): the same everywhere when the loop is deterministic
+    steal: float | None = None  # cores the hypervisor gave to other guests during the run
+    final: str = ""  # the FINAL line (losses): the same everywhere when the loop is deterministic
     output: str = ""
     record: dict = field(default_factory=dict)
 
@@ -92,7 +94,7 @@ def _read_stat(pid: int) -> tuple[float, float] | None:
             data = f.read()
     except OSError:
         return None
-    fields = data[data.rindex(b")") + 2:].split()
+    fields = data[data.rindex(b")") + 2 :].split()
     # fields[0] is field 3 (state): utime, stime, cutime, cstime are fields 14-17.
     return (int(fields[11]) + int(fields[12])) / TICK, (int(fields[13]) + int(fields[14])) / TICK
 
@@ -139,7 +141,7 @@ def _self_cpu() -> float:
 
 def run_once(mode: str, argv: list[str], env: dict[str, str], poll_s: float = 0.05) -> Result:
     out = tempfile.TemporaryFile()
-    series: list[tuple[float, float, float]] = []   # (t, self cpu, children cpu)
+    series: list[tuple[float, float, float]] = []  # (t, self cpu, children cpu)
     stop = threading.Event()
     busy0, me0 = _busy_jiffies(), _self_cpu()
     t0 = time.perf_counter()
@@ -201,6 +203,7 @@ def _parse_loop(text: str) -> float | None:
 
 # -- the modes ---------------------------------------------------------------------------------------------------
 
+
 def clean_env() -> dict[str, str]:
     """This environment without any memscope of an outer run (this script may itself run under memscope)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSCOPE_")}
@@ -219,12 +222,22 @@ def command(mode: str, py: str, loop_args: list[str], tmp: str) -> list[str]:
     if mode == "memscope":
         return [py, "-m", "memscope.cli", "run", "--quiet", "--record", tmp, LOOP, *loop_args]
     if mode == "memray":
-        return [py, "-m", "memray", "run", "--quiet", "--force", "-o", os.path.join(tmp, "out.bin"),
-                LOOP, *loop_args]
+        return [py, "-m", "memray", "run", "--quiet", "--force", "-o", os.path.join(tmp, "out.bin"), LOOP, *loop_args]
     if mode in ("scalene-cpu", "scalene-off"):
         off = ["--off"] if mode == "scalene-off" else []
-        return [py, "-m", "scalene", "run", "--cpu-only", *off, "-o", os.path.join(tmp, "out.json"),
-                LOOP, "---", *loop_args]
+        return [
+            py,
+            "-m",
+            "scalene",
+            "run",
+            "--cpu-only",
+            *off,
+            "-o",
+            os.path.join(tmp, "out.json"),
+            LOOP,
+            "---",
+            *loop_args,
+        ]
     raise ValueError(mode)
 
 
@@ -247,24 +260,38 @@ def run_mode(mode: str, py: str, loop_args: list[str], env: dict[str, str]) -> R
 
 def _record_summary(py: str, tmp: str, env: dict[str, str]) -> dict:
     """What memscope recorded (a check that it really watched the tree), read after the timing."""
-    p = subprocess.run([py, "-m", "memscope.cli", "report", "last", "--json", "--record", tmp], cwd=REPO, env=env,
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [py, "-m", "memscope.cli", "report", "last", "--json", "--record", tmp],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     try:
         s = json.loads(p.stdout)
     except ValueError:
         return {}
-    return {"cause": (s.get("exit") or {}).get("cause"), "processes": len(s.get("processes") or []),
-            "peak_pss": (s.get("peak") or {}).get("tree_pss_bytes")}
+    return {
+        "cause": (s.get("exit") or {}).get("cause"),
+        "processes": len(s.get("processes") or []),
+        "peak_pss": (s.get("peak") or {}).get("tree_pss_bytes"),
+    }
 
 
 # -- the report --------------------------------------------------------------------------------------------------
 
+
 def machine() -> list[tuple[str, str]]:
-    return [("CPU", cpu_model() + hypervisor()), ("cores", str(os.cpu_count())), ("RAM", ram()),
-            ("kernel", f"{platform.system()} {platform.release()}"),
-            ("Python", platform.python_version()), ("torch", package_version("torch")),
-            ("memscope", package_version("memscope")),
-            ("load average at the end", " ".join(f"{x:.2f}" for x in os.getloadavg()))]
+    return [
+        ("CPU", cpu_model() + hypervisor()),
+        ("cores", str(os.cpu_count())),
+        ("RAM", ram()),
+        ("kernel", f"{platform.system()} {platform.release()}"),
+        ("Python", platform.python_version()),
+        ("torch", package_version("torch")),
+        ("memscope", package_version("memscope")),
+        ("load average at the end", " ".join(f"{x:.2f}" for x in os.getloadavg())),
+    ]
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -285,10 +312,13 @@ def report(pairs: list[tuple[Result, Result, str]], others: dict[str, str | list
     lines = ["# memscope overhead", "", "| machine | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in machine()]
     lines += ["", "| settings | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in settings.items()]
-    lines += ["", "| pair | order | loop plain (s) | loop memscope (s) | **loop ratio** | wall plain (s) "
-              "| wall memscope (s) | wall ratio | memscope CPU (s) | memscope CPU, % of a core (steady) "
-              "| other load (cores) | steal (cores) | CPU ratio |",
-              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "| pair | order | loop plain (s) | loop memscope (s) | **loop ratio** | wall plain (s) "
+        "| wall memscope (s) | wall ratio | memscope CPU (s) | memscope CPU, % of a core (steady) "
+        "| other load (cores) | steal (cores) | CPU ratio |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     loop_r, wall_r, cpu_pct, steady_pct, cpu_r = [], [], [], [], []
     for i, (p, m, order) in enumerate(pairs):
         lr, wr = _ratio(m.loop_s, p.loop_s), _ratio(m.wall_s, p.wall_s)
@@ -304,54 +334,66 @@ def report(pairs: list[tuple[Result, Result, str]], others: dict[str, str | list
             steady_pct.append(st)
         other = _max(p.other_load, m.other_load)
         steal = _max(p.steal, m.steal)
-        lines.append(f"| {i + 1} | {order} | {p.loop_s:.2f} | {m.loop_s:.2f} | **{_f(lr, '{:.3f}')}** "
-                     f"| {p.wall_s:.2f} | {m.wall_s:.2f} | {_f(wr, '{:.3f}')} "
-                     f"| {_f(m.self_cpu_s)} ({m.self_cpu_method}; polled {_f(m.self_cpu_polled)}) "
-                     f"| {_f(pct, '{:.1f}')} % ({_f(st, '{:.1f}')} %) "
-                     f"| {_f(other)} | {_f(steal)} | {_f(cr, '{:.3f}')} |")
+        lines.append(
+            f"| {i + 1} | {order} | {p.loop_s:.2f} | {m.loop_s:.2f} | **{_f(lr, '{:.3f}')}** "
+            f"| {p.wall_s:.2f} | {m.wall_s:.2f} | {_f(wr, '{:.3f}')} "
+            f"| {_f(m.self_cpu_s)} ({m.self_cpu_method}; polled {_f(m.self_cpu_polled)}) "
+            f"| {_f(pct, '{:.1f}')} % ({_f(st, '{:.1f}')} %) "
+            f"| {_f(other)} | {_f(steal)} | {_f(cr, '{:.3f}')} |"
+        )
     plains = [p for p, _, _ in pairs]
     mems = [m for _, m, _ in pairs]
     med = statistics.median
-    lines += ["", "| summary | |", "|---|---|",
-              f"| **median loop-time ratio** (memscope / plain) | **{med([r for r in loop_r if r]):.3f}** "
-              f"(min {min(r for r in loop_r if r):.3f}, max {max(r for r in loop_r if r):.3f}) |",
-              f"| median wall ratio (with memscope's start-up and finish) | {med([r for r in wall_r if r]):.3f} "
-              f"(min {min(r for r in wall_r if r):.3f}, max {max(r for r in wall_r if r):.3f}) |",
-              f"| median CPU-time ratio: all CPU of the run under memscope (training tree + memscope) / plain | "
-              f"{med([r for r in cpu_r if r]):.3f} (min {min(r for r in cpu_r if r):.3f}, "
-              f"max {max(r for r in cpu_r if r):.3f}): less sensitive to the machine's other load than time |",
-              f"| time outside the loop (start-up + finish), plain / under memscope (s) | "
-              f"{med([p.wall_s - p.loop_s for p in plains]):.2f} / {med([m.wall_s - m.loop_s for m in mems]):.2f}"
-              f" median |",
-              f"| memscope's own CPU, % of one core over the run | "
-              f"{_f(med(cpu_pct) if cpu_pct else None, '{:.1f}')} % median; steady state "
-              f"{_f(med(steady_pct) if steady_pct else None, '{:.1f}')} % |",
-              f"| memscope's own CPU per run (s) | {_f(med([m.self_cpu_s for m in mems if m.self_cpu_s is not None]))}"
-              f" median |",
-              f"| training tree CPU (s), plain / under memscope (collector excluded) | "
-              f"{med([p.tree_cpu_s for p in plains]):.2f} / "
-              f"{med([m.tree_cpu_s - (m.self_cpu_s or 0) for m in mems]):.2f} median |",
-              f"| noise: loop time spread, plain / under memscope | {spread(plains)} / {spread(mems)} |",
-              f"| other load on the machine (cores) | max {_f(max((r.other_load or 0) for r in plains + mems))}, "
-              f"median {_f(med([(r.other_load or 0) for r in plains + mems]))} |",
-              f"| steal (cores) | max {_f(max((r.steal or 0) for r in plains + mems))}, "
-              f"median {_f(med([(r.steal or 0) for r in plains + mems]))} |"]
+    lines += [
+        "",
+        "| summary | |",
+        "|---|---|",
+        f"| **median loop-time ratio** (memscope / plain) | **{med([r for r in loop_r if r]):.3f}** "
+        f"(min {min(r for r in loop_r if r):.3f}, max {max(r for r in loop_r if r):.3f}) |",
+        f"| median wall ratio (with memscope's start-up and finish) | {med([r for r in wall_r if r]):.3f} "
+        f"(min {min(r for r in wall_r if r):.3f}, max {max(r for r in wall_r if r):.3f}) |",
+        f"| median CPU-time ratio: all CPU of the run under memscope (training tree + memscope) / plain | "
+        f"{med([r for r in cpu_r if r]):.3f} (min {min(r for r in cpu_r if r):.3f}, "
+        f"max {max(r for r in cpu_r if r):.3f}): less sensitive to the machine's other load than time |",
+        f"| time outside the loop (start-up + finish), plain / under memscope (s) | "
+        f"{med([p.wall_s - p.loop_s for p in plains]):.2f} / {med([m.wall_s - m.loop_s for m in mems]):.2f}"
+        f" median |",
+        f"| memscope's own CPU, % of one core over the run | "
+        f"{_f(med(cpu_pct) if cpu_pct else None, '{:.1f}')} % median; steady state "
+        f"{_f(med(steady_pct) if steady_pct else None, '{:.1f}')} % |",
+        f"| memscope's own CPU per run (s) | {_f(med([m.self_cpu_s for m in mems if m.self_cpu_s is not None]))}"
+        f" median |",
+        f"| training tree CPU (s), plain / under memscope (collector excluded) | "
+        f"{med([p.tree_cpu_s for p in plains]):.2f} / "
+        f"{med([m.tree_cpu_s - (m.self_cpu_s or 0) for m in mems]):.2f} median |",
+        f"| noise: loop time spread, plain / under memscope | {spread(plains)} / {spread(mems)} |",
+        f"| other load on the machine (cores) | max {_f(max((r.other_load or 0) for r in plains + mems))}, "
+        f"median {_f(med([(r.other_load or 0) for r in plains + mems]))} |",
+        f"| steal (cores) | max {_f(max((r.steal or 0) for r in plains + mems))}, "
+        f"median {_f(med([(r.steal or 0) for r in plains + mems]))} |",
+    ]
     recs = [m.record for m in mems if m.record]
     if recs:
         causes = sorted({r.get("cause") for r in recs})
         procs = sorted({r.get("processes") for r in recs})
         peak = med([r["peak_pss"] for r in recs if r.get("peak_pss")] or [0])
-        lines.append(f"| what memscope recorded | exit cause {', '.join(map(str, causes))}; "
-                     f"processes {', '.join(map(str, procs))}; peak tree PSS {peak / 2**20:.0f} MiB median |")
+        lines.append(
+            f"| what memscope recorded | exit cause {', '.join(map(str, causes))}; "
+            f"processes {', '.join(map(str, procs))}; peak tree PSS {peak / 2**20:.0f} MiB median |"
+        )
     finals = {r.final for r in plains + mems + [r for v in others.values() if not isinstance(v, str) for r in v]}
     same = "yes" if len(finals) == 1 else f"NO: {sorted(finals)}"
     lines.append(f"| deterministic (same losses in every run, other tools' included) | {same} |")
     if others:
-        lines += ["", "Other tools on the same loop, against the median plain run (loop "
-                  f"{med([p.loop_s for p in plains]):.2f} s, wall {med([p.wall_s for p in plains]):.2f} s); "
-                  "memscope's own figures for the same comparison in the first row:", "",
-                  "| tool | runs | loop ratio (median; each) | wall ratio (median) | other load / steal (cores, max) |",
-                  "|---|---:|---|---:|---|"]
+        lines += [
+            "",
+            "Other tools on the same loop, against the median plain run (loop "
+            f"{med([p.loop_s for p in plains]):.2f} s, wall {med([p.wall_s for p in plains]):.2f} s); "
+            "memscope's own figures for the same comparison in the first row:",
+            "",
+            "| tool | runs | loop ratio (median; each) | wall ratio (median) | other load / steal (cores, max) |",
+            "|---|---:|---|---:|---|",
+        ]
         lp, wp = med([p.loop_s for p in plains]), med([p.wall_s for p in plains])
         rows: list[tuple[str, str | list[Result]]] = [("memscope (the pairs above)", mems)] + list(others.items())
         for tool, v in rows:
@@ -361,8 +403,10 @@ def report(pairs: list[tuple[Result, Result, str]], others: dict[str, str | list
             lrs = [r.loop_s / lp for r in v]
             wrs = [r.wall_s / wp for r in v]
             each = ", ".join(f"{x:.3f}" for x in lrs) if len(lrs) <= 10 else f"{min(lrs):.3f}–{max(lrs):.3f}"
-            lines.append(f"| {tool} | {len(v)} | **{med(lrs):.3f}** ({each}) | {med(wrs):.3f} | "
-                         f"{_f(max((r.other_load or 0) for r in v))} / {_f(max((r.steal or 0) for r in v))} |")
+            lines.append(
+                f"| {tool} | {len(v)} | **{med(lrs):.3f}** ({each}) | {med(wrs):.3f} | "
+                f"{_f(max((r.other_load or 0) for r in v))} / {_f(max((r.steal or 0) for r in v))} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -390,22 +434,43 @@ def importable(py: str, module: str) -> bool:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pairs", type=int, default=5, help="plain/memscope pairs (5)")
-    ap.add_argument("--quick", action="store_true",
-                    help=f"1 pair of a short loop (--steps {QUICK_STEPS}): a CI smoke test, ~1 min")
+    ap.add_argument(
+        "--quick", action="store_true", help=f"1 pair of a short loop (--steps {QUICK_STEPS}): a CI smoke test, ~1 min"
+    )
     ap.add_argument("--steps", type=int, help="training steps per run (train_loop.py's default: 350)")
     ap.add_argument("--out", metavar="FILE", help="also write the Markdown report here")
     ap.add_argument("--python", default=sys.executable, help="the Python that runs everything (this one)")
-    ap.add_argument("--wait-idle", type=float, default=0.0, metavar="S",
-                    help="before each pair, wait up to S seconds for the rest of the machine to be idle (0: don't)")
-    ap.add_argument("--idle-threshold", type=float, default=0.2, metavar="CORES",
-                    help="what --wait-idle calls idle: cores busy on the machine (0.2)")
-    ap.add_argument("--redo-busy", type=int, default=0, metavar="N",
-                    help="redo a pair (N times in all at most) when the rest of the machine used more than "
-                         "--idle-threshold cores during either of its runs (0: keep every pair)")
+    ap.add_argument(
+        "--wait-idle",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="before each pair, wait up to S seconds for the rest of the machine to be idle (0: don't)",
+    )
+    ap.add_argument(
+        "--idle-threshold",
+        type=float,
+        default=0.2,
+        metavar="CORES",
+        help="what --wait-idle calls idle: cores busy on the machine (0.2)",
+    )
+    ap.add_argument(
+        "--redo-busy",
+        type=int,
+        default=0,
+        metavar="N",
+        help="redo a pair (N times in all at most) when the rest of the machine used more than "
+        "--idle-threshold cores during either of its runs (0: keep every pair)",
+    )
     ap.add_argument("--no-warmup", action="store_true", help="skip the short untimed run of each mode first")
-    ap.add_argument("--tool-runs", type=int, default=None, metavar="N",
-                    help="runs of each other tool (memray, scalene-cpu, scalene-off) where installed, after the "
-                         "first N pairs (default: 2, 1 with --quick; 0: none)")
+    ap.add_argument(
+        "--tool-runs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="runs of each other tool (memray, scalene-cpu, scalene-off) where installed, after the "
+        "first N pairs (default: 2, 1 with --quick; 0: none)",
+    )
     ns = ap.parse_args()
     if ns.pairs < 1:
         ap.error("--pairs must be at least 1")
@@ -459,8 +524,10 @@ def main() -> int:
         for mode in order:
             got[mode] = r = run_mode(mode, py, loop_args, env)
             extra = f", memscope CPU {r.self_cpu_s:.2f} s" if mode == "memscope" and r.self_cpu_s is not None else ""
-            say(f"pair {i + 1}/{pairs_n} {mode:8}: loop {r.loop_s:.2f} s, wall {r.wall_s:.2f} s{extra}, "
-                f"other load {_f(r.other_load)} cores")
+            say(
+                f"pair {i + 1}/{pairs_n} {mode:8}: loop {r.loop_s:.2f} s, wall {r.wall_s:.2f} s{extra}, "
+                f"other load {_f(r.other_load)} cores"
+            )
         if redone < ns.redo_busy and any((r.other_load or 0) > ns.idle_threshold for r in got.values()):
             redone += 1
             say(f"pair {i + 1}: the machine was busy during it; redoing it ({redone}/{ns.redo_busy})")
@@ -470,15 +537,18 @@ def main() -> int:
         if tools_done < tool_runs:
             tool_round()
             tools_done += 1
-    settings = {"pairs": f"{pairs_n} (order alternates plain-first / memscope-first)",
-                "training loop": f"python {LOOP} {' '.join(loop_args)}".rstrip(),
-                "under memscope": f"python -m memscope.cli run --quiet --record <tmpdir> {LOOP}",
-                "memscope settings": "defaults: RSS every 0.2 s, PSS every 2 s, agent on",
-                "agent probes present": probes_present(),
-                "load average at start": load_start}
+    settings = {
+        "pairs": f"{pairs_n} (order alternates plain-first / memscope-first)",
+        "training loop": f"python {LOOP} {' '.join(loop_args)}".rstrip(),
+        "under memscope": f"python -m memscope.cli run --quiet --record <tmpdir> {LOOP}",
+        "memscope settings": "defaults: RSS every 0.2 s, PSS every 2 s, agent on",
+        "agent probes present": probes_present(),
+        "load average at start": load_start,
+    }
     if ns.redo_busy:
-        settings["pairs redone (machine busy)"] = f"{redone} (at most {ns.redo_busy}; busy = other load > " \
-                                                  f"{ns.idle_threshold} cores)"
+        settings["pairs redone (machine busy)"] = (
+            f"{redone} (at most {ns.redo_busy}; busy = other load > {ns.idle_threshold} cores)"
+        )
     text = report(pairs, others, settings)
     emit(text, ns.out)
     return 0

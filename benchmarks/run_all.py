@@ -9,6 +9,7 @@ another, each in a fresh interpreter, and stitches their Markdown reports togeth
 machine: CPU, cores, RAM, the load on it before and after (timings on a shared machine are only as good as the
 load column says), and the versions. The targets table at the top is read from the reports' figures.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,7 @@ from hostinfo import cpu_model, hypervisor, package_version, ram
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 DEFAULT_OUT = os.path.join(REPO, "BENCHMARKS.md")
-QUICK_TIMEOUT_S = 300   # a smoke run that takes longer has hung
+QUICK_TIMEOUT_S = 300  # a smoke run that takes longer has hung
 
 
 @dataclass
@@ -36,47 +37,114 @@ class Bench:
     script: str
     title: str
     full: list[str]
-    quick: list[str] | None   # None: not run with --quick
+    quick: list[str] | None  # None: not run with --quick
     what: str
-    stdout: str = ""   # "md" / "text": the report is what it prints (no --out option); "": it writes --out FILE
+    stdout: str = ""  # "md" / "text": the report is what it prints (no --out option); "": it writes --out FILE
 
 
 BENCHES = [
-    Bench("overhead", "overhead.py", "Overhead on a training loop", ["--pairs", "5", "--wait-idle", "20", "--redo-busy", "2"], ["--quick"],
-          "A CPU torch training loop (conv net, 2-worker DataLoader with per-sample augmentation, a validation "
-          "pass per epoch), plain and under `memscope run` (default settings, agent and its probes on) in "
-          "alternating pairs; then memray and Scalene (CPU-only, and loaded with profiling off) on the same loop."),
-    Bench("collector_cpu", "collector_cpu.py", "Where memscope's own CPU goes", [], ["--", "--steps", "60",
-                                                                                    "--steps-per-epoch", "30"],
-          "The same training loop under `memscope.Run` in one process; CPU time of each of memscope's threads "
-          "(schedstat).", stdout="md"),
-    Bench("sampler", "sampler.py", "Sampler cost", [], ["--quick"],
-          "The tree sampler alone on real process trees of 1 to 64 processes (plain Python and torch-loaded)."),
-    Bench("dayrun", "dayrun.py", "A day-long run", [], ["--quick"],
-          "24 h at 10 Hz of a 16-process training, replayed through the recorder (real SQLite), the analysis "
-          "and the dashboard's data model (no browser)."),
-    Bench("dayrun_traced", "dayrun.py", "A day-long run: Python's own allocations", ["--hours", "1", "--tracemalloc"],
-          None, "The same replay for 1 h with tracemalloc on (it slows the replay about 10x, hence 1 h): the "
-          "peak of Python's traced allocations, against the RSS figures above."),
-    Bench("startup", "startup.py", "Start-up in a notebook", [], ["--quick"],
-          "`%memscope` in a real IPython kernel (jupyter_client, no browser) to the first chart point it sends, "
-          "and import times."),
-    Bench("torch_probe", "torch_probe_cost.py", "The torch probe's cost", [], [],
-          "What the agent's torch probe costs a CPU run, piece by piece (in this interpreter).", stdout="text"),
-    Bench("census", "census.py", "Tensor census: how long it stalls the training", [], ["--quick"],
-          "A CPU torch loop in a process holding a million live Python objects; memscope takes 5 censuses of it "
-          "while it trains. The census's own time in the agent, and the training's longest step during one.",
-          stdout="text"),
-    Bench("exporter", "exporter.py", "The Prometheus exporter's cost", [], ["--quick"],
-          "A 16-process tree (4 ranks) under `memscope.Run(prometheus=...)`, its endpoint scraped over HTTP once a "
-          "second for 60 s; CPU of the exporter's threads (the scraping client not counted)."),
-    Bench("churn", "churn.py", "Process churn", [], ["--quick"],
-          "`memscope run --quiet` watching a script that forks 10, 50 and 200 short-lived children a second: "
-          "memscope's own CPU and RSS (read from outside)."),
-    Bench("detection", "detection.py", "Leak-versus-spikes detection", ["--real"], ["--seeds", "1", "--real", "--quick"],
-          "`analysis.leak.assess_leak` on seeded synthetic traces (leaks, spikes, steps, phases); then real runs "
-          "under memscope, on a quiet machine and with both cores kept busy (numpy leaks and spikes, Lightning, "
-          "the Hugging Face Trainer)."),
+    Bench(
+        "overhead",
+        "overhead.py",
+        "Overhead on a training loop",
+        ["--pairs", "5", "--wait-idle", "20", "--redo-busy", "2"],
+        ["--quick"],
+        "A CPU torch training loop (conv net, 2-worker DataLoader with per-sample augmentation, a validation "
+        "pass per epoch), plain and under `memscope run` (default settings, agent and its probes on) in "
+        "alternating pairs; then memray and Scalene (CPU-only, and loaded with profiling off) on the same loop.",
+    ),
+    Bench(
+        "collector_cpu",
+        "collector_cpu.py",
+        "Where memscope's own CPU goes",
+        [],
+        ["--", "--steps", "60", "--steps-per-epoch", "30"],
+        "The same training loop under `memscope.Run` in one process; CPU time of each of memscope's threads "
+        "(schedstat).",
+        stdout="md",
+    ),
+    Bench(
+        "sampler",
+        "sampler.py",
+        "Sampler cost",
+        [],
+        ["--quick"],
+        "The tree sampler alone on real process trees of 1 to 64 processes (plain Python and torch-loaded).",
+    ),
+    Bench(
+        "dayrun",
+        "dayrun.py",
+        "A day-long run",
+        [],
+        ["--quick"],
+        "24 h at 10 Hz of a 16-process training, replayed through the recorder (real SQLite), the analysis "
+        "and the dashboard's data model (no browser).",
+    ),
+    Bench(
+        "dayrun_traced",
+        "dayrun.py",
+        "A day-long run: Python's own allocations",
+        ["--hours", "1", "--tracemalloc"],
+        None,
+        "The same replay for 1 h with tracemalloc on (it slows the replay about 10x, hence 1 h): the "
+        "peak of Python's traced allocations, against the RSS figures above.",
+    ),
+    Bench(
+        "startup",
+        "startup.py",
+        "Start-up in a notebook",
+        [],
+        ["--quick"],
+        "`%memscope` in a real IPython kernel (jupyter_client, no browser) to the first chart point it sends, "
+        "and import times.",
+    ),
+    Bench(
+        "torch_probe",
+        "torch_probe_cost.py",
+        "The torch probe's cost",
+        [],
+        [],
+        "What the agent's torch probe costs a CPU run, piece by piece (in this interpreter).",
+        stdout="text",
+    ),
+    Bench(
+        "census",
+        "census.py",
+        "Tensor census: how long it stalls the training",
+        [],
+        ["--quick"],
+        "A CPU torch loop in a process holding a million live Python objects; memscope takes 5 censuses of it "
+        "while it trains. The census's own time in the agent, and the training's longest step during one.",
+        stdout="text",
+    ),
+    Bench(
+        "exporter",
+        "exporter.py",
+        "The Prometheus exporter's cost",
+        [],
+        ["--quick"],
+        "A 16-process tree (4 ranks) under `memscope.Run(prometheus=...)`, its endpoint scraped over HTTP once a "
+        "second for 60 s; CPU of the exporter's threads (the scraping client not counted).",
+    ),
+    Bench(
+        "churn",
+        "churn.py",
+        "Process churn",
+        [],
+        ["--quick"],
+        "`memscope run --quiet` watching a script that forks 10, 50 and 200 short-lived children a second: "
+        "memscope's own CPU and RSS (read from outside).",
+    ),
+    Bench(
+        "detection",
+        "detection.py",
+        "Leak-versus-spikes detection",
+        ["--real"],
+        ["--seeds", "1", "--real", "--quick"],
+        "`analysis.leak.assess_leak` on seeded synthetic traces (leaks, spikes, steps, phases); then real runs "
+        "under memscope, on a quiet machine and with both cores kept busy (numpy leaks and spikes, Lightning, "
+        "the Hugging Face Trainer).",
+    ),
 ]
 
 
@@ -86,10 +154,12 @@ def load() -> str:
 
 def busy_cores(window_s: float = 2.0) -> float:
     """Cores busy on the whole machine over a short window (from /proc/stat)."""
+
     def read() -> tuple[int, int]:
         with open("/proc/stat") as f:
             v = [int(x) for x in f.readline().split()[1:]]
         return v[0] + v[1] + v[2] + v[5] + v[6], v[7] if len(v) > 7 else 0
+
     try:
         a = read()
         time.sleep(window_s)
@@ -100,15 +170,23 @@ def busy_cores(window_s: float = 2.0) -> float:
 
 
 def machine(load_before: str, busy_before: float, load_after: str, busy_after: float) -> str:
-    rows = [("CPU", cpu_model() + hypervisor()), ("cores", str(os.cpu_count())), ("RAM", ram()),
-            ("kernel", f"{platform.system()} {platform.release()}"),
-            ("Python", f"{platform.python_version()} ({sys.executable})"),
-            ("memscope", package_version("memscope")), ("torch", package_version("torch")),
-            ("memray", package_version("memray")), ("scalene", package_version("scalene")),
-            ("ipykernel / ipywidgets / anywidget / bokeh",
-             " / ".join(package_version(p) for p in ("ipykernel", "ipywidgets", "anywidget", "bokeh"))),
-            ("load average (1, 5, 15 min) before / after", f"{load_before} / {load_after}"),
-            ("cores busy just before / just after (2 s, whole machine)", f"{busy_before:.2f} / {busy_after:.2f}")]
+    rows = [
+        ("CPU", cpu_model() + hypervisor()),
+        ("cores", str(os.cpu_count())),
+        ("RAM", ram()),
+        ("kernel", f"{platform.system()} {platform.release()}"),
+        ("Python", f"{platform.python_version()} ({sys.executable})"),
+        ("memscope", package_version("memscope")),
+        ("torch", package_version("torch")),
+        ("memray", package_version("memray")),
+        ("scalene", package_version("scalene")),
+        (
+            "ipykernel / ipywidgets / anywidget / bokeh",
+            " / ".join(package_version(p) for p in ("ipykernel", "ipywidgets", "anywidget", "bokeh")),
+        ),
+        ("load average (1, 5, 15 min) before / after", f"{load_before} / {load_after}"),
+        ("cores busy just before / just after (2 s, whole machine)", f"{busy_before:.2f} / {busy_after:.2f}"),
+    ]
     return "\n".join(["| machine | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows])
 
 
@@ -202,8 +280,7 @@ def _exporter(r: dict[str, str]) -> tuple[str, bool | None]:
 
 TARGETS: list[Target] = [
     ("Overhead: median loop-time ratio, memscope / plain", "≤ 1.02", "overhead", _overhead),
-    ("Overhead: median wall-time ratio of the whole command, memscope / plain", "≤ 1.02", "overhead",
-     _overhead_wall),
+    ("Overhead: median wall-time ratio of the whole command, memscope / plain", "≤ 1.02", "overhead", _overhead_wall),
     ("Overhead: median CPU-time ratio, (training + memscope) / plain", "(reported)", "overhead", _overhead_cpu),
     ("Sampler: 10 Hz RSS + PSS every 2 s, 16-process tree", "< 3 % of one core", "sampler", _sampler),
     ("Day-long run: memscope's own memory", "≤ 100 MB", "dayrun", _memory),
@@ -274,8 +351,9 @@ def run_bench(b: Bench, quick: bool, workdir: str, say: Callable[[str], None]) -
     say(f"== {b.name}: {' '.join(os.path.relpath(c, REPO) if c.startswith(REPO) else c for c in cmd[1:])}")
     t0 = time.perf_counter()
     try:
-        p = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=None, text=True,
-                           timeout=QUICK_TIMEOUT_S if quick else None)
+        p = subprocess.run(
+            cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=None, text=True, timeout=QUICK_TIMEOUT_S if quick else None
+        )
     except subprocess.TimeoutExpired as exc:
         out_text = exc.stdout.decode("utf-8", "replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         p = subprocess.CompletedProcess(cmd, 124, out_text)
@@ -304,8 +382,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="every benchmark's smoke version (CI)")
     ap.add_argument("--only", nargs="+", choices=[b.name for b in BENCHES], help="run only these")
-    ap.add_argument("--out", default=None, help=f"where to write the report (default: {DEFAULT_OUT}; with "
-                                                "--quick, nowhere unless given)")
+    ap.add_argument(
+        "--out",
+        default=None,
+        help=f"where to write the report (default: {DEFAULT_OUT}; with --quick, nowhere unless given)",
+    )
     ns = ap.parse_args(argv)
     out = ns.out or (None if ns.quick else DEFAULT_OUT)
     benches = [b for b in BENCHES if (not ns.only or b.name in ns.only) and not (ns.quick and b.quick is None)]
@@ -325,14 +406,25 @@ def main(argv: list[str] | None = None) -> int:
                 failed.append(b.name)
             reports[b.name] = text
             cmd = f"python benchmarks/{b.script} {' '.join((b.quick or []) if ns.quick else b.full)}".rstrip()
-            sections.append(f"## {b.title}\n\n{b.what}\n\n`{cmd}` ({dt:.0f} s, load average after: {load()})\n\n"
-                            f"{_demote(text).strip()}\n")
+            sections.append(
+                f"## {b.title}\n\n{b.what}\n\n`{cmd}` ({dt:.0f} s, load average after: {load()})\n\n"
+                f"{_demote(text).strip()}\n"
+            )
     load_after, busy_after = load(), busy_cores()
-    doc = ["# memscope benchmarks", "",
-           f"Written by `python benchmarks/run_all.py{' --quick' if ns.quick else ''}` on {started}. "
-           "No figure here is asserted by a test; CI runs the smoke version of each (`--quick`).", "",
-           machine(load_before, busy_before, load_after, busy_after), "",
-           "## Targets", "", targets_table(reports, ns.quick), "", NOTES] + sections
+    doc = [
+        "# memscope benchmarks",
+        "",
+        f"Written by `python benchmarks/run_all.py{' --quick' if ns.quick else ''}` on {started}. "
+        "No figure here is asserted by a test; CI runs the smoke version of each (`--quick`).",
+        "",
+        machine(load_before, busy_before, load_after, busy_after),
+        "",
+        "## Targets",
+        "",
+        targets_table(reports, ns.quick),
+        "",
+        NOTES,
+    ] + sections
     text = "\n".join(doc)
     if out:
         with open(out, "w") as f:

@@ -19,6 +19,7 @@ Then the sustained cost: on the 16-process tree, 10 Hz RSS rounds + a PSS round 
 Every process started is killed at the end (its process group), on errors, Ctrl-C and SIGTERM too; the
 tree's processes also die on their own if this script dies (stdin EOF for the root, PDEATHSIG for children).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -107,7 +108,10 @@ class Tree:
     def start(self, timeout: float = 120.0) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", TREE_SCRIPT, self.flavour, str(self.n), str(MB_PER_PROC)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
         LIVE.append(self)
         assert self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
@@ -119,7 +123,7 @@ class Tree:
         if self.proc is None:
             return
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)   # start_new_session: pgid == root pid, children inherit it
+            os.killpg(self.proc.pid, signal.SIGKILL)  # start_new_session: pgid == root pid, children inherit it
         except ProcessLookupError:
             pass
         for f in (self.proc.stdin, self.proc.stdout):
@@ -154,7 +158,7 @@ def pids_in_group(pgid: int) -> list[int]:
                     data = f.read()
             except OSError:
                 continue
-            rest = data[data.rindex(b")") + 2:].split()
+            rest = data[data.rindex(b")") + 2 :].split()
             if int(rest[2]) == pgid and rest[0] not in (b"Z", b"X"):
                 out.append(int(name))
     return out
@@ -207,8 +211,8 @@ class Row:
     maps_child: int
     rss: Timing
     pss: Timing
-    disc: Timing        # discover(): incremental (foreign processes listed last time are not read again)
-    disc_full: Timing   # discover(full=True): every process on the machine read (every 2 s, and at a stop)
+    disc: Timing  # discover(): incremental (foreign processes listed last time are not read again)
+    disc_full: Timing  # discover(full=True): every process on the machine read (every 2 s, and at a stop)
 
 
 def measure(tree: Tree, reps_rss: int, reps_pss: int, reps_disc: int) -> Row:
@@ -225,8 +229,9 @@ def measure(tree: Tree, reps_rss: int, reps_pss: int, reps_disc: int) -> Row:
     pss = time_calls(sampler.pss_round, reps_pss)
     disc = time_calls(sampler.discover, reps_disc)
     disc_full = time_calls(lambda: sampler.discover(full=True), reps_disc)
-    return Row(tree.flavour, tree.n, count_maps(tree.pid), count_maps(kids[0]) if kids else 0, rss, pss, disc,
-               disc_full)
+    return Row(
+        tree.flavour, tree.n, count_maps(tree.pid), count_maps(kids[0]) if kids else 0, rss, pss, disc, disc_full
+    )
 
 
 @dataclass
@@ -239,14 +244,23 @@ class Sustained:
     cpu_by_kind: dict[str, float]
 
 
-def sustained(tree: Tree, seconds: float, rss_hz: float = 10.0, pss_every: float = 2.0,
-              disc_every: float = 0.5, budget: float | None = None) -> Sustained:
+def sustained(
+    tree: Tree,
+    seconds: float,
+    rss_hz: float = 10.0,
+    pss_every: float = 2.0,
+    disc_every: float = 0.5,
+    budget: float | None = None,
+) -> Sustained:
     """``budget``: space PSS rounds as memscope's run does (at least ``pss_every``, and at most ``budget`` of a
     core: the period grows to the round's CPU cost / budget)."""
     sampler = TreeSampler(tree.pid, emit=lambda r: None, clock=time.monotonic, marker=None)
     sampler.discover()
-    jobs = {"rss": (sampler.rss_round, 1.0 / rss_hz), "pss": (sampler.pss_round, pss_every),
-            "discover": (sampler.discover, disc_every)}
+    jobs = {
+        "rss": (sampler.rss_round, 1.0 / rss_hz),
+        "pss": (sampler.pss_round, pss_every),
+        "discover": (sampler.discover, disc_every),
+    }
     rounds = {k: 0 for k in jobs}
     cpu_by = {k: 0.0 for k in jobs}
     w0, c0 = time.perf_counter(), time.thread_time()
@@ -267,7 +281,7 @@ def sustained(tree: Tree, seconds: float, rss_hz: float = 10.0, pss_every: float
                     period = max(pss_every, cost / budget)
                     jobs[k] = (fn, period)
                 due[k] += period
-                while due[k] <= now:      # never burst to catch up
+                while due[k] <= now:  # never burst to catch up
                     due[k] += period
         nxt = min(min(due.values()), end)
         delay = nxt - time.perf_counter()
@@ -294,39 +308,67 @@ def machine() -> list[str]:
 
 def _sustained_line(sus: Sustained, what: str, note: str = "") -> str:
     pct = 100.0 * sus.cpu_s / sus.wall_s
-    parts = ", ".join(f"{k} {sus.rounds[k]} rounds = {100.0 * sus.cpu_by_kind[k] / sus.wall_s:.2f}%"
-                      for k in ("rss", "pss", "discover"))
+    parts = ", ".join(
+        f"{k} {sus.rounds[k]} rounds = {100.0 * sus.cpu_by_kind[k] / sus.wall_s:.2f}%"
+        for k in ("rss", "pss", "discover")
+    )
     return f"{what}: **{pct:.2f}% of one core** ({note}{sus.cpu_s * 1e3:.0f} ms CPU; {parts})."
 
 
-def report(rows: list[Row], sus: Sustained | None, args: argparse.Namespace, reps: tuple[int, int, int],
-           sus_torch: Sustained | None = None) -> str:
+def report(
+    rows: list[Row],
+    sus: Sustained | None,
+    args: argparse.Namespace,
+    reps: tuple[int, int, int],
+    sus_torch: Sustained | None = None,
+) -> str:
     out = ["# memscope tree sampler cost", ""]
     out += machine()
-    out += [f"- Repetitions per row: rss_round {reps[0]}, pss_round {reps[1]}, discover {reps[2]}"
-             f"{' (--quick)' if args.quick else ''}; each process holds ~{MB_PER_PROC} MB of touched memory", ""]
-    out += ["CPU = `time.thread_time()` of the calling thread (user + system); wall = `time.perf_counter()`. "
-            "All times in ms per round (whole tree).", ""]
-    out += ["| tree | processes | maps/proc (root, child) | RSS round CPU ms median / p95 | "
-            "PSS round CPU ms median / p95 | PSS CPU ms per process (median) | discover CPU ms median, "
-            "incremental / full | RSS / PSS / discover wall ms median |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    out += [
+        f"- Repetitions per row: rss_round {reps[0]}, pss_round {reps[1]}, discover {reps[2]}"
+        f"{' (--quick)' if args.quick else ''}; each process holds ~{MB_PER_PROC} MB of touched memory",
+        "",
+    ]
+    out += [
+        "CPU = `time.thread_time()` of the calling thread (user + system); wall = `time.perf_counter()`. "
+        "All times in ms per round (whole tree).",
+        "",
+    ]
+    out += [
+        "| tree | processes | maps/proc (root, child) | RSS round CPU ms median / p95 | "
+        "PSS round CPU ms median / p95 | PSS CPU ms per process (median) | discover CPU ms median, "
+        "incremental / full | RSS / PSS / discover wall ms median |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         out.append(
             f"| {r.flavour} | {r.n} | {r.maps_root}, {r.maps_child if r.n > 1 else '-'} | "
             f"{median(r.rss.cpu_ms):.3f} / {p95(r.rss.cpu_ms):.3f} | "
             f"{median(r.pss.cpu_ms):.2f} / {p95(r.pss.cpu_ms):.2f} | "
             f"{median(r.pss.cpu_ms) / r.n:.3f} | {median(r.disc.cpu_ms):.3f} / {median(r.disc_full.cpu_ms):.3f} | "
-            f"{median(r.rss.wall_ms):.3f} / {median(r.pss.wall_ms):.2f} / {median(r.disc.wall_ms):.3f} |")
+            f"{median(r.rss.wall_ms):.3f} / {median(r.pss.wall_ms):.2f} / {median(r.disc.wall_ms):.3f} |"
+        )
     out.append("")
     if sus is not None:
-        out += [_sustained_line(sus, f"**Sustained** ({sus.n}-process plain tree, 10 Hz RSS + PSS every 2 s + "
-                                     f"discover every 0.5 s, {sus.wall_s:.1f} s on one thread)"), ""]
+        out += [
+            _sustained_line(
+                sus,
+                f"**Sustained** ({sus.n}-process plain tree, 10 Hz RSS + PSS every 2 s + "
+                f"discover every 0.5 s, {sus.wall_s:.1f} s on one thread)",
+            ),
+            "",
+        ]
     if sus_torch is not None:
-        out += [_sustained_line(sus_torch, f"**Sustained, as a run samples** ({sus_torch.n}-process torch tree, "
-                                           "RSS every 0.2 s with the fast series, discover every 0.5 s, PSS every 2 s "
-                                           f"or slower under its 1.5 % budget, {sus_torch.wall_s:.1f} s)",
-                                "target < 3 %; "), ""]
+        out += [
+            _sustained_line(
+                sus_torch,
+                f"**Sustained, as a run samples** ({sus_torch.n}-process torch tree, "
+                "RSS every 0.2 s with the fast series, discover every 0.5 s, PSS every 2 s "
+                f"or slower under its 1.5 % budget, {sus_torch.wall_s:.1f} s)",
+                "target < 3 %; ",
+            ),
+            "",
+        ]
     return "\n".join(out)
 
 
@@ -378,15 +420,16 @@ def main(argv: list[str] | None = None) -> int:
                     # CPU budget). This is the issue's bar: < 3 % of a core on a 16-process torch tree.
                     from memscope.session.sampling import PSS_CPU_BUDGET
 
-                    print(f"[{flavour} x{n}] sustained load, memscope's schedule, for {sus_s:.0f} s...",
-                          file=sys.stderr)
+                    print(
+                        f"[{flavour} x{n}] sustained load, memscope's schedule, for {sus_s:.0f} s...", file=sys.stderr
+                    )
                     sus_torch = sustained(tree, max(sus_s, 8.0), rss_hz=5.0, budget=PSS_CPU_BUDGET)
             finally:
                 pgid = tree.pid
                 tree.stop()
                 deadline = time.monotonic() + 10
                 while (left := pids_in_group(pgid)) and time.monotonic() < deadline:
-                    time.sleep(0.05)   # SIGKILLed processes take a moment to tear down their memory
+                    time.sleep(0.05)  # SIGKILLed processes take a moment to tear down their memory
                 if left:
                     print(f"warning: processes still alive in group {pgid}: {left}", file=sys.stderr)
     except KeyboardInterrupt:

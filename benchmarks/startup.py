@@ -16,6 +16,7 @@
    (``memscope.magic``, ``memscope.session``, ``memscope.ui.dashboard``) in an interpreter that has already
    imported IPython and ipykernel, as a kernel has, with the largest packages they pull in.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -101,8 +102,7 @@ def kernel_trial(workdir: str, sleeper: str, say) -> dict[str, Any]:
                     n = _points((c.get("data") or {}).get("state") or {})
                     if n:
                         r["first_point"], r["points"] = _ts(m), n
-                elif t == "status" and m["parent_header"].get("msg_id") == msg_id and \
-                        c["execution_state"] == "idle":
+                elif t == "status" and m["parent_header"].get("msg_id") == msg_id and c["execution_state"] == "idle":
                     r["idle"], idle = _ts(m), True
                 if idle and (r["first_point"] is not None or not want_point):
                     break
@@ -118,8 +118,10 @@ def kernel_trial(workdir: str, sleeper: str, say) -> dict[str, Any]:
             out[f"{key}_first_point_s"] = r["first_point"] - r["start"]
             out[f"{key}_cell_s"] = r["idle"] - r["start"]
             out[f"{key}_points"] = r["points"]
-            say(f"  {key}: cell returned in {out[f'{key}_cell_s']:.3f} s, first point sent at "
-                f"{out[f'{key}_first_point_s']:.3f} s")
+            say(
+                f"  {key}: cell returned in {out[f'{key}_cell_s']:.3f} s, first point sent at "
+                f"{out[f'{key}_first_point_s']:.3f} s"
+            )
             cell("run.wait(30); None", timeout=40)
     finally:
         kc.stop_channels()
@@ -133,8 +135,13 @@ def importtime(code: str, preload: str = "") -> tuple[float, list[tuple[str, flo
     ``python -X importtime`` in a fresh interpreter; modules ``preload`` imported before are not counted. A
     package's figure is the largest cumulative time of any of its modules (nested packages overlap)."""
     src = (preload + "\n" if preload else "") + "import sys; sys.stderr.write('--MARK--\\n')\n" + code
-    p = subprocess.run([sys.executable, "-X", "importtime", "-c", src], capture_output=True, text=True,
-                       cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
+    p = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", src],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=REPO),
+    )
     if p.returncode != 0:
         raise RuntimeError(f"{code!r} failed: {p.stderr[-500:]}")
     after = p.stderr.split("--MARK--\n", 1)[-1]
@@ -145,7 +152,7 @@ def importtime(code: str, preload: str = "") -> tuple[float, list[tuple[str, flo
         if not m:
             continue
         cum = int(m.group(2)) / 1e6
-        if not m.group(3):     # a top-level import (not nested under another)
+        if not m.group(3):  # a top-level import (not nested under another)
             total += cum
         root = m.group(4).split(".")[0]
         pkgs[root] = max(pkgs.get(root, 0.0), cum)
@@ -153,21 +160,30 @@ def importtime(code: str, preload: str = "") -> tuple[float, list[tuple[str, flo
 
 
 def wall(code: str, preload: str = "") -> float:
-    src = (preload + "\n" if preload else "") + \
-        f"import time; t = time.perf_counter()\n{code}\nprint(time.perf_counter() - t)"
-    p = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, cwd=REPO,
-                       env=dict(os.environ, PYTHONPATH=REPO))
+    src = (
+        preload + "\n" if preload else ""
+    ) + f"import time; t = time.perf_counter()\n{code}\nprint(time.perf_counter() - t)"
+    p = subprocess.run(
+        [sys.executable, "-c", src], capture_output=True, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO)
+    )
     return float(p.stdout.strip().splitlines()[-1])
 
 
 # -- report -----------------------------------------------------------------------------------------------------
 def machine() -> list[tuple[str, str]]:
-    return [("CPU", cpu_model() + hypervisor()), ("cores", str(os.cpu_count())), ("RAM", ram()),
-            ("kernel", f"{platform.system()} {platform.release()}"), ("Python", platform.python_version()),
-            ("memscope", package_version("memscope")), ("ipykernel", package_version("ipykernel")),
-            ("ipywidgets", package_version("ipywidgets")), ("anywidget", package_version("anywidget")),
-            ("bokeh", package_version("bokeh")),
-            ("load average at start", " ".join(f"{x:.2f}" for x in os.getloadavg()))]
+    return [
+        ("CPU", cpu_model() + hypervisor()),
+        ("cores", str(os.cpu_count())),
+        ("RAM", ram()),
+        ("kernel", f"{platform.system()} {platform.release()}"),
+        ("Python", platform.python_version()),
+        ("memscope", package_version("memscope")),
+        ("ipykernel", package_version("ipykernel")),
+        ("ipywidgets", package_version("ipywidgets")),
+        ("anywidget", package_version("anywidget")),
+        ("bokeh", package_version("bokeh")),
+        ("load average at start", " ".join(f"{x:.2f}" for x in os.getloadavg())),
+    ]
 
 
 def _range(xs: list[float], fmt: str = "{:.3f}") -> str:
@@ -184,24 +200,33 @@ def report(trials: list[dict[str, Any]], imp: dict[str, Any], load_end: tuple) -
     lines += [f"| {k} | {v} |" for k, v in machine()]
     lines += [f"| load average at end | {' '.join(f'{x:.2f}' for x in load_end)} |", ""]
     g = lambda k: [t[k] for t in trials if k in t]  # noqa: E731
-    lines += ["| in a kernel (kernel-side timestamps) | |", "|---|---|",
-              f"| **`%memscope` to the first point sent to the chart**, first run in the kernel | "
-              f"**{_range(g('cold_first_point_s'))}** |",
-              f"| the same, second run in the same kernel | **{_range(g('warm_first_point_s'))}** |",
-              f"| the `%memscope` cell returns, first / second run | {_range(g('cold_cell_s'))} / "
-              f"{_range(g('warm_cell_s'))} |",
-              f"| points in that first message, first / second run | "
-              f"{', '.join(str(x) for x in g('cold_points'))} / {', '.join(str(x) for x in g('warm_points'))} |",
-              f"| `%load_ext memscope` | {_range(g('load_ext_s'))} |",
-              f"| (the kernel itself starting, not memscope) | {_range(g('kernel_ready_s'), '{:.2f}')} |", ""]
-    lines += ["| import times (fresh interpreter each) | |", "|---|---|",
-              f"| `import memscope` (-X importtime, cumulative) | {_range(imp['memscope_it'], '{:.4f}')} |",
-              f"| `import memscope` (wall, perf_counter around it) | {_range(imp['memscope_wall'], '{:.4f}')} |",
-              f"| the magic's imports after IPython + ipykernel ({MAGIC_IMPORTS.replace('import ', '')}), wall | "
-              f"{_range(imp['magic_wall'])} |",
-              f"| the same, -X importtime (cumulative over the top-level imports) | {_range(imp['magic_it'])} |",
-              "| largest packages the magic's imports pull in (-X importtime, one run; nested ones overlap) | " +
-              ", ".join(f"{n} {s * 1e3:.0f} ms" for n, s in imp["magic_top"][:8]) + " |", ""]
+    lines += [
+        "| in a kernel (kernel-side timestamps) | |",
+        "|---|---|",
+        f"| **`%memscope` to the first point sent to the chart**, first run in the kernel | "
+        f"**{_range(g('cold_first_point_s'))}** |",
+        f"| the same, second run in the same kernel | **{_range(g('warm_first_point_s'))}** |",
+        f"| the `%memscope` cell returns, first / second run | {_range(g('cold_cell_s'))} / "
+        f"{_range(g('warm_cell_s'))} |",
+        f"| points in that first message, first / second run | "
+        f"{', '.join(str(x) for x in g('cold_points'))} / {', '.join(str(x) for x in g('warm_points'))} |",
+        f"| `%load_ext memscope` | {_range(g('load_ext_s'))} |",
+        f"| (the kernel itself starting, not memscope) | {_range(g('kernel_ready_s'), '{:.2f}')} |",
+        "",
+    ]
+    lines += [
+        "| import times (fresh interpreter each) | |",
+        "|---|---|",
+        f"| `import memscope` (-X importtime, cumulative) | {_range(imp['memscope_it'], '{:.4f}')} |",
+        f"| `import memscope` (wall, perf_counter around it) | {_range(imp['memscope_wall'], '{:.4f}')} |",
+        f"| the magic's imports after IPython + ipykernel ({MAGIC_IMPORTS.replace('import ', '')}), wall | "
+        f"{_range(imp['magic_wall'])} |",
+        f"| the same, -X importtime (cumulative over the top-level imports) | {_range(imp['magic_it'])} |",
+        "| largest packages the magic's imports pull in (-X importtime, one run; nested ones overlap) | "
+        + ", ".join(f"{n} {s * 1e3:.0f} ms" for n, s in imp["magic_top"][:8])
+        + " |",
+        "",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -8,6 +8,7 @@ saw it: the run's processes gone (psutil, polled every 10 ms) and the verdict ca
 (polled by Playwright, so an upper bound). Then it interrupts the sleep (the kernel's interrupt, as ■) and goes on. Needs Debian's chromium (/usr/bin/chromium) and playwright; reuses tests/test_browser.py's
 helpers. Not part of run_all.py (no browser there).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,10 @@ def measure(app: str, rounds: int, port: int) -> list[tuple[float, float]]:
                     assert all(T._running(p) for p in pids), pids
                     # The click's own time, taken in the page (Playwright's click() returns late on a busy machine);
                     # the processes' end, seen by a poller started before it. Both on the epoch clock.
-                    page.evaluate("() => document.addEventListener('click', () => { window.__clickAt = Date.now(); },"
-                                  " { capture: true, once: true })")
+                    page.evaluate(
+                        "() => document.addEventListener('click', () => { window.__clickAt = Date.now(); },"
+                        " { capture: true, once: true })"
+                    )
                     gone_at: list[float] = []
                     poller = threading.Thread(target=lambda: gone_at.append(_gone_at(pids, 10.0)))
                     poller.start()
@@ -74,8 +77,11 @@ def measure(app: str, rounds: int, port: int) -> list[tuple[float, float]]:
                     gone = gone_at[0] - click_at
                     card = card_at - click_at
                     busy = "BUSY DONE" not in T._cell(page, 2).locator(".jp-OutputArea").inner_text()
-                    print(f"{app} round {i + 1}: pids {pids}: processes gone {gone:.3f} s, card seen "
-                          f"{card:.3f} s after the click; sleep still running: {busy}", flush=True)
+                    print(
+                        f"{app} round {i + 1}: pids {pids}: processes gone {gone:.3f} s, card seen "
+                        f"{card:.3f} s after the click; sleep still running: {busy}",
+                        flush=True,
+                    )
                     out.append((gone, card))
                     T.interrupt(page)  # the measurement is done: end the sleep, as ■ does
                     T.wait_output(page, 2, "KeyboardInterrupt", timeout=30)
@@ -94,8 +100,10 @@ def main() -> None:
         res = measure(app, ns.rounds, 8911 + k)
         gone = [g for g, _ in res]
         card = [c for _, c in res]
-        print(f"{app}: Stop while busy, median of {len(res)}: processes gone {statistics.median(gone):.3f} s "
-              f"(max {max(gone):.3f}), verdict card {statistics.median(card):.3f} s (max {max(card):.3f})")
+        print(
+            f"{app}: Stop while busy, median of {len(res)}: processes gone {statistics.median(gone):.3f} s "
+            f"(max {max(gone):.3f}), verdict card {statistics.median(card):.3f} s (max {max(card):.3f})"
+        )
 
 
 if __name__ == "__main__":

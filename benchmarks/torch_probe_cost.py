@@ -12,6 +12,7 @@ benchmarks/train_loop.py for scale (BENCHMARKS.md: about 9 s on the development 
 Not measurable here (no GPU): the CUDA sampling (memory_stats per device every 2 s on the probes' thread) and
 history recording (PyTorch documents ~2 us per allocation for Python stacks).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -64,8 +65,7 @@ def main() -> None:
     print(f"python {sys.version.split()[0]}, torch {torch.__version__}")
     print(f"at torch import (queue the CUDA hook): {on_torch * 1e6:.0f} us, once per process")
     print(f"at torch._dynamo import (patch the callback handler): {patch * 1e6:.0f} us, once per process")
-    print(f"per compilation (two messages): {(patched - plain) * 1e6:.1f} us "
-          f"({ch.sent} messages sent while timing)")
+    print(f"per compilation (two messages): {(patched - plain) * 1e6:.1f} us ({ch.sent} messages sent while timing)")
     print("per training step: nothing (no hook on a per-step path; CUDA never initialised: no sampling)")
 
 

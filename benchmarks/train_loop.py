@@ -15,6 +15,7 @@ torch import, building the data and the training workers' start-up are excluded.
     python benchmarks/train_loop.py                 # the full loop (~10-15 s on 2 cores)
     python benchmarks/train_loop.py --steps 60      # a short one (CI smoke)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,10 +25,12 @@ import time
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=int(os.environ.get("TRAIN_LOOP_STEPS", 350)),
-                    help="training steps in all (350)")
-    ap.add_argument("--steps-per-epoch", type=int, default=70,
-                    help="steps per epoch; a validation pass after each (70)")
+    ap.add_argument(
+        "--steps", type=int, default=int(os.environ.get("TRAIN_LOOP_STEPS", 350)), help="training steps in all (350)"
+    )
+    ap.add_argument(
+        "--steps-per-epoch", type=int, default=70, help="steps per epoch; a validation pass after each (70)"
+    )
     ap.add_argument("--val-batches", type=int, default=8, help="batches per validation pass (8)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--workers", type=int, default=2)
@@ -73,17 +76,34 @@ def main() -> None:
     g = torch.Generator().manual_seed(args.seed + 1)
     train_x, train_y = make(args.steps_per_epoch * args.batch_size, g)  # one epoch = steps_per_epoch
     val_x, val_y = make(args.val_batches * args.batch_size * 2, g)
-    loader_kw = dict(batch_size=args.batch_size, num_workers=args.workers,
-                     persistent_workers=args.workers > 0)
-    train = DataLoader(Images(train_x, train_y, augment=True), shuffle=True, drop_last=True,
-                       generator=torch.Generator().manual_seed(args.seed + 2), **loader_kw)
-    val = DataLoader(Images(val_x, val_y, augment=False), batch_size=args.batch_size * 2,
-                     num_workers=args.workers, persistent_workers=args.workers > 0)
+    loader_kw = dict(batch_size=args.batch_size, num_workers=args.workers, persistent_workers=args.workers > 0)
+    train = DataLoader(
+        Images(train_x, train_y, augment=True),
+        shuffle=True,
+        drop_last=True,
+        generator=torch.Generator().manual_seed(args.seed + 2),
+        **loader_kw,
+    )
+    val = DataLoader(
+        Images(val_x, val_y, augment=False),
+        batch_size=args.batch_size * 2,
+        num_workers=args.workers,
+        persistent_workers=args.workers > 0,
+    )
 
     model = nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),   # 16x16
-        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),  # 8x8
-        nn.Flatten(), nn.Linear(32 * 8 * 8, 128), nn.ReLU(), nn.Linear(128, n_classes),
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.MaxPool2d(2),  # 16x16
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.MaxPool2d(2),  # 8x8
+        nn.Flatten(),
+        nn.Linear(32 * 8 * 8, 128),
+        nn.ReLU(),
+        nn.Linear(128, n_classes),
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
@@ -118,8 +138,10 @@ def main() -> None:
                 correct += int((out.argmax(1) == yb).sum())
                 total += len(yb)
         val_loss, val_acc = val_sum / total, correct / total
-        print(f"epoch {epoch} step {step}: train_loss {train_loss:.4f} val_loss {val_loss:.4f} "
-              f"val_acc {val_acc:.3f}", flush=True)
+        print(
+            f"epoch {epoch} step {step}: train_loss {train_loss:.4f} val_loss {val_loss:.4f} val_acc {val_acc:.3f}",
+            flush=True,
+        )
         epoch += 1
     t_last = time.perf_counter()
     print(f"FINAL train_loss={train_loss:.6f} val_loss={val_loss:.6f} val_acc={val_acc:.4f}", flush=True)

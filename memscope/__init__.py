@@ -1,9 +1,10 @@
 """memscope: a memory profiler for training runs.
 
-    import memscope
-    run = memscope.run(["train.py", "--epochs", "3"])   # starts in the background
-    run.wait(); print(run.summary()["exit"]["message"])
+import memscope
+run = memscope.run(["train.py", "--epochs", "3"])   # starts in the background
+run.wait(); print(run.summary()["exit"]["message"])
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
@@ -18,8 +19,24 @@ if TYPE_CHECKING:
 
 # The package's face: everything the README uses. Only this module, the CLI and the IPython extension import
 # lazily (the engine, the views and the exporter load when first used, so that `import memscope` stays cheap).
-__all__ = ["run", "attach", "last_run", "phase", "mark", "reopen", "open_snapshot", "cluster", "load_ipython_extension",
-           "Run", "Options", "LaunchError", "CensusError", "ScaleneError", "ClusterError", "__version__"]
+__all__ = [
+    "run",
+    "attach",
+    "last_run",
+    "phase",
+    "mark",
+    "reopen",
+    "open_snapshot",
+    "cluster",
+    "load_ipython_extension",
+    "Run",
+    "Options",
+    "LaunchError",
+    "CensusError",
+    "ScaleneError",
+    "ClusterError",
+    "__version__",
+]
 
 
 def run(command: Sequence[str] | str, **options: Any) -> "Run":
@@ -80,8 +97,14 @@ def open_snapshot(path: str) -> Any:
     return _open(path)
 
 
-def cluster(prometheus_url: str, *, run: str | None = None, job: str | None = None, since: str | float = "6h",
-            refresh_s: float = 5.0) -> Any:
+def cluster(
+    prometheus_url: str,
+    *,
+    run: str | None = None,
+    job: str | None = None,
+    since: str | float = "6h",
+    refresh_s: float = 5.0,
+) -> Any:
     """The whole job in a notebook, read from Prometheus: a chart per hostname/rank (PSS stacked by role), each
     node's leak verdict and exit cause, refreshed every ``refresh_s`` seconds until every node has ended.
 

@@ -1,4 +1,5 @@
 """memscope's exceptions, each meant to be shown as its one-line message (standard library only, layer 0)."""
+
 from __future__ import annotations
 
 

@@ -2,6 +2,7 @@
 
 Standard library only (layer 0): collectors, analysis, views and the CLI all use it.
 """
+
 from __future__ import annotations
 
 import os

@@ -11,6 +11,7 @@
 
 The cell returns at once; the dashboard follows the run. Bad input prints one line, never a traceback.
 """
+
 from __future__ import annotations
 
 import os

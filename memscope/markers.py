@@ -2,6 +2,7 @@
 
 Both are no-ops when the code is not running under memscope, so they can stay in a training script for good.
 """
+
 from __future__ import annotations
 
 import functools
@@ -24,11 +25,11 @@ def _send(kind: str, **data: Any) -> bool:
 class phase:
     """Label a stretch of the run, as a context manager or a decorator:
 
-        with memscope.phase("validation"):
-            evaluate(model)
+    with memscope.phase("validation"):
+        evaluate(model)
 
-        @memscope.phase("validation")
-        def evaluate(model): ...
+    @memscope.phase("validation")
+    def evaluate(model): ...
     """
 
     def __init__(self, name: str) -> None:
@@ -46,6 +47,7 @@ class phase:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             with phase(self.name):
                 return fn(*args, **kwargs)
+
         return wrapper  # type: ignore[return-value]
 
 

@@ -3,6 +3,7 @@
 Collectors produce them, the Recorder stores them, views and analysis consume them. Times are seconds since
 the run started (``t``), memory is bytes. Records are immutable so they can be shared across threads.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ class ProcMem:
     only; ``private`` (statm's resident - shared: the process's anonymous resident memory) is read every round,
     and ``est_pss`` / ``est_private`` carry the last PSS reading forward by the change of ``private`` since then
     (``collect/estimate.py``), so that every round has a tree total that adds up over a forked tree."""
+
     pid: int
     rss: int
     pss: int | None = None
@@ -37,13 +39,14 @@ class ProcMem:
     file: int | None = None
     swap: int | None = None
     private: int | None = None
-    est_pss: int | None = None       # PSS now: measured in a PSS round, carried forward in RSS rounds
-    est_private: int | None = None   # anonymous PSS + swap now, likewise: what a leak grows
+    est_pss: int | None = None  # PSS now: measured in a PSS round, carried forward in RSS rounds
+    est_private: int | None = None  # anonymous PSS + swap now, likewise: what a leak grows
 
 
 @dataclass(frozen=True)
 class TreeSample:
     """A sampling round over the whole tree. ``kind`` is "rss" (cheap, frequent) or "pss" (smaps_rollup)."""
+
     t: float
     kind: str
     procs: tuple[ProcMem, ...]
@@ -78,20 +81,22 @@ class TreeSample:
 @dataclass(frozen=True)
 class HostSample:
     """The host's memory and the run's cgroup at one moment."""
+
     t: float
     total: int
     available: int
     swap_total: int
     swap_used: int
-    limit: int | None            # the smallest memory limit that applies to the run (cgroup), None if none
+    limit: int | None  # the smallest memory limit that applies to the run (cgroup), None if none
     cgroup_usage: int | None
-    host_oom_kills: int | None   # /proc/vmstat oom_kill (cumulative)
-    cgroup_oom_kills: int | None # memory.events oom_kill / memory.oom_control oom_kill (cumulative)
+    host_oom_kills: int | None  # /proc/vmstat oom_kill (cumulative)
+    cgroup_oom_kills: int | None  # memory.events oom_kill / memory.oom_control oom_kill (cumulative)
 
 
 @dataclass(frozen=True)
 class ProcessSeen:
     """A process joined the tree (or its role became known)."""
+
     t: float
     pid: int
     ppid: int
@@ -104,15 +109,17 @@ class ProcessSeen:
 @dataclass(frozen=True)
 class ProcessExited:
     """A process of the tree ended."""
+
     t: float
     pid: int
-    exit_code: int | None     # None when the status could not be observed (not our child, reaped by another)
-    exit_signal: str | None   # "SIGSEGV", ...
+    exit_code: int | None  # None when the status could not be observed (not our child, reaped by another)
+    exit_signal: str | None  # "SIGSEGV", ...
 
 
 @dataclass(frozen=True)
 class Event:
     """Anything else: agent hello, exception, fault, stop request, output marks. ``data`` is JSON-able."""
+
     t: float
     pid: int | None
     kind: str
@@ -122,6 +129,7 @@ class Event:
 @dataclass(frozen=True)
 class RunEnded:
     """The run ended; ``summary`` is its summary."""
+
     t: float
     summary: dict[str, Any]
 
@@ -137,8 +145,9 @@ SUMMARY_SCHEMA = "memscope.summary/1"
 
 class ExitInfo(TypedDict):
     """Why the run ended (analysis/exit_cause.py): the cause, the status, and one message for a person."""
-    cause: str            # ok | exception | cuda_oom | oom_kill | killed | segfault | abort | bus_error |
-                          # worker_crash | stopped_by_user | exit_nonzero | unknown | running | detached
+
+    cause: str  # ok | exception | cuda_oom | oom_kill | killed | segfault | abort | bus_error |
+    # worker_crash | stopped_by_user | exit_nonzero | unknown | running | detached
     code: int | None
     signal: str | None
     pid: int | None
@@ -148,6 +157,7 @@ class ExitInfo(TypedDict):
 
 class Peak(TypedDict):
     """The tree's peak: PSS at the RSS rate (a spike between PSS rounds is seen), RSS, and when."""
+
     tree_pss_bytes: int | None
     tree_rss_bytes: int
     at_s: float
@@ -156,12 +166,14 @@ class Peak(TypedDict):
 
 class Limit(TypedDict):
     """The limit the run is compared against and where it came from ("flag", "cgroup" or "host")."""
+
     bytes: int
     source: str
 
 
 class ProcessRow(TypedDict):
     """One process of the tree in the summary."""
+
     pid: int
     ppid: int
     role: str
@@ -175,7 +187,8 @@ class ProcessRow(TypedDict):
 
 class LeakInfo(TypedDict, total=False):
     """The leak verdict (analysis/leak.py's LeakVerdict as a dict), per role too."""
-    verdict: str          # leak | no_leak | insufficient_data
+
+    verdict: str  # leak | no_leak | insufficient_data
     slope_bytes_per_s: float | None
     baseline_start_bytes: int | None
     baseline_end_bytes: int | None
@@ -191,12 +204,14 @@ class LeakInfo(TypedDict, total=False):
 
 class AdviceLine(TypedDict):
     """One line of advice and what it is about."""
+
     topic: str
     text: str
 
 
 class Summary(TypedDict, total=False):
     """A run's summary. Keys are added, never renamed: records written by older memscope read with this."""
+
     schema: str
     run_id: str
     command: list[str]

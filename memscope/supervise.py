@@ -13,6 +13,7 @@ Everything here rests on what the kernel says, never on what a process says abou
 - **reaping**: ``os.wait4`` on the run's own pids, never ``wait(-1)``: in a notebook kernel the other children's
   statuses belong to whoever started them.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -32,8 +33,8 @@ _ANCESTRY_DEPTH = 64  # ppid chains are short; a bound keeps a loop of pid reuse
 
 _lock = threading.Lock()
 _subreaper_users = 0
-_launched: set[int] = set()   # run roots this process started (they are our children by fork, not orphans)
-_sole_launcher = False        # this process starts nothing but runs (the CLI): every orphan it gets is a run's
+_launched: set[int] = set()  # run roots this process started (they are our children by fork, not orphans)
+_sole_launcher = False  # this process starts nothing but runs (the CLI): every orphan it gets is a run's
 
 
 def _prctl_subreaper(on: bool) -> bool:
@@ -83,17 +84,28 @@ def supervised_runs() -> int:
         return _subreaper_users
 
 
-def launch(command: Sequence[str], cwd: str | None, env: Mapping[str, str],
-           output_files: tuple[str, str] | None = None) -> subprocess.Popen:
+def launch(
+    command: Sequence[str], cwd: str | None, env: Mapping[str, str], output_files: tuple[str, str] | None = None
+) -> subprocess.Popen:
     """Start ``command`` in a session of its own (raises OSError as Popen does). ``output_files``: its stdout and
     stderr go to these files (appended to), not to a pipe: a pipe's reader is memscope, and a notebook kernel that
     dies or restarts takes it along; the training's next print then raised BrokenPipeError (measured: a run that
     outlived its kernel died at its first print after it). A file has no reader to lose."""
-    fds = [os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-           for p in output_files] if output_files else [None, None]
+    fds = (
+        [os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600) for p in output_files]
+        if output_files
+        else [None, None]
+    )
     try:
-        proc = subprocess.Popen(list(command), cwd=cwd, env=dict(env), start_new_session=True,
-                                stdin=subprocess.DEVNULL if output_files else None, stdout=fds[0], stderr=fds[1])
+        proc = subprocess.Popen(
+            list(command),
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
+            stdin=subprocess.DEVNULL if output_files else None,
+            stdout=fds[0],
+            stderr=fds[1],
+        )
     finally:
         for fd in fds:
             if fd is not None:
@@ -114,12 +126,13 @@ class Membership:
     """How a process proves it is part of the run. ``session``: the run's session id (its root's pid) when
     memscope launched it in a session of its own; None when attached to a process it did not start."""
 
-    def __init__(self, root: int, *, session: int | None, marker: bytes | None, started_ticks: int | None,
-                 reparented: bool) -> None:
+    def __init__(
+        self, root: int, *, session: int | None, marker: bytes | None, started_ticks: int | None, reparented: bool
+    ) -> None:
         self.root = root
         self.session = session
         self.marker = marker
-        self.started_ticks = started_ticks   # the root's start time: an orphan of the run is younger
+        self.started_ticks = started_ticks  # the root's start time: an orphan of the run is younger
         self.reparented = reparented and LINUX
         self.signal_orphans = _sole_launcher  # whether a re-parented orphan proves enough to be signalled
 
@@ -235,14 +248,19 @@ def wait_root(pid: int) -> tuple[int | None, int | None]:
 class Supervisor:
     """Signals for one run: the group while the root is unreaped, then each member checked by start time."""
 
-    def __init__(self, root: int, attached: bool, members: Callable[[], dict[int, int]],
-                 root_reaped: Callable[[], bool],
-                 on_sent: Callable[[int, list[int], str], None] | None = None) -> None:
+    def __init__(
+        self,
+        root: int,
+        attached: bool,
+        members: Callable[[], dict[int, int]],
+        root_reaped: Callable[[], bool],
+        on_sent: Callable[[int, list[int], str], None] | None = None,
+    ) -> None:
         self.root = root
         self.attached = attached
-        self._members = members          # pid -> start time of the run's live processes
+        self._members = members  # pid -> start time of the run's live processes
         self._root_reaped = root_reaped
-        self.signalled: dict[int, list[str]] = {}   # pid -> signals sent, for the record
+        self.signalled: dict[int, list[str]] = {}  # pid -> signals sent, for the record
         # (signal, pids, to: "group" | "process" | "tree" | "leftovers"): what was really sent, for the verdict's
         # words (SIGINT alone often ends a run).
         self._on_sent = on_sent or (lambda sig, pids, to: None)
@@ -290,8 +308,9 @@ class Supervisor:
             self._on_sent(sig, ([group] if group is not None else []) + sent, "tree")
         return sent
 
-    def clean_leftovers(self, left: dict[int, int], stop_requested: str | None,
-                        announce: Callable[[list[int]], None]) -> dict[int, int]:
+    def clean_leftovers(
+        self, left: dict[int, int], stop_requested: str | None, announce: Callable[[list[int]], None]
+    ) -> dict[int, int]:
         """After the root: what of the run is still alive (pid -> start time) gets a moment to end, then SIGTERM,
         then SIGKILL (``announce(pids)`` first). Returns pid -> wait status of those memscope could reap (orphans
         re-parented to it are its children now; only these pids are waited for)."""

@@ -6,6 +6,7 @@ before any submodule) registers here what the lower layers call: the attachments
 Prometheus exporter when its options ask for one) and the HTML renderers of data objects shown in a notebook.
 Standard library only (layer 0).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Protocol

@@ -12,8 +12,9 @@ SCRIPTS = os.path.join(HERE, "scripts")
 # class and extension, as .ci/colab-kernelspec installs it into a replica of Colab's runtime).
 KERNEL = os.environ.get("MEMSCOPE_TEST_KERNEL", "python3")
 # CI's replica stages test the installed wheel, not this source tree: a file missing from the wheel must fail.
-if os.environ.get("MEMSCOPE_EXPECT_INSTALLED") and \
-        os.path.abspath(memscope.__file__).startswith(os.path.join(os.path.dirname(HERE), "memscope") + os.sep):
+if os.environ.get("MEMSCOPE_EXPECT_INSTALLED") and os.path.abspath(memscope.__file__).startswith(
+    os.path.join(os.path.dirname(HERE), "memscope") + os.sep
+):
     raise RuntimeError(f"memscope was imported from the source tree ({memscope.__file__}), not the installed wheel")
 
 
@@ -73,6 +74,7 @@ def alive(pids):
 def has_torch() -> bool:
     try:
         import torch  # noqa: F401
+
         return True
     except ImportError:
         return False

@@ -14,6 +14,7 @@ documented one, and says so by its options:
   ``raw_sentinel`` passes it as the raw 2**64-1 (old bindings), else as None (what nvidia-ml-py returns).
 Errors are nvidia-ml-py's own exception classes, so the collector meets what it would meet.
 """
+
 from __future__ import annotations
 
 import os
@@ -63,8 +64,12 @@ def parse_q(text: str) -> list[dict]:
                 dev["mig_mode"] = lines[i + 1].split(":", 1)[1].strip()
             elif ind == 4 and key == "MIG Device":
                 dev["mig"].append({"memory": {}})
-            elif ind == 8 and dev["mig"] and key in ("Index", "GPU Instance ID", "Compute Instance ID") \
-                    and _in_block(lines, i, "MIG Device"):
+            elif (
+                ind == 8
+                and dev["mig"]
+                and key in ("Index", "GPU Instance ID", "Compute Instance ID")
+                and _in_block(lines, i, "MIG Device")
+            ):
                 dev["mig"][-1][key] = int(value)
             elif key in ("FB Memory Usage", "Shared FB Memory Usage"):
                 target = dev["memory"] if ind == 4 else dev["mig"][-1]["memory"]
@@ -105,12 +110,24 @@ def parse_xml(path: str) -> list[dict]:
         mig = (gpu.findtext("mig_mode/current_mig") or "").strip()
         procs = []
         for p in gpu.iter("process_info"):
-            procs.append({"gi": _int(p.findtext("gpu_instance_id") or ""),
-                          "ci": _int(p.findtext("compute_instance_id") or ""), "pid": int(p.findtext("pid")), "type": p.findtext("type"),
-                          "used": _mib(p.findtext("used_memory") or "")})
-        out.append({"name": gpu.findtext("product_name"), "mig_mode": mig, "mig": [],
-                    "processes": procs,
-                    "memory": {k: _mib(fb.findtext(k) or "") for k in ("total", "reserved", "used", "free")}})
+            procs.append(
+                {
+                    "gi": _int(p.findtext("gpu_instance_id") or ""),
+                    "ci": _int(p.findtext("compute_instance_id") or ""),
+                    "pid": int(p.findtext("pid")),
+                    "type": p.findtext("type"),
+                    "used": _mib(p.findtext("used_memory") or ""),
+                }
+            )
+        out.append(
+            {
+                "name": gpu.findtext("product_name"),
+                "mig_mode": mig,
+                "mig": [],
+                "processes": procs,
+                "memory": {k: _mib(fb.findtext(k) or "") for k in ("total", "reserved", "used", "free")},
+            }
+        )
     return out
 
 
@@ -138,8 +155,15 @@ class FakeNvml:
     NVML_DEVICE_MIG_ENABLE = pynvml.NVML_DEVICE_MIG_ENABLE
     NVML_DEVICE_MIG_DISABLE = pynvml.NVML_DEVICE_MIG_DISABLE
 
-    def __init__(self, devices: list[dict], privileged: bool = True, v2: bool = True, not_available: bool = False,
-                 raw_sentinel: bool = False, driver_loaded: bool = True) -> None:
+    def __init__(
+        self,
+        devices: list[dict],
+        privileged: bool = True,
+        v2: bool = True,
+        not_available: bool = False,
+        raw_sentinel: bool = False,
+        driver_loaded: bool = True,
+    ) -> None:
         self.devices = devices
         self.privileged, self.v2, self.not_available, self.raw = privileged, v2, not_available, raw_sentinel
         self.driver_loaded = driver_loaded
@@ -178,8 +202,9 @@ class FakeNvml:
         if version:
             if not self.v2:
                 raise self._err(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
-            return SimpleNamespace(version=version, total=m["total"], reserved=m["reserved"], used=m["used"],
-                                   free=m["free"])
+            return SimpleNamespace(
+                version=version, total=m["total"], reserved=m["reserved"], used=m["used"], free=m["free"]
+            )
         # v1 on an R510+ driver: used is everything not free, the driver's reservation included.
         return SimpleNamespace(total=m["total"], free=m["free"], used=m["total"] - m["free"])
 
@@ -218,8 +243,11 @@ class FakeNvml:
             used = p.get("used")
             if self.not_available or used is None:
                 used = (1 << 64) - 1 if self.raw else None
-            out.append(SimpleNamespace(pid=p["pid"], usedGpuMemory=used, gpuInstanceId=p.get("gi"),
-                                       computeInstanceId=p.get("ci")))
+            out.append(
+                SimpleNamespace(
+                    pid=p["pid"], usedGpuMemory=used, gpuInstanceId=p.get("gi"), computeInstanceId=p.get("ci")
+                )
+            )
         return out
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: tuple) -> list[SimpleNamespace]:

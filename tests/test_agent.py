@@ -1,4 +1,5 @@
 """The agent inside the run: loaded everywhere, stdlib only, harmless when the collector is gone."""
+
 import os
 import socket
 import subprocess
@@ -55,8 +56,11 @@ def test_a_connection_without_the_token_is_dropped(start):
 
 def test_agent_imports_only_the_standard_library(tmp_path):
     code = "import sys, json; print(json.dumps(sorted(sys.modules)))"
-    agent_env = {protocol.ENV_SOCK: str(tmp_path / "none.sock"), protocol.ENV_TOKEN: "t",
-                 protocol.ENV_DIR: str(tmp_path)}
+    agent_env = {
+        protocol.ENV_SOCK: str(tmp_path / "none.sock"),
+        protocol.ENV_TOKEN: "t",
+        protocol.ENV_DIR: str(tmp_path),
+    }
     plain = dict(os.environ, PYTHONPATH=AGENT_SITE)
     with_agent = dict(plain, **agent_env)
     mods = []
@@ -66,8 +70,9 @@ def test_agent_imports_only_the_standard_library(tmp_path):
         mods.append(set(__import__("json").loads(out.stdout)))
     added = mods[1] - mods[0]
     assert "_memscope_agent" in added
-    foreign = [m for m in added if m.split(".")[0] not in sys.stdlib_module_names
-               and not m.startswith("_memscope_agent")]
+    foreign = [
+        m for m in added if m.split(".")[0] not in sys.stdlib_module_names and not m.startswith("_memscope_agent")
+    ]
     assert foreign == []
 
 

@@ -3,6 +3,7 @@ the chart's point count grows; a page reload still shows the whole history; Stop
 sleeps, ends the run's processes within 2 s and the verdict card appears before the sleep ends; re-running the cell
 leaves a slider of another cell alive; without comm subshells the click says "queued" and how to stop now.
 Saves screenshots (MEMSCOPE_SCREENSHOTS=dir keeps them)."""
+
 import json
 import os
 import re
@@ -119,8 +120,9 @@ def interrupt(page):
     with urllib.request.urlopen(urllib.request.Request(base, headers=auth), timeout=10) as r:
         kernels = json.load(r)
     for k in kernels:
-        urllib.request.urlopen(urllib.request.Request(f"{base}/{k['id']}/interrupt", data=b"", method="POST",
-                                                      headers=auth), timeout=10).close()
+        urllib.request.urlopen(
+            urllib.request.Request(f"{base}/{k['id']}/interrupt", data=b"", method="POST", headers=auth), timeout=10
+        ).close()
 
 
 def stop_while_busy(page, pids, busy, cause_cell, shots, name):
@@ -140,8 +142,9 @@ def stop_while_busy(page, pids, busy, cause_cell, shots, name):
     assert time.monotonic() - t0 < 20  # the 25 s sleep is still running
     page.screenshot(path=os.path.join(shots, name))
     # What the buttons said no longer applies once the run has ended: the note clears.
-    page.wait_for_function("() => [...document.querySelectorAll('.memscope-controls-note')].pop().textContent === ''",
-                           timeout=5_000)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.memscope-controls-note')].pop().textContent === ''", timeout=5_000
+    )
     interrupt(page)  # no need to wait out the sleep
     wait_output(page, busy, "KeyboardInterrupt", timeout=30)
     run_cell(page, cause_cell)
@@ -153,18 +156,38 @@ def _serve(tmp_path, app, cells, port):
     """Start `jupyter lab` or `jupyter notebook` (Notebook 7) on 127.0.0.1 with a token over a one-notebook root."""
     root = tmp_path / app
     root.mkdir(exist_ok=True)
-    nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
-                     "source": src} for i, src in enumerate(cells)],
-          "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
-          "nbformat": 4, "nbformat_minor": 5}
+    nb = {
+        "cells": [
+            {"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [], "source": src}
+            for i, src in enumerate(cells)
+        ],
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     (root / "run.ipynb").write_text(json.dumps(nb))
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / ".cfg"))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", app, "--no-browser", "--allow-root", f"--port={port}",
-         "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={root}",
-         "--LabApp.news_url=", f"--LabApp.workspaces_dir={root / '.ws'}",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        stdout=open(tmp_path / f"{app}.log", "w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            app,
+            "--no-browser",
+            "--allow-root",
+            f"--port={port}",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.token={TOKEN}",
+            f"--ServerApp.root_dir={root}",
+            "--LabApp.news_url=",
+            f"--LabApp.workspaces_dir={root / '.ws'}",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+        stdout=open(tmp_path / f"{app}.log", "w"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
     deadline = time.time() + 120
     while True:
         try:
@@ -203,9 +226,17 @@ def open_notebook(browser, url, width, height=1000):
 
 
 def _launch(p):
-    return p.chromium.launch(executable_path=CHROMIUM, args=[
-        "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"])
+    return p.chromium.launch(
+        executable_path=CHROMIUM,
+        args=[
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+        ],
+    )
 
 
 def test_dashboard_in_a_real_browser(lab, tmp_path):
@@ -290,8 +321,11 @@ def test_dashboard_in_notebook_7(tmp_path):
             run_cell(page, 0)
             page.wait_for_selector(".memscope-chart", timeout=90_000)
             # BokehJS loaded and drew: the chart's "loading…" line is gone (the plot itself is in a shadow root).
-            page.wait_for_function("() => { const s = document.querySelector('.memscope-chart-status');"
-                                   " return s !== null && s.style.display === 'none'; }", timeout=60_000)
+            page.wait_for_function(
+                "() => { const s = document.querySelector('.memscope-chart-status');"
+                " return s !== null && s.style.display === 'none'; }",
+                timeout=60_000,
+            )
             pids = run_pids(page, 1)
             time.sleep(max(0.0, 5.0 - (time.monotonic() - t_start)))  # the click lands ~6 s into the run
             stop_while_busy(page, pids, 2, 3, shots, "notebook7-stopped-while-busy.png")
@@ -307,9 +341,12 @@ def test_dashboard_in_notebook_7(tmp_path):
             census.click()
             wait_text(page, ".memscope-census", "since the census at", "(8,4,48,48)", ".detach()", timeout=60_000)
             page.locator(".memscope-btn-stop").last.click()
-            page.wait_for_function("() => { const v = [...document.querySelectorAll('.memscope-verdict')];"
-                                   " return v.length === 2 && v.every(e => e.textContent.includes('stopped_by_user'));"
-                                   " }", timeout=60_000)
+            page.wait_for_function(
+                "() => { const v = [...document.querySelectorAll('.memscope-verdict')];"
+                " return v.length === 2 && v.every(e => e.textContent.includes('stopped_by_user'));"
+                " }",
+                timeout=60_000,
+            )
             run_cell(page, 6)
             wait_output(page, 6, "CAUSE stopped_by_user")
             _cell(page, 4).scroll_into_view_if_needed()
@@ -392,8 +429,10 @@ def test_live_leak_verdict_before_the_run_ends(tmp_path):
     """Issue 12's bar in a real JupyterLab: %memscope of a script that keeps 1.5 MiB per 0.1 s under 250 MiB
     spikes, with memscope's default intervals; the status line says the memory grows while the run still runs,
     and the live fast series holds the spikes."""
-    cells = [f"%load_ext memscope\nrun = %memscope {script('leak_spikes.py')} --seconds 60",
-             "print('CAUSE', run.wait(90)['exit']['cause'])"]
+    cells = [
+        f"%load_ext memscope\nrun = %memscope {script('leak_spikes.py')} --seconds 60",
+        "print('CAUSE', run.wait(90)['exit']['cause'])",
+    ]
     proc, url = _serve(tmp_path, "lab", cells, PORT + 7)
     shots = os.environ.get("MEMSCOPE_SCREENSHOTS", str(tmp_path))
     try:

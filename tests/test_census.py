@@ -3,6 +3,7 @@
 Real runs: the census is asked of the main process's agent while it trains, twice; the second one names what
 accumulated. The diff and the advice are pure functions, tested on census dicts too.
 """
+
 import time
 
 import pytest
@@ -17,13 +18,26 @@ def _row(shape, count, grad_fn=0, dtype="float32", device="cpu"):
     n = 1
     for s in shape:
         n *= s
-    return {"device": device, "dtype": dtype, "shape": list(shape), "count": count, "bytes": 4 * n * count,
-            "grad_fn": grad_fn, "requires_grad": grad_fn}
+    return {
+        "device": device,
+        "dtype": dtype,
+        "shape": list(shape),
+        "count": count,
+        "bytes": 4 * n * count,
+        "grad_fn": grad_fn,
+        "requires_grad": grad_fn,
+    }
 
 
 def _census(rows, containers=(), t_s=1.0):
-    return {"t_s": t_s, "objects": 1000, "tensors": rows, "types": [], "containers": list(containers),
-            "tensor_bytes": sum(r["bytes"] for r in rows)}
+    return {
+        "t_s": t_s,
+        "objects": 1000,
+        "tensors": rows,
+        "types": [],
+        "containers": list(containers),
+        "tensor_bytes": sum(r["bytes"] for r in rows),
+    }
 
 
 @pytest.mark.skipif(not has_torch(), reason="needs torch")
@@ -97,13 +111,25 @@ def test_diff_and_advice_on_census_dicts():
 
 
 def test_advice_lines_follow_the_evidence():
-    base = {"exit": {"cause": "ok"}, "leak": {"verdict": "no_leak", "by_role": {}}, "spikes": [],
-            "processes": [{"role": "main", "peak_pss_bytes": 100 << 20, "peak_rss_bytes": 100 << 20}]}
+    base = {
+        "exit": {"cause": "ok"},
+        "leak": {"verdict": "no_leak", "by_role": {}},
+        "spikes": [],
+        "processes": [{"role": "main", "peak_pss_bytes": 100 << 20, "peak_rss_bytes": 100 << 20}],
+    }
     assert advise(base) == []
     crash = dict(base, exit={"cause": "worker_crash"})
     assert "num_workers=0" in advise(crash)[0]["text"]
-    leak = dict(base, leak={"verdict": "leak", "slope_bytes_per_s": 1 << 19, "time_to_limit_s": 1200, "pace": "slow",
-                            "by_role": {"dataloader_worker": {"verdict": "leak"}, "main": {"verdict": "no_leak"}}})
+    leak = dict(
+        base,
+        leak={
+            "verdict": "leak",
+            "slope_bytes_per_s": 1 << 19,
+            "time_to_limit_s": 1200,
+            "pace": "slow",
+            "by_role": {"dataloader_worker": {"verdict": "leak"}, "main": {"verdict": "no_leak"}},
+        },
+    )
     text = advise(leak)[0]["text"]
     assert "30 MiB/min (a slow leak) in the DataLoader workers" in text and "20 min" in text
     assert "copy-on-write" in text
@@ -114,9 +140,19 @@ def test_advice_lines_follow_the_evidence():
     cow = dict(base, leak=dict(leak["leak"], main_private={"verdict": "leak"}))
     assert "in the main process (its own private memory grows" in advise(cow)[0]["text"]
     # Workers: judged from what was alive together, not from the sum of every worker's own peak.
-    workers = dict(base, peak={"tree_pss_bytes": 1000 << 20},
-                   workers={"ever": 242, "max_alive": 2, "at_peak_alive": 2, "peak_pss_bytes": 700 << 20,
-                            "rss_at_peak_bytes": 1500 << 20, "peak_at_s": 30.0, "persistent": False})
+    workers = dict(
+        base,
+        peak={"tree_pss_bytes": 1000 << 20},
+        workers={
+            "ever": 242,
+            "max_alive": 2,
+            "at_peak_alive": 2,
+            "peak_pss_bytes": 700 << 20,
+            "rss_at_peak_bytes": 1500 << 20,
+            "peak_at_s": 30.0,
+            "persistent": False,
+        },
+    )
     line = next(a["text"] for a in advise(workers) if a["topic"] == "workers")
     assert line.startswith("2 DataLoader workers alive together held 700 MiB of PSS at 30 s (350 MiB each)")
     assert "persistent_workers" not in line  # the run does not use persistent workers: never recommend it

@@ -3,6 +3,7 @@
 The real-browser check (JupyterLab + chromium) lives outside these tests; here: Python state and, where node is
 installed, the ESM's syntax and its data → columns conversion run by node itself.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,10 @@ NODE = shutil.which("node")
 def _snapshot(n: int = 50) -> dict:
     t = [i * 0.5 for i in range(n)]
     return {
-        "tree_pss_by_role": {"main": {"t": t, "y": [GiB + i * 1e6 for i in range(n)]},
-                             "dataloader_worker": {"t": t, "y": [3e8] * n}},
+        "tree_pss_by_role": {
+            "main": {"t": t, "y": [GiB + i * 1e6 for i in range(n)]},
+            "dataloader_worker": {"t": t, "y": [3e8] * n},
+        },
         "main_rss": {"t": t, "y": [1.5 * GiB] * n},
         "host_available": {"t": t, "y": [20 * GiB] * n},
         "limit": {"t": [0.0, t[-1]], "y": [32 * GiB, 32 * GiB]},
@@ -48,8 +51,10 @@ def test_chart_constructs_and_its_state_holds_the_data():
     assert state["data"]["main_rss"]["y"][0] == 1.5 * GiB
     assert state["data"]["tree_pss_by_role"]["main"]["t"] == snap["tree_pss_by_role"]["main"]["t"]
     assert state["data"]["version"] == 7
-    assert state["data"]["phases"] == [{"name": "train", "start_s": 0.0, "end_s": 10.0},
-                                       {"name": "eval", "start_s": 10.0, "end_s": None}]
+    assert state["data"]["phases"] == [
+        {"name": "train", "start_s": 0.0, "end_s": 10.0},
+        {"name": "eval", "start_s": 10.0, "end_s": None},
+    ]
     assert "events" not in state["data"]  # hundreds of kB the chart does not draw
     assert (state["title"], state["height"], state["rendered_points"]) == ("train.py", 400, 0)
     assert state["_bokeh_version"] == bokeh.__version__
@@ -64,8 +69,14 @@ def test_chart_constructs_and_its_state_holds_the_data():
 
 
 def test_payload_tolerates_missing_and_ragged_series():
-    p = chart_payload({"tree_pss_by_role": {"main": {"t": [0, 1, 2], "y": [5, 6]}, "rank": {}},
-                       "main_rss": None, "limit": {"t": [], "y": []}, "phases": [("p", 1, 2), "junk", {"name": "q"}]})
+    p = chart_payload(
+        {
+            "tree_pss_by_role": {"main": {"t": [0, 1, 2], "y": [5, 6]}, "rank": {}},
+            "main_rss": None,
+            "limit": {"t": [], "y": []},
+            "phases": [("p", 1, 2), "junk", {"name": "q"}],
+        }
+    )
     assert p["tree_pss_by_role"] == {"main": {"t": [0, 1], "y": [5, 6]}, "rank": {"t": [], "y": []}}
     assert p["main_rss"] == {"t": [], "y": []} and p["limit"] == {"t": [], "y": []}
     assert p["phases"] == [{"name": "p", "start_s": 1.0, "end_s": 2.0}]
@@ -78,16 +89,37 @@ def test_chart_of_a_real_run_series():
     from memscope.ui.series import RunSeries
 
     series = RunSeries(max_points=200)
-    series.feed(ProcessSeen(t=0.0, pid=10, ppid=1, role="main", name="python", cmdline="python train.py",
-                            create_time=0.0))
-    series.feed(ProcessSeen(t=0.0, pid=11, ppid=10, role="dataloader_worker", name="python", cmdline="python",
-                            create_time=0.0))
+    series.feed(
+        ProcessSeen(t=0.0, pid=10, ppid=1, role="main", name="python", cmdline="python train.py", create_time=0.0)
+    )
+    series.feed(
+        ProcessSeen(t=0.0, pid=11, ppid=10, role="dataloader_worker", name="python", cmdline="python", create_time=0.0)
+    )
     for i in range(1000):
         t = i * 0.2
-        series.feed(TreeSample(t=t, kind="pss", procs=(ProcMem(10, rss=900 * 2**20 + i * 2**20, pss=600 * 2**20),
-                                                        ProcMem(11, rss=300 * 2**20, pss=100 * 2**20))))
-        series.feed(HostSample(t=t, total=64 * GiB, available=40 * GiB, swap_total=0, swap_used=0,
-                               limit=16 * GiB, cgroup_usage=None, host_oom_kills=0, cgroup_oom_kills=0))
+        series.feed(
+            TreeSample(
+                t=t,
+                kind="pss",
+                procs=(
+                    ProcMem(10, rss=900 * 2**20 + i * 2**20, pss=600 * 2**20),
+                    ProcMem(11, rss=300 * 2**20, pss=100 * 2**20),
+                ),
+            )
+        )
+        series.feed(
+            HostSample(
+                t=t,
+                total=64 * GiB,
+                available=40 * GiB,
+                swap_total=0,
+                swap_used=0,
+                limit=16 * GiB,
+                cgroup_usage=None,
+                host_oom_kills=0,
+                cgroup_oom_kills=0,
+            )
+        )
     c = MemoryChart(series.snapshot())
     roles = c.data["tree_pss_by_role"]
     assert set(roles) == {"main", "dataloader_worker"}
@@ -146,7 +178,7 @@ def test_esm_columns_match_the_python_point_count(tmp_path):
     script = f"""
       const m = await import({json.dumps(mjs.as_uri())});
       const fs = await import("node:fs");
-      const d = JSON.parse(fs.readFileSync({json.dumps(str(tmp_path / 'data.json'))}, "utf8"));
+      const d = JSON.parse(fs.readFileSync({json.dumps(str(tmp_path / "data.json"))}, "utf8"));
       const c = m.columns(d);
       const odd = m.columns({{tree_pss_by_role: {{main: {{t: [0, 2], y: [1048576, 1048576]}}, weird: {{t: [1], y: [2097152]}}}}}});
       console.log(JSON.stringify({{points: c.points, yu: c.yu.name, xu: c.xu.name, present: [...c.present],

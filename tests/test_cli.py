@@ -1,4 +1,5 @@
 """`memscope run | ls | report` as a user types them, in real subprocesses."""
+
 import json
 import os
 import signal
@@ -17,8 +18,9 @@ def memscope(*args, timeout=120, **kw):
 
 def test_exit_status_is_the_commands_own_and_summary_json_is_written(tmp_path):
     out = tmp_path / "summary.json"
-    p = memscope("run", "--quiet", "--record", str(tmp_path / "runs"), "--summary-json", str(out),
-                 script("clean.py"), "0.2", "3")
+    p = memscope(
+        "run", "--quiet", "--record", str(tmp_path / "runs"), "--summary-json", str(out), script("clean.py"), "0.2", "3"
+    )
     assert p.returncode == 3, p.stderr
     s = json.loads(out.read_text())
     assert s["exit"]["cause"] == "exit_nonzero" and s["exit"]["code"] == 3
@@ -187,9 +189,23 @@ def test_markup_in_the_record_path_is_printed_as_text(tmp_path):
 
 def test_ctrl_c_stops_the_whole_tree(tmp_path):
     out = tmp_path / "s.json"
-    p = subprocess.Popen([*MEMSCOPE, "run", "--quiet", "--grace", "0.5", "--record", str(tmp_path),
-                          "--summary-json", str(out), script("stubborn_tree.py")],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            *MEMSCOPE,
+            "run",
+            "--quiet",
+            "--grace",
+            "0.5",
+            "--record",
+            str(tmp_path),
+            "--summary-json",
+            str(out),
+            script("stubborn_tree.py"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert p.stdout.readline().strip() == "tree ready"
     time.sleep(1.0)
     p.send_signal(signal.SIGINT)  # what Ctrl-C does to memscope (the run has its own session)
@@ -205,8 +221,21 @@ def test_attach_watches_a_running_tree_and_notices_its_end(tmp_path):
     try:
         assert target.stdout.readline().startswith("ready")
         out = tmp_path / "s.json"
-        p = subprocess.Popen([*MEMSCOPE, "run", "--quiet", "--interval", "0.05", "--record", str(tmp_path),
-                              "--summary-json", str(out), "--attach", str(target.pid)])
+        p = subprocess.Popen(
+            [
+                *MEMSCOPE,
+                "run",
+                "--quiet",
+                "--interval",
+                "0.05",
+                "--record",
+                str(tmp_path),
+                "--summary-json",
+                str(out),
+                "--attach",
+                str(target.pid),
+            ]
+        )
         time.sleep(2.5)
         target.kill()
         target.wait()
@@ -221,8 +250,11 @@ def test_attach_watches_a_running_tree_and_notices_its_end(tmp_path):
 
 def test_memscope_killed_keeps_a_readable_record_and_the_training_goes_on(tmp_path):
     runs = str(tmp_path / "runs")
-    p = subprocess.Popen([*MEMSCOPE, "run", "--quiet", "--interval", "0.05", "--record", runs,
-                          script("sleeper.py"), "24"], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [*MEMSCOPE, "run", "--quiet", "--interval", "0.05", "--record", runs, script("sleeper.py"), "24"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     line = p.stdout.readline()
     child = int(line.split()[1])
     time.sleep(2.0)

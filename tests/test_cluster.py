@@ -4,6 +4,7 @@ Debian's prometheus (started here on 127.0.0.1 with a generated config, a 1 s sc
 directory) scrapes two `memscope run --prometheus` processes, each standing for one node of
 `torchrun --nnodes 2 --node-rank 0|1` (gloo on CPU, rendezvous on 127.0.0.1); rank 1 keeps 1 MiB per step.
 """
+
 import json
 import os
 import shutil
@@ -58,11 +59,20 @@ def prometheus(tmp_path):
         port = free_port()
         cfg = tmp_path / "prometheus.yml"
         targets = ", ".join(f"'127.0.0.1:{p}'" for p in ports)
-        cfg.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
-                       f"  - job_name: {JOB}\n    static_configs:\n      - targets: [{targets}]\n")
-        proc = subprocess.Popen([PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                                 f"--web.listen-address=127.0.0.1:{port}"],
-                                stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"))
+        cfg.write_text(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
+            f"  - job_name: {JOB}\n    static_configs:\n      - targets: [{targets}]\n"
+        )
+        proc = subprocess.Popen(
+            [
+                PROMETHEUS,
+                f"--config.file={cfg}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(tmp_path / "prometheus.log", "wb"),
+        )
         procs.append(proc)
         url = f"http://127.0.0.1:{port}"
 
@@ -73,6 +83,7 @@ def prometheus(tmp_path):
                 return urllib.request.urlopen(url + "/-/ready", timeout=1).status == 200
             except OSError:
                 return False
+
         wait_for(ready, 20, "prometheus to be ready")
         return url
 
@@ -100,12 +111,42 @@ def test_two_nodes_scraped_by_a_real_prometheus_and_the_job_view(prometheus, tmp
     t_start = time.monotonic()
     try:
         for r, port in enumerate(ports):
-            nodes.append(subprocess.Popen(
-                [*MEMSCOPE, "run", "-q", "--record", str(tmp_path / f"runs{r}"), "--prometheus", str(port),
-                 "--hostname", f"node-{r}", "--prometheus-linger", "2", "--pss-interval", "0.5", "--",
-                 TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(r),
-                 "--master-addr", "127.0.0.1", "--master-port", str(master), script("ddp_nodes.py")],
-                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            nodes.append(
+                subprocess.Popen(
+                    [
+                        *MEMSCOPE,
+                        "run",
+                        "-q",
+                        "--record",
+                        str(tmp_path / f"runs{r}"),
+                        "--prometheus",
+                        str(port),
+                        "--hostname",
+                        f"node-{r}",
+                        "--prometheus-linger",
+                        "2",
+                        "--pss-interval",
+                        "0.5",
+                        "--",
+                        TORCHRUN,
+                        "--nnodes",
+                        "2",
+                        "--nproc-per-node",
+                        "1",
+                        "--node-rank",
+                        str(r),
+                        "--master-addr",
+                        "127.0.0.1",
+                        "--master-port",
+                        str(master),
+                        script("ddp_nodes.py"),
+                    ],
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+            )
 
         # The live job view, opened while the job runs: it refreshes every second until both nodes have ended.
         def both_nodes():
@@ -114,6 +155,7 @@ def test_two_nodes_scraped_by_a_real_prometheus_and_the_job_view(prometheus, tmp
             except ClusterError:
                 return None
             return job if len({p.hostname for p in job.panels if p.rank}) == 2 else None
+
         first = wait_for(both_nodes, 40, "both nodes' ranks in Prometheus")
         with capsys.disabled():
             print(f"\nboth ranks scraped after {time.monotonic() - t_start:.1f} s")
@@ -127,29 +169,52 @@ def test_two_nodes_scraped_by_a_real_prometheus_and_the_job_view(prometheus, tmp
             print(f"both nodes ended after {time.monotonic() - t_start:.1f} s")
 
         # Exit info of both: scraped during the 2 s each endpoint lingers after its run.
-        exits = wait_for(lambda: (lambda e: e if len(e) == 2 else None)(
-            instant(url, f'last_over_time(memscope_exit_info{{job="{JOB}"}}[5m])')), 10, "both exits")
+        exits = wait_for(
+            lambda: (lambda e: e if len(e) == 2 else None)(
+                instant(url, f'last_over_time(memscope_exit_info{{job="{JOB}"}}[5m])')
+            ),
+            10,
+            "both exits",
+        )
         assert sorted((m["hostname"], m["cause"], m.get("signal", "")) for m, _ in exits) == [
-            ("node-0", "ok", ""), ("node-1", "ok", "")]
+            ("node-0", "ok", ""),
+            ("node-1", "ok", ""),
+        ]
         runs = {m["hostname"]: m["run"] for m, _ in exits}
         assert runs["node-0"] != runs["node-1"]  # each node's own memscope, its own run id and record
         for r in (0, 1):
             assert (tmp_path / f"runs{r}" / f"{runs[f'node-{r}']}.sqlite").exists()
 
         # Each node's ranks and roles: the torchrun launcher (no RANK) is the wrapper, its worker the rank.
-        seen = instant(url, f'group by (hostname, rank, role) (last_over_time(memscope_processes{{job="{JOB}",'
-                            f'role=~"rank|wrapper"}}[5m]))')
+        seen = instant(
+            url,
+            f'group by (hostname, rank, role) (last_over_time(memscope_processes{{job="{JOB}",'
+            f'role=~"rank|wrapper"}}[5m]))',
+        )
         assert sorted((m["hostname"], m.get("rank", ""), m["role"]) for m, _ in seen) == [
-            ("node-0", "", "wrapper"), ("node-0", "0", "rank"), ("node-1", "", "wrapper"), ("node-1", "1", "rank")]
-        pss = dict(((m["hostname"]), v) for m, v in instant(
-            url, f'max by (hostname) (max_over_time(memscope_memory_bytes{{job="{JOB}",role="rank",kind="pss"}}[5m]))'))
+            ("node-0", "", "wrapper"),
+            ("node-0", "0", "rank"),
+            ("node-1", "", "wrapper"),
+            ("node-1", "1", "rank"),
+        ]
+        pss = dict(
+            ((m["hostname"]), v)
+            for m, v in instant(
+                url,
+                f'max by (hostname) (max_over_time(memscope_memory_bytes{{job="{JOB}",role="rank",kind="pss"}}[5m]))',
+            )
+        )
         assert pss["node-1"] > pss["node-0"] + 150 * MiB  # rank 1 kept ~280 MiB more
 
         # The planted leak, in rank 1's slope only: what each node exported at its last scrape (the final fit;
         # the verdict is a label, so earlier fits are series of their own).
         last = {}
-        doc = json.load(urllib.request.urlopen(f"{url}/api/v1/query?" + urllib.parse.urlencode(
-            {"query": f'memscope_exit_info{{job="{JOB}"}}[5m]'}), timeout=10))
+        doc = json.load(
+            urllib.request.urlopen(
+                f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": f'memscope_exit_info{{job="{JOB}"}}[5m]'}),
+                timeout=10,
+            )
+        )
         for r in doc["data"]["result"]:
             last[r["metric"]["hostname"]] = float(r["values"][-1][0])
         slopes = {}
@@ -190,9 +255,11 @@ def test_two_nodes_scraped_by_a_real_prometheus_and_the_job_view(prometheus, tmp
         assert "node-1" in text and "node-0" not in text and "LEAK" in text, text
 
         # No data, Prometheus down, a bad URL: one line each, exit 2.
-        for args, expected in (([url, "--run", "no-such-run", "--since", "5m"], "no memscope data for run='no-such-run'"),
-                               ([f"http://127.0.0.1:{free_port()}"], "cannot reach Prometheus"),
-                               (["ftp://x"], "not a Prometheus URL")):
+        for args, expected in (
+            ([url, "--run", "no-such-run", "--since", "5m"], "no memscope data for run='no-such-run'"),
+            ([f"http://127.0.0.1:{free_port()}"], "cannot reach Prometheus"),
+            (["ftp://x"], "not a Prometheus URL"),
+        ):
             assert main(["cluster", *args]) == 2
             err = capsys.readouterr().err
             assert err.count("\n") == 1 and expected in err, err

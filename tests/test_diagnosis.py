@@ -1,4 +1,5 @@
 """Phases, marks and the leak verdict on real runs (seeds 001 and 004): spikes alone are not a leak."""
+
 import pytest
 from conftest import has_torch, script
 

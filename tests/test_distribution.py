@@ -1,6 +1,7 @@
 """The distribution people install: memscope-ml's wheel and sdist as CI builds them (MEMSCOPE_DIST: the folder
 `python -m build` wrote), checked for what a user on Colab or Kaggle needs: every file of the package, the
 licence, no half-shipped tests, and dependencies that Colab's and Kaggle's images already satisfy (offline)."""
+
 import email
 import glob
 import os
@@ -36,8 +37,12 @@ def test_the_wheel_is_memscope_ml_and_holds_every_file_of_the_package():
     assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE") for n in names)
     tracked = subprocess.run(["git", "ls-files", "memscope"], cwd=ROOT, capture_output=True, text=True).stdout.split()
     if not tracked:  # not a git checkout: every file of the package folder
-        tracked = [os.path.relpath(os.path.join(d, f), ROOT) for d, _, fs in os.walk(os.path.join(ROOT, "memscope"))
-                   for f in fs if not f.endswith(".pyc")]
+        tracked = [
+            os.path.relpath(os.path.join(d, f), ROOT)
+            for d, _, fs in os.walk(os.path.join(ROOT, "memscope"))
+            for f in fs
+            if not f.endswith(".pyc")
+        ]
     missing = [f for f in tracked if f not in names]
     assert not missing, f"in the package but not in the wheel: {missing}"
 

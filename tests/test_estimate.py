@@ -1,4 +1,5 @@
 """The carried PSS estimate (collect/estimate.py) as pure arithmetic: what the RSS rounds report between PSS rounds."""
+
 from memscope.collect.estimate import PssCarry
 
 MiB = 1 << 20
@@ -67,11 +68,20 @@ def test_an_exiting_fork_hands_its_share_of_shared_pages_to_its_parent():
     c = PssCarry()
     for pid in (1, 2, 3):
         c.observe(pid, 0.0, 300 * MiB)
-    c.measured(1, 1.0, pss=100 * MiB, anon_pss=100 * MiB, swap=0, private=300 * MiB, shared=100 * MiB,
-               anon_shared=100 * MiB)
+    c.measured(
+        1, 1.0, pss=100 * MiB, anon_pss=100 * MiB, swap=0, private=300 * MiB, shared=100 * MiB, anon_shared=100 * MiB
+    )
     for pid in (2, 3):
-        c.measured(pid, 1.0, pss=110 * MiB, anon_pss=110 * MiB, swap=0, private=310 * MiB, shared=100 * MiB,
-                   anon_shared=100 * MiB)
+        c.measured(
+            pid,
+            1.0,
+            pss=110 * MiB,
+            anon_pss=110 * MiB,
+            swap=0,
+            private=310 * MiB,
+            shared=100 * MiB,
+            anon_shared=100 * MiB,
+        )
     # Worker 3 exits: its 10 MiB are freed, its 100 MiB share stays in the tree, now the parent's to carry.
     c.forget(3, heir=1)
     total = c.estimate(1, 300 * MiB, 300 * MiB)[0] + c.estimate(2, 310 * MiB, 310 * MiB)[0]
@@ -84,8 +94,16 @@ def _parent_and_worker_sharing_200_mib() -> PssCarry:
     c = PssCarry()
     for pid in (1, 2):
         c.observe(pid, 1.0, 200 * MiB)
-        c.measured(pid, 1.0, pss=100 * MiB, anon_pss=100 * MiB, swap=0, private=200 * MiB, shared=100 * MiB,
-                   anon_shared=100 * MiB)
+        c.measured(
+            pid,
+            1.0,
+            pss=100 * MiB,
+            anon_pss=100 * MiB,
+            swap=0,
+            private=200 * MiB,
+            shared=100 * MiB,
+            anon_shared=100 * MiB,
+        )
     return c
 
 
@@ -97,8 +115,9 @@ def test_a_share_handed_over_survives_a_reading_of_the_heir_taken_before_the_exi
     c = _parent_and_worker_sharing_200_mib()
     c.observe(2, 2.1, 200 * MiB)
     c.forget(2, heir=1)
-    c.measured(1, 2.0, pss=100 * MiB, anon_pss=100 * MiB, swap=0, private=200 * MiB, shared=100 * MiB,
-               anon_shared=100 * MiB)
+    c.measured(
+        1, 2.0, pss=100 * MiB, anon_pss=100 * MiB, swap=0, private=200 * MiB, shared=100 * MiB, anon_shared=100 * MiB
+    )
     assert c.estimate(1, 200 * MiB, 200 * MiB) == (200 * MiB, 200 * MiB)
     c.measured(1, 3.0, pss=200 * MiB, anon_pss=200 * MiB, swap=0, private=200 * MiB)
     assert c.estimate(1, 200 * MiB, 200 * MiB) == (200 * MiB, 200 * MiB)
@@ -111,7 +130,6 @@ def test_a_share_is_not_handed_to_a_reading_taken_after_the_exit():
     c.measured(1, 1.5, pss=200 * MiB, anon_pss=200 * MiB, swap=0, private=200 * MiB)
     assert c.forget(2, heir=1)  # not handed over: the caller asks for a PSS round soon
     assert c.estimate(1, 200 * MiB, 200 * MiB) == (200 * MiB, 200 * MiB)
-
 
 
 def test_a_process_read_by_a_pss_round_before_any_rss_round_keeps_that_reading():

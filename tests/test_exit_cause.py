@@ -1,4 +1,5 @@
 """The exit-cause decision as a pure function, on evidence shaped like real runs."""
+
 from memscope.analysis.exit_cause import ExitEvidence, decide, fault_signal
 
 FAULT = """Fatal Python error: Segmentation fault
@@ -27,17 +28,31 @@ def test_oom_kill_needs_evidence_and_says_which():
 
 
 def test_worker_killed_by_oom_killer_is_a_worker_crash_pointing_at_oom():
-    exc = {"type": "RuntimeError", "message": "DataLoader worker (pid 77) is killed by signal: Killed. ",
-           "traceback": "..."}
-    ex = decide(ExitEvidence(root_pid=10, returncode=1, main_pid=10, exceptions={10: exc},
-                             roles={10: "main", 77: "dataloader_worker"}, cgroup_oom_delta=1))
+    exc = {
+        "type": "RuntimeError",
+        "message": "DataLoader worker (pid 77) is killed by signal: Killed. ",
+        "traceback": "...",
+    }
+    ex = decide(
+        ExitEvidence(
+            root_pid=10,
+            returncode=1,
+            main_pid=10,
+            exceptions={10: exc},
+            roles={10: "main", 77: "dataloader_worker"},
+            cgroup_oom_delta=1,
+        )
+    )
     assert ex["cause"] == "worker_crash" and ex["pid"] == 77 and ex["signal"] == "SIGKILL"
     assert "OOM" in ex["message"] and "container's oom_kill counter rose by 1" in ex["message"]
 
 
 def test_cuda_oom_exception():
-    exc = {"type": "OutOfMemoryError", "message": "CUDA out of memory. Tried to allocate 226.00 MiB",
-           "traceback": 'File "model.py", line 3, in forward'}
+    exc = {
+        "type": "OutOfMemoryError",
+        "message": "CUDA out of memory. Tried to allocate 226.00 MiB",
+        "traceback": 'File "model.py", line 3, in forward',
+    }
     ex = decide(ExitEvidence(root_pid=1, returncode=1, main_pid=1, exceptions={1: exc}))
     assert ex["cause"] == "cuda_oom" and "226.00 MiB" in ex["message"]
 
@@ -73,8 +88,15 @@ def test_stop_message_names_the_signals_really_sent():
 def test_host_counter_alone_is_not_an_oom_kill_on_a_shared_host():
     # Seed of issue 13 point 3: a person's kill -9 of a 26 MiB run while another process on the host was
     # OOM-killed. The run's own cgroup counter was read and did not move.
-    base = dict(root_pid=10, returncode=-9, main_pid=10, limit_bytes=8 << 30, last_tree_bytes=26 << 20,
-                host_total_bytes=16 << 30, host_available_bytes=9 << 30)
+    base = dict(
+        root_pid=10,
+        returncode=-9,
+        main_pid=10,
+        limit_bytes=8 << 30,
+        last_tree_bytes=26 << 20,
+        host_total_bytes=16 << 30,
+        host_available_bytes=9 << 30,
+    )
     ex = decide(ExitEvidence(**base, host_oom_delta=1, cgroup_oom_delta=0))
     assert ex["cause"] == "killed", ex
     assert "cgroup's oom_kill counter did not rise" in ex["message"] and "another process" in ex["message"]
@@ -89,8 +111,7 @@ def test_host_counter_alone_is_not_an_oom_kill_on_a_shared_host():
 
 def test_host_counter_counts_with_the_run_near_a_limit_or_the_host_out_of_memory():
     base = dict(root_pid=10, returncode=-9, main_pid=10, limit_bytes=8 << 30, host_total_bytes=16 << 30)
-    ex = decide(ExitEvidence(**base, last_tree_bytes=int(7.9 * 2**30), host_available_bytes=4 << 30,
-                             host_oom_delta=1))
+    ex = decide(ExitEvidence(**base, last_tree_bytes=int(7.9 * 2**30), host_available_bytes=4 << 30, host_oom_delta=1))
     assert ex["cause"] == "oom_kill" and "host's oom_kill counter rose by 1" in ex["message"], ex
     ex = decide(ExitEvidence(**base, last_tree_bytes=3 << 30, host_available_bytes=200 << 20, host_oom_delta=1))
     assert ex["cause"] == "oom_kill" and "available" in ex["message"], ex
@@ -116,12 +137,16 @@ def test_supervision_notes_and_process_ends():
     assert process_end({"exit_signal": None, "exit_code": 0, "exit_t": 3.0}) == "exit 0"
     assert process_end({"exit_signal": None, "exit_code": None, "exit_t": 3.0}) == "gone, status unseen"
     assert process_end({"exit_signal": None, "exit_code": None, "exit_t": None}) is None
-    procs = [{"pid": 10, "role": "main", "cmdline": "python train.py", "exit_signal": None},
-             {"pid": 11, "role": "other", "cmdline": "python -c pool", "exit_signal": "SIGKILL"},
-             {"pid": 12, "role": "other", "cmdline": "sleep 600", "exit_signal": "SIGTERM"}]
-    ev = {"leftovers": [{"t": 5.0, "pid": None, "data": {"pids": [12]}}],
-          "agent_refused": [{"t": 1.0, "pid": 99, "data": {"claimed_pid": 1}}],
-          "collector_degraded": [{"t": 2.0, "pid": None, "data": {"what": "descriptors", "error": "Too many"}}] * 2}
+    procs = [
+        {"pid": 10, "role": "main", "cmdline": "python train.py", "exit_signal": None},
+        {"pid": 11, "role": "other", "cmdline": "python -c pool", "exit_signal": "SIGKILL"},
+        {"pid": 12, "role": "other", "cmdline": "sleep 600", "exit_signal": "SIGTERM"},
+    ]
+    ev = {
+        "leftovers": [{"t": 5.0, "pid": None, "data": {"pids": [12]}}],
+        "agent_refused": [{"t": 1.0, "pid": 99, "data": {"claimed_pid": 1}}],
+        "collector_degraded": [{"t": 2.0, "pid": None, "data": {"what": "descriptors", "error": "Too many"}}] * 2,
+    }
     out = notes(procs, ev, main_pid=10, stopped=False)
     assert any("outlived its root" in n and "pid 12 (other: sleep 600)" in n for n in out)
     assert any("pid 99" in n and "never signalled" in n for n in out)

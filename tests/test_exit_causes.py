@@ -1,4 +1,5 @@
 """Each way a run can end, on a real subprocess, and what memscope's summary says about it."""
+
 import os
 import signal
 import time

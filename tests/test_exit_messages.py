@@ -1,5 +1,6 @@
 """Exit messages say only what memscope saw: no agent, a user's excepthook, a crash without a stack, and the
 user's own faulthandler output."""
+
 import json
 import os
 import subprocess
@@ -47,9 +48,24 @@ def test_a_segfault_without_a_stack_does_not_point_at_one(start):
 def test_pythonfaulthandler_still_puts_the_users_crash_stack_on_stderr(tmp_path):
     out = tmp_path / "s.json"
     env = dict(os.environ, PYTHONFAULTHANDLER="1")
-    p = subprocess.run([PY, "-m", "memscope.cli", "run", "--quiet", "--record", str(tmp_path / "runs"),
-                        "--summary-json", str(out), script("segfault.py")],
-                       capture_output=True, text=True, timeout=60, env=env)
+    p = subprocess.run(
+        [
+            PY,
+            "-m",
+            "memscope.cli",
+            "run",
+            "--quiet",
+            "--record",
+            str(tmp_path / "runs"),
+            "--summary-json",
+            str(out),
+            script("segfault.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert p.returncode == 139, p.stderr
     assert "Fatal Python error: Segmentation fault" in p.stderr
     assert 'segfault.py", line 6 in collate' in p.stderr
@@ -60,24 +76,41 @@ def test_pythonfaulthandler_still_puts_the_users_crash_stack_on_stderr(tmp_path)
 def test_the_first_rank_to_fail_is_blamed_not_the_lowest_pid():
     from memscope.analysis.exit_cause import ExitEvidence, decide
 
-    gloo = {"type": "RuntimeError", "message": "Connection closed by peer [127.0.0.1]:1234", "rank": "0",
-            "traceback": 'Traceback (most recent call last):\n  File "/w/train.py", line 20, in <module>\n', "wall": 5.0}
-    bad = {"type": "ValueError", "message": "labels out of range", "rank": "1", "wall": 4.2,
-           "traceback": 'Traceback (most recent call last):\n  File "/w/train.py", line 13, in step\n'}
-    e = ExitEvidence(root_pid=10, returncode=1, main_pid=11, roles={10: "wrapper", 11: "rank", 12: "rank"},
-                     exceptions={11: gloo, 12: bad}, agent_pids={10, 11, 12})
+    gloo = {
+        "type": "RuntimeError",
+        "message": "Connection closed by peer [127.0.0.1]:1234",
+        "rank": "0",
+        "traceback": 'Traceback (most recent call last):\n  File "/w/train.py", line 20, in <module>\n',
+        "wall": 5.0,
+    }
+    bad = {
+        "type": "ValueError",
+        "message": "labels out of range",
+        "rank": "1",
+        "wall": 4.2,
+        "traceback": 'Traceback (most recent call last):\n  File "/w/train.py", line 13, in step\n',
+    }
+    e = ExitEvidence(
+        root_pid=10,
+        returncode=1,
+        main_pid=11,
+        roles={10: "wrapper", 11: "rank", 12: "rank"},
+        exceptions={11: gloo, 12: bad},
+        agent_pids={10, 11, 12},
+    )
     ex = decide(e)
     assert ex["cause"] == "exception" and ex["pid"] == 12
-    assert ex["message"].startswith("Rank 1 (pid 12) failed first: ValueError: labels out of range at train.py, "
-                                    "line 13 in step; rank 0 failed after it (RuntimeError)")
+    assert ex["message"].startswith(
+        "Rank 1 (pid 12) failed first: ValueError: labels out of range at train.py, "
+        "line 13 in step; rank 0 failed after it (RuntimeError)"
+    )
 
 
 @pytest.mark.skipif(not os.path.exists(os.path.join(os.path.dirname(PY), "torchrun")), reason="no torchrun")
 def test_torchrun_rank_1_failing_first_is_reported_with_its_rank(start):
     from memscope.record.reader import RunData
 
-    run = start([os.path.join(os.path.dirname(PY), "torchrun"), "--nproc-per-node", "2",
-                 script("ddp_rank1_fails.py")])
+    run = start([os.path.join(os.path.dirname(PY), "torchrun"), "--nproc-per-node", "2", script("ddp_rank1_fails.py")])
     s = run.wait(120)
     rd = RunData(s["record"])
     try:

@@ -3,6 +3,7 @@ private memory read every RSS round, with PSS carried forward between PSS rounds
 intervals (RSS every 0.2 s, PSS every 2 s or slower) and both cores kept busy by two spinning processes, as a
 training keeps them: that is where a verdict fitted on PSS rounds alone found no floor. The chart's error against
 PSS is measured on a quiet machine too."""
+
 import re
 import statistics
 import subprocess
@@ -65,8 +66,10 @@ def test_slow_leak_under_validation_spikes_is_called_on_a_busy_machine(record_di
     leak = s["leak"]
     assert leak["verdict"] == "leak", leak
     err = leak["slope_bytes_per_s"] / truth["rate_bytes_per_s"] - 1
-    print(f"slope {leak['slope_bytes_per_s'] / MIB:.2f} MiB/s vs truth {truth['rate_bytes_per_s'] / MIB:.2f}: "
-          f"{err:+.1%}; spikes found {len(s['spikes'])} of {truth['spikes']:.0f}")
+    print(
+        f"slope {leak['slope_bytes_per_s'] / MIB:.2f} MiB/s vs truth {truth['rate_bytes_per_s'] / MIB:.2f}: "
+        f"{err:+.1%}; spikes found {len(s['spikes'])} of {truth['spikes']:.0f}"
+    )
     assert abs(err) <= 0.30
     assert leak["pace"] == "fast"  # ~10 MiB/s is no slow leak, and the card must not call it one
     assert leak["by_role"]["main"]["verdict"] == "leak"
@@ -156,8 +159,10 @@ def test_the_fast_tree_total_follows_pss_read_every_200_ms(record_dir, load, req
     def pct(xs, q):
         return sorted(xs)[int(q * len(xs))] if xs else 0.0
 
-    print(f"fast tree PSS vs 0.2 s PSS reference on a 5-process forked tree ({request.node.callspec.id}): "
-          f"median error {statistics.median(errors):.1%}, 90th percentile {pct(errors, 0.9):.1%} on "
-          f"{len(errors)} points; {pct(still, 0.9):.1%} (max {max(still):.1%}) on the {len(still)} where statm "
-          f"did not move between the two readings, {pct(moving, 0.5):.1%} median on the {len(moving)} others")
+    print(
+        f"fast tree PSS vs 0.2 s PSS reference on a 5-process forked tree ({request.node.callspec.id}): "
+        f"median error {statistics.median(errors):.1%}, 90th percentile {pct(errors, 0.9):.1%} on "
+        f"{len(errors)} points; {pct(still, 0.9):.1%} (max {max(still):.1%}) on the {len(still)} where statm "
+        f"did not move between the two readings, {pct(moving, 0.5):.1%} median on the {len(moving)} others"
+    )
     assert statistics.median(errors) <= 0.05 and pct(still, 0.9) <= 0.10

@@ -3,6 +3,7 @@ tiny models built from a config, synthetic data, 2 DataLoader workers, nothing d
 
 Lightning restores train mode after validation by setting ``module.training`` directly; the Trainer calls
 ``model.train()`` every step. memscope's phases must match the frameworks' own validation time either way."""
+
 import re
 
 import pytest
@@ -31,9 +32,11 @@ def test_phases_and_leak_on_a_real_framework(record_dir, framework, module):
     truth = _truth(run)
     evals = _phase_time(s, "eval")
     trains = _phase_time(s, "train")
-    print(f"{module}: eval {evals:.1f} s by memscope vs {truth['val_s']:.1f} s by the framework's own hooks; "
-          f"train {trains:.1f} s; leak {s['leak']['verdict']} "
-          f"{(s['leak']['slope_bytes_per_s'] or 0) / 2**20:.2f} MiB/s; kept {truth['kept']:.0f} x 4 MiB")
+    print(
+        f"{module}: eval {evals:.1f} s by memscope vs {truth['val_s']:.1f} s by the framework's own hooks; "
+        f"train {trains:.1f} s; leak {s['leak']['verdict']} "
+        f"{(s['leak']['slope_bytes_per_s'] or 0) / 2**20:.2f} MiB/s; kept {truth['kept']:.0f} x 4 MiB"
+    )
     # The framework's validation time, within a second or 50 % (phase edges fall on batch boundaries); not the
     # ~90 % of the run that a train/eval switch seen only through .train()/.eval() calls gave with Lightning.
     assert abs(evals - truth["val_s"]) <= max(1.0, 0.5 * truth["val_s"]), s["phases"]

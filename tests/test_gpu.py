@@ -6,6 +6,7 @@ found); some pure analysis functions are tested on inputs HAND-WRITTEN from the 
 decided from a real torch.OutOfMemoryError raised in a real subprocess on CPU. The same paths fed with data recorded
 on real GPUs (snapshots, nvidia-smi captures, published OOM messages) are in test_gpu_recorded.py.
 """
+
 import threading
 
 import pytest
@@ -70,7 +71,9 @@ class _FailingNvml:
 
 def test_a_failing_nvml_goes_quiet_and_closes():
     nv, published, done = _FailingNvml(), [], threading.Event()
-    sample_loop(nv, published.append, lambda: 0.0, lambda: [], done, 0.001)  # returns: never raises, never loops forever
+    sample_loop(
+        nv, published.append, lambda: 0.0, lambda: [], done, 0.001
+    )  # returns: never raises, never loops forever
     assert published == [] and nv.closed
 
 
@@ -82,8 +85,16 @@ def _alloc(t, pid, **fields):
 def test_allocator_peaks_fragmentation_and_retries():
     samples = [
         _alloc(1.0, 10, allocated=2 * GiB, reserved=3 * GiB, inactive_split=200 * MiB, alloc_retries=0),
-        _alloc(3.0, 10, allocated=4 * GiB, peak_allocated=5 * GiB, reserved=8 * GiB, inactive_split=3 * GiB,
-               alloc_retries=2, ooms=0),
+        _alloc(
+            3.0,
+            10,
+            allocated=4 * GiB,
+            peak_allocated=5 * GiB,
+            reserved=8 * GiB,
+            inactive_split=3 * GiB,
+            alloc_retries=2,
+            ooms=0,
+        ),
         _alloc(5.0, 10, allocated=3 * GiB, reserved=7 * GiB, inactive_split=1 * GiB, alloc_retries=2),
     ]
     a = g.allocator(samples)
@@ -98,8 +109,12 @@ def test_allocator_peaks_fragmentation_and_retries():
 
 
 def test_allocator_retries_without_fragmentation_and_a_quiet_device():
-    a = g.allocator([_alloc(1.0, 10, allocated=1 * GiB, reserved=1 * GiB, alloc_retries=3),
-                     _alloc(1.0, 11, allocated=1 * GiB, reserved=1 * GiB)])
+    a = g.allocator(
+        [
+            _alloc(1.0, 10, allocated=1 * GiB, reserved=1 * GiB, alloc_retries=3),
+            _alloc(1.0, 11, allocated=1 * GiB, reserved=1 * GiB),
+        ]
+    )
     busy, quiet = a["devices"]
     assert "cudaMalloc failed 3 times" in busy["advice"]
     assert quiet["advice"] is None and quiet["fragmentation"] == 0
@@ -108,9 +123,19 @@ def test_allocator_retries_without_fragmentation_and_a_quiet_device():
 
 
 def test_allocator_keeps_the_oom_and_where_its_snapshot_went():
-    oom = {"t": 9.5, "pid": 10, "data": {"device": 0, "alloc_bytes": 226 * MiB, "device_total": 16 * GiB,
-                                         "device_free": 120 * MiB, "reserved": 15 * GiB, "allocated": 14 * GiB,
-                                         "snapshot": "cuda_snapshot_10_1.pickle"}}
+    oom = {
+        "t": 9.5,
+        "pid": 10,
+        "data": {
+            "device": 0,
+            "alloc_bytes": 226 * MiB,
+            "device_total": 16 * GiB,
+            "device_free": 120 * MiB,
+            "reserved": 15 * GiB,
+            "allocated": 14 * GiB,
+            "snapshot": "cuda_snapshot_10_1.pickle",
+        },
+    }
     a = g.allocator([], [oom], {"cuda_snapshot_10_1.pickle": "/runs/r.cuda_snapshot_10_1.pickle"})
     (o,) = a["ooms"]
     assert o["alloc_bytes"] == 226 * MiB and o["reserved_bytes"] == 15 * GiB
@@ -118,21 +143,31 @@ def test_allocator_keeps_the_oom_and_where_its_snapshot_went():
 
 
 def test_mps_rows_carry_driver_memory():
-    a = g.allocator([{"t": 1.0, "pid": 3, "data": {"backend": "mps", "device": 0, "allocated": 1 * GiB,
-                                                   "driver": 3 * GiB}}])
+    a = g.allocator(
+        [{"t": 1.0, "pid": 3, "data": {"backend": "mps", "device": 0, "allocated": 1 * GiB, "driver": 3 * GiB}}]
+    )
     (d,) = a["devices"]
     assert d["backend"] == "mps" and d["peak_driver_bytes"] == 3 * GiB and "peak_reserved_bytes" not in d
 
 
 # -- gpu (NVML rounds shaped as collect.gpu.Nvml.sample returns them) ---------------------------------------------
 def _round(t, procs, other=0, used=10 * GiB):
-    return {"t": t, "pid": None, "data": {"devices": [{"index": 0, "name": "GPU", "total": 80 * GiB, "used": used}],
-                                          "procs": procs, "other_procs": other}}
+    return {
+        "t": t,
+        "pid": None,
+        "data": {
+            "devices": [{"index": 0, "name": "GPU", "total": 80 * GiB, "used": used}],
+            "procs": procs,
+            "other_procs": other,
+        },
+    }
 
 
 def test_gpu_per_process_from_nvml():
-    rounds = [_round(1, [{"pid": 10, "device": 0, "used": 2 * GiB}, {"pid": 11, "device": 0, "used": 1 * GiB}]),
-              _round(2, [{"pid": 10, "device": 0, "used": 5 * GiB}], used=20 * GiB)]
+    rounds = [
+        _round(1, [{"pid": 10, "device": 0, "used": 2 * GiB}, {"pid": 11, "device": 0, "used": 1 * GiB}]),
+        _round(2, [{"pid": 10, "device": 0, "used": 5 * GiB}], used=20 * GiB),
+    ]
     out = g.gpu(rounds, {10: "main", 11: "rank"})
     assert out["source"] == "nvml" and not out["pid_mismatch"]
     assert out["devices"][0]["peak_used_bytes"] == 20 * GiB and out["devices"][0]["last_used_bytes"] == 20 * GiB
@@ -159,15 +194,18 @@ SIDECAR = "/venv/bin/python /venv/lib/python3.11/site-packages/torch/_inductor/c
 
 def _procs(n_workers):
     # The default (subprocess) pool: the main, inductor's sidecar, and the workers the sidecar forks.
-    out = [{"pid": 1, "ppid": 0, "role": "main", "cmdline": "python train.py"},
-           {"pid": 2, "ppid": 1, "role": "compile_worker", "cmdline": SIDECAR}]
+    out = [
+        {"pid": 1, "ppid": 0, "role": "main", "cmdline": "python train.py"},
+        {"pid": 2, "ppid": 1, "role": "compile_worker", "cmdline": SIDECAR},
+    ]
     return out + [{"pid": 10 + i, "ppid": 2, "role": "compile_worker", "cmdline": SIDECAR} for i in range(n_workers)]
 
 
 def test_compile_pool_forked_from_the_main_has_no_sidecar():
     # TORCHINDUCTOR_WORKER_START=fork: the workers are the main's children (the agent tells their role).
-    procs = [{"pid": 1, "ppid": 0, "role": "main", "cmdline": "python train.py"}] + \
-        [{"pid": 10 + i, "ppid": 1, "role": "compile_worker", "cmdline": "python train.py"} for i in range(2)]
+    procs = [{"pid": 1, "ppid": 0, "role": "main", "cmdline": "python train.py"}] + [
+        {"pid": 10 + i, "ppid": 1, "role": "compile_worker", "cmdline": "python train.py"} for i in range(2)
+    ]
     p = g.compile_pool(procs, [1.0], [GiB], [])
     assert p["processes"] == 2 and p["workers"] == 2 and "sidecar" not in p["advice"]
 
@@ -202,11 +240,15 @@ def test_compile_pool_unknown_without_compile_events_and_none_without_a_pool():
 # -- the CUDA OOM message ------------------------------------------------------------------------------------------
 # Wording of PyTorch's caching allocator (current, and before 2.1), hand-written from that format with the numbers
 # of the incident in seed 003 where it gives them; not recorded on a GPU here.
-CURRENT = ("CUDA out of memory. Tried to allocate 226.00 MiB. GPU 0 has a total capacity of 15.77 GiB of which "
-           "120.56 MiB is free. Process 5691 has 15.67 GiB memory in use. Of the allocated memory 14.90 GiB is "
-           "allocated by PyTorch, and 512.10 MiB is reserved by PyTorch but unallocated.")
-OLDER = ("CUDA out of memory. Tried to allocate 36.00 MiB (GPU 1; 7.93 GiB total capacity; 7.38 GiB already "
-         "allocated; 12.06 MiB free; 7.40 GiB reserved in total by PyTorch)")
+CURRENT = (
+    "CUDA out of memory. Tried to allocate 226.00 MiB. GPU 0 has a total capacity of 15.77 GiB of which "
+    "120.56 MiB is free. Process 5691 has 15.67 GiB memory in use. Of the allocated memory 14.90 GiB is "
+    "allocated by PyTorch, and 512.10 MiB is reserved by PyTorch but unallocated."
+)
+OLDER = (
+    "CUDA out of memory. Tried to allocate 36.00 MiB (GPU 1; 7.93 GiB total capacity; 7.38 GiB already "
+    "allocated; 12.06 MiB free; 7.40 GiB reserved in total by PyTorch)"
+)
 
 
 def test_parse_both_wordings():
@@ -221,14 +263,22 @@ def test_parse_both_wordings():
 
 def test_oom_message_names_allocation_and_reserved():
     m = g.cuda_oom_message(CURRENT, "train.py, line 40 in forward")
-    assert m.startswith("CUDA ran out of memory at train.py, line 40 in forward: an allocation of 226.00 MiB "
-                        "failed on GPU 0")
+    assert m.startswith(
+        "CUDA ran out of memory at train.py, line 40 in forward: an allocation of 226.00 MiB failed on GPU 0"
+    )
     assert "reserved 15.40 GiB" in m and "14.90 GiB allocated" in m and "pid 5691" in m
     m = g.cuda_oom_message(OLDER)
     assert "36.00 MiB failed on GPU 1" in m and "reserved 7.40 GiB" in m
     assert "fragmentation" not in m  # ~20 MiB cached but unallocated could not have held the 36 MiB
-    observed = {"alloc_bytes": 2 * GiB, "device": 3, "device_total": 80 * GiB, "device_free": 1 * GiB,
-                "allocated": 70 * GiB, "reserved": 78 * GiB, "snapshot": "/r/x.pickle"}
+    observed = {
+        "alloc_bytes": 2 * GiB,
+        "device": 3,
+        "device_total": 80 * GiB,
+        "device_free": 1 * GiB,
+        "allocated": 70 * GiB,
+        "reserved": 78 * GiB,
+        "snapshot": "/r/x.pickle",
+    }
     m = g.cuda_oom_message("CUDA out of memory.", None, observed)
     assert "2.00 GiB failed on GPU 3" in m and "reserved 78.00 GiB" in m and "/r/x.pickle" in m
     assert "fragmentation" in m  # 8 GiB cached but unallocated would have held the 2 GiB
@@ -241,8 +291,10 @@ def test_cuda_oom_exit_from_a_real_out_of_memory_error(start):
     s = start([script("cuda_oom_cpu.py")]).wait(120)
     ex = s["exit"]
     assert ex["cause"] == "cuda_oom" and ex["code"] == 1
-    assert ex["message"].startswith("CUDA ran out of memory at cuda_oom_cpu.py, line 22 in step: an allocation of "
-                                    "226.00 MiB failed on GPU 0 (120.56 MiB free of 15.77 GiB)")
+    assert ex["message"].startswith(
+        "CUDA ran out of memory at cuda_oom_cpu.py, line 22 in step: an allocation of "
+        "226.00 MiB failed on GPU 0 (120.56 MiB free of 15.77 GiB)"
+    )
     assert "PyTorch had reserved 15.40 GiB" in ex["message"]
     assert "torch.OutOfMemoryError" in ex["traceback"]
     assert s["allocator"] is None  # CPU torch: CUDA was never initialised, so nothing was sampled
@@ -263,8 +315,14 @@ def _gpu_series():
     from memscope.ui.gpu_chart import GpuSeries
 
     s = GpuSeries()
-    s.add_event("gpu", 1.0, None, _round(1, [{"pid": 10, "device": 0, "used": 2 * GiB},
-                                             {"pid": 11, "device": 0, "used": 1 * GiB}], used=4 * GiB)["data"])
+    s.add_event(
+        "gpu",
+        1.0,
+        None,
+        _round(1, [{"pid": 10, "device": 0, "used": 2 * GiB}, {"pid": 11, "device": 0, "used": 1 * GiB}], used=4 * GiB)[
+            "data"
+        ],
+    )
     s.add_event("torch_alloc", 1.5, 10, {"backend": "cuda", "device": 0, "allocated": 1 * GiB, "reserved": 2 * GiB})
     s.add_event("torch_alloc", 1.6, 11, {"backend": "cuda", "device": 0, "allocated": 0, "reserved": 1 * GiB})
     s.add_event("phase", 1.7, 10, {"name": "train"})  # not GPU data: ignored
@@ -277,8 +335,8 @@ def test_gpu_series_stacks_roles_and_draws_allocator_lines():
     snap = s.snapshot({10: "main", 11: "dataloader_worker"})
     assert snap["tree_pss_by_role"]["main"]["y"] == [2 * GiB]
     assert snap["tree_pss_by_role"]["dataloader_worker"]["y"] == [1 * GiB]
-    assert snap["main_rss"]["y"] == [1 * GiB, 1 * GiB]          # allocated, summed over the tree
-    assert snap["tree_rss"]["y"] == [2 * GiB, 3 * GiB]          # reserved, summed over the tree
+    assert snap["main_rss"]["y"] == [1 * GiB, 1 * GiB]  # allocated, summed over the tree
+    assert snap["tree_rss"]["y"] == [2 * GiB, 3 * GiB]  # reserved, summed over the tree
     assert snap["limit"]["y"] == [80 * GiB] and snap["host_available"]["y"] == [76 * GiB]
     assert snap["labels"]["main_rss"] == "PyTorch allocated" and snap["labels"]["limit"] == "device total"
 
@@ -346,14 +404,14 @@ def test_gpu_chart_draws_in_a_real_browser(tmp_path):
             browser = tb._launch(p)
             page = tb.open_notebook(browser, url, 1280, 1100)
             tb.run_cell(page, 0)
-            page.wait_for_function("() => document.querySelectorAll('.memscope-chart').length >= 2",
-                                   timeout=90_000)
+            page.wait_for_function("() => document.querySelectorAll('.memscope-chart').length >= 2", timeout=90_000)
             tb.run_cell(page, 1)
             m = tb.wait_output(page, 1, r"POINTS (\d+) (\d+)")
             assert int(m.group(1)) == int(m.group(2)) > 0
             labels = page.evaluate(
                 "() => JSON.stringify(Bokeh.documents.flatMap((d) => d.roots()).flatMap((r) => r.right || [])"
-                ".flatMap((l) => (l.items || []).map((i) => i.label)))")
+                ".flatMap((l) => (l.items || []).map((i) => i.label)))"
+            )
             for text in ("PyTorch allocated", "PyTorch reserved", "device total"):
                 assert text in labels, labels
             browser.close()

@@ -6,6 +6,7 @@
 - NVML: a fake NVML built from nvidia-smi captures (H100, H100 in MIG mode, Tesla T4): fake_nvml.py.
 - CUDA OOM messages: the wordings public reports and PyTorch's documentation quote, numbers retyped.
 """
+
 import json
 import os
 import pickle
@@ -28,10 +29,21 @@ SHARED = os.path.join(HERE, "..", "..", "shared", "fixtures", "gpu")
 ROOT = os.path.dirname(HERE)
 STEP = os.path.join(FIX, "snapshot_training_step_tail.pickle")
 OOM = os.path.join(FIX, "snapshot_at_oom.pickle")
-SNAPSHOTS = [STEP, OOM] + [p for p in (os.path.join(SHARED, "snapshot_training_step.pickle"),
-                                       os.path.join(SHARED, "snapshot_at_oom.pickle")) if os.path.exists(p)]
-KEYS = ["device", "reserved_bytes", "allocated_bytes", "active_bytes", "free_in_segments_bytes",
-        "largest_free_block_bytes", "segments", "trace_events"]
+SNAPSHOTS = [STEP, OOM] + [
+    p
+    for p in (os.path.join(SHARED, "snapshot_training_step.pickle"), os.path.join(SHARED, "snapshot_at_oom.pickle"))
+    if os.path.exists(p)
+]
+KEYS = [
+    "device",
+    "reserved_bytes",
+    "allocated_bytes",
+    "active_bytes",
+    "free_in_segments_bytes",
+    "largest_free_block_bytes",
+    "segments",
+    "trace_events",
+]
 
 
 def _plain(path):
@@ -41,8 +53,14 @@ def _plain(path):
 
 def _cli(*args, timeout=60):
     env = dict(os.environ, PYTHONPATH=ROOT)
-    return subprocess.run([sys.executable, "-m", "memscope.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "memscope.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 # -- the snapshot: numbers, schema, advice ------------------------------------------------------------------------
@@ -105,8 +123,11 @@ def test_largest_allocations_carry_their_frames_in_both_formats():
     assert top[0]["size"] == 327680000 and top[0]["frames"][0]["name"] == "einsum"
     assert [f["filename"].rsplit("\\", 1)[-1] for f in S.user_frames(top[0]["frames"])][:1] == ["model.py"]
     old = S.largest_allocations(S.load(OOM), 0, 1)[0]  # frames under the block's "history"
-    assert old["frames"][0] == {"name": "allocate", "filename": "/home/dingyiran/FlexGen/flexgen/pytorch_backend.py",
-                                "line": 190}
+    assert old["frames"][0] == {
+        "name": "allocate",
+        "filename": "/home/dingyiran/FlexGen/flexgen/pytorch_backend.py",
+        "line": 190,
+    }
 
 
 def test_allocator_fields_from_a_recorded_snapshot_feed_the_allocator_verdict():
@@ -142,10 +163,16 @@ def test_a_pickle_that_names_a_global_is_refused_and_nothing_runs(tmp_path):
         S.loads(pickle.dumps({"segments": [], "d": __import__("collections").OrderedDict()}))
 
 
-@pytest.mark.parametrize("content,why", [(b"not a pickle", "not a pickle"),
-                                         (pickle.dumps([1, 2, 3]), "not a CUDA memory snapshot"),
-                                         (pickle.dumps({"segments": "x"}), "not a CUDA memory snapshot"),
-                                         (None, "No such file")], ids=["bytes", "list", "segments-str", "missing"])
+@pytest.mark.parametrize(
+    "content,why",
+    [
+        (b"not a pickle", "not a pickle"),
+        (pickle.dumps([1, 2, 3]), "not a CUDA memory snapshot"),
+        (pickle.dumps({"segments": "x"}), "not a CUDA memory snapshot"),
+        (None, "No such file"),
+    ],
+    ids=["bytes", "list", "segments-str", "missing"],
+)
 def test_bad_input_is_one_line_and_exit_2(tmp_path, content, why):
     path = tmp_path / "s.pickle"
     if content is not None:
@@ -171,7 +198,7 @@ def test_cli_json_and_html(tmp_path):
     page = out.read_text()
     assert "<script>alert(1)" not in page and "<b>evil</b>" not in page and "&lt;script&gt;alert(1)" in page
     assert "memscope-snapshot-timeline-0" in page and "memscope-snapshot-segments-0" in page
-    assert "cdn.bokeh.org" not in page and "Bokeh" in page            # BokehJS inline
+    assert "cdn.bokeh.org" not in page and "Bokeh" in page  # BokehJS inline
     assert "expandable_segments:True" in page and "13.21 GiB" in page
 
 
@@ -201,9 +228,12 @@ def _sections(name):
 
 def test_nvml_h100_under_load_per_process():
     secs = _sections("h100")
-    apps = fake_nvml.compute_apps(secs["load :: query-compute-apps (per-process)"])   # the CSV, another print
-    (used, total), = [tuple(_table_mib(line, r"(\d+)MiB")) for line in
-                      secs["load :: nvidia-smi (default table)"].splitlines() if "MiB /" in line]
+    apps = fake_nvml.compute_apps(secs["load :: query-compute-apps (per-process)"])  # the CSV, another print
+    ((used, total),) = [
+        tuple(_table_mib(line, r"(\d+)MiB"))
+        for line in secs["load :: nvidia-smi (default table)"].splitlines()
+        if "MiB /" in line
+    ]
     nv = Nvml.open(fake_nvml.FakeNvml(fake_nvml.capture("h100", "load")))
     tree = [11345, 11327]  # gpu_burn and one memhog are ours; the other memhog is another container's
     s = nv.sample(tree)
@@ -212,8 +242,10 @@ def test_nvml_h100_under_load_per_process():
     assert dev["used"] == used == 19818 * MiB and dev["reserved"] == 479 * MiB
     assert {p["pid"]: p["used"] for p in s["procs"]} == {pid: apps[pid] for pid in tree}
     assert s["other_procs"] == 1 and s["other_used"] == apps[11328] == 1542 * MiB
-    assert nv.sample([])["procs"] == [] and Nvml.open(fake_nvml.FakeNvml(fake_nvml.capture("h100", "idle"))) \
-        .sample(tree)["procs"] == []
+    assert (
+        nv.sample([])["procs"] == []
+        and Nvml.open(fake_nvml.FakeNvml(fake_nvml.capture("h100", "idle"))).sample(tree)["procs"] == []
+    )
 
 
 @pytest.mark.parametrize("privileged", [True, False])
@@ -221,11 +253,13 @@ def test_nvml_mig_instances_each_with_their_memory_and_processes(privileged):
     secs = _sections("h100-mig")
     apps = fake_nvml.compute_apps(secs["load :: query-compute-apps (per-process)"])
     table = secs["load :: nvidia-smi (default table)"]
-    mig_rows = [(int(a) * MiB, int(b) * MiB) for a, b in
-                __import__("re").findall(r"\|\s+0\s+\d+\s+0\s+\d\s+\|\s+(\d+)MiB /\s+(\d+)MiB", table)]
+    mig_rows = [
+        (int(a) * MiB, int(b) * MiB)
+        for a, b in __import__("re").findall(r"\|\s+0\s+\d+\s+0\s+\d\s+\|\s+(\d+)MiB /\s+(\d+)MiB", table)
+    ]
     fake = fake_nvml.FakeNvml(fake_nvml.capture("h100-mig", "load"), privileged=privileged)
     s = Nvml.open(fake).sample([21198, 21180])
-    assert [(d["used"], d["total"]) for d in s["devices"]] == mig_rows   # 11091/40448 MiB, 17/20096, 9/9984 x2
+    assert [(d["used"], d["total"]) for d in s["devices"]] == mig_rows  # 11091/40448 MiB, 17/20096, 9/9984 x2
     assert [d["gpu_instance"] for d in s["devices"]] == [2, 3, 9, 10]
     assert {p["pid"]: (p["used"], p["mig"]) for p in s["procs"]} == {21198: (apps[21198], 0), 21180: (apps[21180], 0)}
     assert s["other_procs"] == 1 and s["other_used"] == apps[21181]
@@ -237,7 +271,7 @@ def test_nvml_t4_graphics_process_of_another_user_and_old_driver():
     (dev,) = s["devices"]
     assert (dev["total"], dev["used"], dev["reserved"]) == (15360 * MiB, 1032 * MiB, 388 * MiB)
     assert s["procs"] == [{"pid": 5762, "device": 0, "used": 1005 * MiB}]
-    assert s["other_procs"] == 1 and s["other_used"] == 22 * MiB           # Xorg, type G
+    assert s["other_procs"] == 1 and s["other_used"] == 22 * MiB  # Xorg, type G
     # A driver before R510: no v2 call; v1's used is total - free, the driver's reservation in it.
     old = Nvml.open(fake_nvml.FakeNvml(fake_nvml.capture("t4"), v2=False)).sample([5762])["devices"][0]
     assert old["used"] == (15360 - 13939) * MiB and old["reserved"] is None
@@ -288,8 +322,10 @@ def test_nvml_rounds_to_summary_chart_and_process_table():
     sample_loop(nv, publish, lambda: float(len(rounds)), lambda: list(tree), done, 0.001)
     out = g.gpu([{"t": e.t, "pid": e.pid, "data": e.data} for e in rounds], tree)
     assert out["source"] == "nvml" and out["tree_peak_bytes"] == (15690 + 2566) * MiB
-    assert [(p["pid"], p["role"], p["peak_used_bytes"]) for p in out["processes"]] == \
-        [(11345, "main", 15690 * MiB), (11327, "dataloader_worker", 2566 * MiB)]
+    assert [(p["pid"], p["role"], p["peak_used_bytes"]) for p in out["processes"]] == [
+        (11345, "main", 15690 * MiB),
+        (11327, "dataloader_worker", 2566 * MiB),
+    ]
     assert out["other_processes"] == 1 and out["other_peak_used_bytes"] == 1542 * MiB
     assert out["devices"][0]["driver_reserved_bytes"] == 479 * MiB
     series = GpuSeries()
@@ -298,8 +334,12 @@ def test_nvml_rounds_to_summary_chart_and_process_table():
     snap = series.snapshot(tree)
     assert snap["tree_pss_by_role"]["main"]["y"][-1] == 15690 * MiB
     assert snap["limit"]["y"][-1] == 81559 * MiB and snap["host_available"]["y"][-1] == (81559 - 19818) * MiB
-    html = process_table(with_gpu({11345: {"role": "main", "rss": GiB}, 11327: {"role": "dataloader_worker"},
-                                   99: {"role": "wrapper"}}, series.per_pid()))
+    html = process_table(
+        with_gpu(
+            {11345: {"role": "main", "rss": GiB}, 11327: {"role": "dataloader_worker"}, 99: {"role": "wrapper"}},
+            series.per_pid(),
+        )
+    )
     assert "<th style='text-align:left;padding-right:10px'>GPU</th>" in html
     assert "15.32 GiB" in html and "2.51 GiB" in html
     assert "GPU" not in process_table({99: {"role": "main"}})  # no GPU data: no column
@@ -312,48 +352,108 @@ def test_nvml_rounds_to_summary_chart_and_process_table():
 # -- CUDA OOM messages ---------------------------------------------------------------------------------------------
 # Retyped from where they were published: the fixtures README (seed 003's Kaggle run), PyTorch's documentation
 # (its fragmentation example), public issue reports (2.1.x's "capacty"; several processes; the 1.x wordings).
-README_21 = ("CUDA out of memory. Tried to allocate 226.00 MiB. GPU 0 has a total capacity of 15.89 GiB of which "
-             "3.12 MiB is free. Process 5691 has 15.67 GiB memory in use. Of the allocated memory ...")
-DOCS_FRAG = ("CUDA out of memory. Tried to allocate 3.15 GiB. GPU 0 has a total capacity of 39.56 GiB of which "
-             "6.80 GiB is free. Including non-PyTorch memory, this process has 36.61 GiB memory in use. Of the "
-             "allocated memory 31.66 GiB is allocated by PyTorch, and 4.11 GiB is reserved by PyTorch but "
-             "unallocated. If reserved but unallocated memory is large try setting "
-             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
-WRAPPED_TWO = ("CUDA out of memory. Tried to allocate 1.16 GiB.\nGPU 0 has a total capacity of 31.36 GiB of which "
-               "471.69 MiB is free.\nIncluding non-PyTorch memory, this process has 16.63 GiB memory in use.\n"
-               "Process 19239 has 14.26 GiB memory in use.\nOf the allocated memory 15.03 GiB is allocated by "
-               "PyTorch, and 1.00 GiB\nis reserved by PyTorch but unallocated.")
-CAPACTY = ("CUDA out of memory. Tried to allocate 8.00 GiB. GPU 0 has a total capacty of 23.69 GiB of which 7.11 GiB "
-           "is free. Process 2006998 has 256.00 MiB memory in use. Including non-PyTorch memory, this process has "
-           "16.31 GiB memory in use. Of the allocated memory 16.01 GiB is allocated by PyTorch, and 7.47 MiB is "
-           "reserved by PyTorch but unallocated.")
-SEED_003 = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 226.00 MiB\n"
-            "Process 5691 has 15.67 GiB memory in use")   # as seed 003 quotes it: two lines of the message
-OLDER = ("CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 10.76 GiB total capacity; 9.69 GiB already "
-         "allocated; 19.12 MiB free; 9.80 GiB reserved in total by PyTorch)")
-CACHED = ("CUDA out of memory. Tried to allocate 144.00 MiB (GPU 0; 11.17 GiB total capacity; 10.62 GiB already "
-          "allocated; 145.81 MiB free; 10.66 GiB cached)")
+README_21 = (
+    "CUDA out of memory. Tried to allocate 226.00 MiB. GPU 0 has a total capacity of 15.89 GiB of which "
+    "3.12 MiB is free. Process 5691 has 15.67 GiB memory in use. Of the allocated memory ..."
+)
+DOCS_FRAG = (
+    "CUDA out of memory. Tried to allocate 3.15 GiB. GPU 0 has a total capacity of 39.56 GiB of which "
+    "6.80 GiB is free. Including non-PyTorch memory, this process has 36.61 GiB memory in use. Of the "
+    "allocated memory 31.66 GiB is allocated by PyTorch, and 4.11 GiB is reserved by PyTorch but "
+    "unallocated. If reserved but unallocated memory is large try setting "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+)
+WRAPPED_TWO = (
+    "CUDA out of memory. Tried to allocate 1.16 GiB.\nGPU 0 has a total capacity of 31.36 GiB of which "
+    "471.69 MiB is free.\nIncluding non-PyTorch memory, this process has 16.63 GiB memory in use.\n"
+    "Process 19239 has 14.26 GiB memory in use.\nOf the allocated memory 15.03 GiB is allocated by "
+    "PyTorch, and 1.00 GiB\nis reserved by PyTorch but unallocated."
+)
+CAPACTY = (
+    "CUDA out of memory. Tried to allocate 8.00 GiB. GPU 0 has a total capacty of 23.69 GiB of which 7.11 GiB "
+    "is free. Process 2006998 has 256.00 MiB memory in use. Including non-PyTorch memory, this process has "
+    "16.31 GiB memory in use. Of the allocated memory 16.01 GiB is allocated by PyTorch, and 7.47 MiB is "
+    "reserved by PyTorch but unallocated."
+)
+SEED_003 = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 226.00 MiB\n"
+    "Process 5691 has 15.67 GiB memory in use"
+)  # as seed 003 quotes it: two lines of the message
+OLDER = (
+    "CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 10.76 GiB total capacity; 9.69 GiB already "
+    "allocated; 19.12 MiB free; 9.80 GiB reserved in total by PyTorch)"
+)
+CACHED = (
+    "CUDA out of memory. Tried to allocate 144.00 MiB (GPU 0; 11.17 GiB total capacity; 10.62 GiB already "
+    "allocated; 145.81 MiB free; 10.66 GiB cached)"
+)
 
 
 def _b(x, unit):
     return int(x * {"MiB": MiB, "GiB": GiB}[unit])
 
 
-@pytest.mark.parametrize("text,want", [
-    (README_21, {"alloc": _b(226, "MiB"), "total": _b(15.89, "GiB"), "free": _b(3.12, "MiB"),
-                 "processes": [(5691, _b(15.67, "GiB"))], "form": "2.1+"}),
-    (DOCS_FRAG, {"alloc": _b(3.15, "GiB"), "total": _b(39.56, "GiB"), "free": _b(6.80, "GiB"),
-                 "this_process": _b(36.61, "GiB"), "allocated": _b(31.66, "GiB"),
-                 "reserved_unallocated": _b(4.11, "GiB"), "form": "2.1+"}),
-    (WRAPPED_TWO, {"alloc": _b(1.16, "GiB"), "free": _b(471.69, "MiB"), "this_process": _b(16.63, "GiB"),
-                   "processes": [(19239, _b(14.26, "GiB"))], "reserved_unallocated": _b(1.00, "GiB")}),
-    (CAPACTY, {"total": _b(23.69, "GiB"), "free": _b(7.11, "GiB"), "processes": [(2006998, _b(256, "MiB"))],
-               "this_process": _b(16.31, "GiB"), "allocated": _b(16.01, "GiB")}),
-    (OLDER, {"alloc": _b(20, "MiB"), "total": _b(10.76, "GiB"), "allocated": _b(9.69, "GiB"),
-             "free": _b(19.12, "MiB"), "reserved": _b(9.80, "GiB"), "form": "older"}),
-    (CACHED, {"alloc": _b(144, "MiB"), "free": _b(145.81, "MiB"), "reserved": _b(10.66, "GiB"), "form": "older"}),
-    (SEED_003, {"alloc": _b(226, "MiB"), "processes": [(5691, _b(15.67, "GiB"))], "total": None, "form": "2.1+"}),
-], ids=["2.1-readme", "2.1-docs", "2.1-wrapped", "2.1.x-capacty", "1.5-2.0", "before-1.5", "seed-003-excerpt"])
+@pytest.mark.parametrize(
+    "text,want",
+    [
+        (
+            README_21,
+            {
+                "alloc": _b(226, "MiB"),
+                "total": _b(15.89, "GiB"),
+                "free": _b(3.12, "MiB"),
+                "processes": [(5691, _b(15.67, "GiB"))],
+                "form": "2.1+",
+            },
+        ),
+        (
+            DOCS_FRAG,
+            {
+                "alloc": _b(3.15, "GiB"),
+                "total": _b(39.56, "GiB"),
+                "free": _b(6.80, "GiB"),
+                "this_process": _b(36.61, "GiB"),
+                "allocated": _b(31.66, "GiB"),
+                "reserved_unallocated": _b(4.11, "GiB"),
+                "form": "2.1+",
+            },
+        ),
+        (
+            WRAPPED_TWO,
+            {
+                "alloc": _b(1.16, "GiB"),
+                "free": _b(471.69, "MiB"),
+                "this_process": _b(16.63, "GiB"),
+                "processes": [(19239, _b(14.26, "GiB"))],
+                "reserved_unallocated": _b(1.00, "GiB"),
+            },
+        ),
+        (
+            CAPACTY,
+            {
+                "total": _b(23.69, "GiB"),
+                "free": _b(7.11, "GiB"),
+                "processes": [(2006998, _b(256, "MiB"))],
+                "this_process": _b(16.31, "GiB"),
+                "allocated": _b(16.01, "GiB"),
+            },
+        ),
+        (
+            OLDER,
+            {
+                "alloc": _b(20, "MiB"),
+                "total": _b(10.76, "GiB"),
+                "allocated": _b(9.69, "GiB"),
+                "free": _b(19.12, "MiB"),
+                "reserved": _b(9.80, "GiB"),
+                "form": "older",
+            },
+        ),
+        (CACHED, {"alloc": _b(144, "MiB"), "free": _b(145.81, "MiB"), "reserved": _b(10.66, "GiB"), "form": "older"}),
+        (SEED_003, {"alloc": _b(226, "MiB"), "processes": [(5691, _b(15.67, "GiB"))], "total": None, "form": "2.1+"}),
+    ],
+    ids=["2.1-readme", "2.1-docs", "2.1-wrapped", "2.1.x-capacty", "1.5-2.0", "before-1.5", "seed-003-excerpt"],
+)
 def test_parse_every_oom_wording(text, want):
     n = g.parse_cuda_oom(text)
     assert {k: n.get(k) for k in want} == want and n.get("device", 0) == 0
@@ -362,11 +462,15 @@ def test_parse_every_oom_wording(text, want):
 def test_oom_summary_names_each_process_and_whether_it_is_ours():
     exc = {"type": "torch.OutOfMemoryError", "message": WRAPPED_TWO}
     o = g.cuda_oom({100: exc}, {}, {100: "rank", 19239: "rank"}, main=100)
-    assert (o["tried_bytes"], o["capacity_bytes"], o["free_bytes"]) == (_b(1.16, "GiB"), _b(31.36, "GiB"),
-                                                                      _b(471.69, "MiB"))
+    assert (o["tried_bytes"], o["capacity_bytes"], o["free_bytes"]) == (
+        _b(1.16, "GiB"),
+        _b(31.36, "GiB"),
+        _b(471.69, "MiB"),
+    )
     assert o["processes"] == [
         {"pid": 100, "used_bytes": _b(16.63, "GiB"), "in_tree": True, "role": "rank", "this_process": True},
-        {"pid": 19239, "used_bytes": _b(14.26, "GiB"), "in_tree": True, "role": "rank", "this_process": False}]
+        {"pid": 19239, "used_bytes": _b(14.26, "GiB"), "in_tree": True, "role": "rank", "this_process": False},
+    ]
     assert not o["host_pids"]
     other = g.cuda_oom({100: exc}, {}, {100: "main"}, main=100)
     assert other["processes"][1]["in_tree"] is False and "Other processes held 14.26 GiB" in other["advice"]
@@ -395,8 +499,11 @@ def test_a_cuda_oom_saves_the_snapshot_beside_the_record(start, history):
     path = o["snapshot"]
     assert path and os.path.dirname(path) == os.path.dirname(s["record"]) and os.path.exists(path)
     assert (o["tried_bytes"], o["free_bytes"]) == (226 * MiB, int(3.12 * MiB)) and o["reserved_bytes"] == 11296 * MiB
-    assert o["processes"] == [{"pid": 5691, "used_bytes": _b(15.67, "GiB"), "in_tree": False, "role": None,
-                               "this_process": False}] and o["host_pids"]
+    assert (
+        o["processes"]
+        == [{"pid": 5691, "used_bytes": _b(15.67, "GiB"), "in_tree": False, "role": None, "this_process": False}]
+        and o["host_pids"]
+    )
     assert s["allocator"]["ooms"][0]["snapshot"] == path
     saved = S.load(path)  # what the agent wrote reads back safely, the OOM's numbers in it
     assert saved["memscope_oom"]["alloc_bytes"] == 226 * MiB and saved["segments"] == _plain(OOM)["segments"]
@@ -411,22 +518,23 @@ def test_a_cuda_oom_saves_the_snapshot_beside_the_record(start, history):
 # -- the notebook view in a real browser (JupyterLab + chromium) --------------------------------------------------
 def test_open_snapshot_draws_in_a_real_browser(tmp_path):
     tb = pytest.importorskip("test_browser")  # its module-level skips apply: JupyterLab, Playwright, chromium
-    cells = [f"import memscope\nv = memscope.open_snapshot({STEP!r})\nv",
-             "import time\nfrom memscope.ui.chart import count_points\ntime.sleep(2)\nc = v.widget.children[0]\n"
-             "print('POINTS', c.rendered_points, count_points(c.data))"]
+    cells = [
+        f"import memscope\nv = memscope.open_snapshot({STEP!r})\nv",
+        "import time\nfrom memscope.ui.chart import count_points\ntime.sleep(2)\nc = v.widget.children[0]\n"
+        "print('POINTS', c.rendered_points, count_points(c.data))",
+    ]
     proc, url = tb._serve(tmp_path, "lab", cells, tb.PORT + 5)
     try:
         with tb.playwright.sync_playwright() as p:
             browser = tb._launch(p)
             page = tb.open_notebook(browser, url, 1280, 1100)
             tb.run_cell(page, 0)
-            tb.wait_text(page, ".memscope-snapshot", "largest allocations", "expandable_segments:True",
-                         timeout=90_000)
+            tb.wait_text(page, ".memscope-snapshot", "largest allocations", "expandable_segments:True", timeout=90_000)
             tb.run_cell(page, 1)
             m = tb.wait_output(page, 1, r"POINTS (\d+) (\d+)")
-            assert int(m.group(1)) == int(m.group(2)) > 0       # the timeline drawn, every point
+            assert int(m.group(1)) == int(m.group(2)) > 0  # the timeline drawn, every point
             bars = page.evaluate("() => document.querySelectorAll('.memscope-segments > div').length")
-            assert bars == 216                                   # one bar per recorded segment
+            assert bars == 216  # one bar per recorded segment
             page.screenshot(path=str(tmp_path / "open_snapshot.png"), full_page=True)
             browser.close()
     finally:
@@ -439,7 +547,7 @@ def test_without_an_oom_observer_the_excepthook_saves_the_snapshot(start):
     s = run.wait(120)
     assert s["exit"]["cause"] == "cuda_oom" and "observers 0" in "\n".join(run.output_tail)
     path = s["cuda_oom"]["snapshot"]
-    assert path and os.path.exists(path) and s["allocator"] is None   # no observer: no cuda_oom message
+    assert path and os.path.exists(path) and s["allocator"] is None  # no observer: no cuda_oom message
     saved = S.load(path)
     assert saved["segments"] == _plain(OOM)["segments"] and "alloc_bytes" not in saved["memscope_oom"]
     from memscope.ui.dashboard import verdict_card

@@ -1,4 +1,5 @@
 """cgroup v1 / v2 and /proc parsing on fixture trees."""
+
 import os
 
 from memscope.collect.host import find_memory_cgroup, parse_keyed, read_cgroup_memory, read_host_memory
@@ -29,9 +30,12 @@ def test_cgroup_v2_smallest_limit_up_the_tree_and_oom_kill(tmp_path):
 
 def test_cgroup_v1_hybrid_prefers_the_memory_controller_and_ignores_unlimited(tmp_path):
     r = str(tmp_path)
-    write(r, "/proc/self/mountinfo",
-          "25 24 0:22 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n"
-          "40 24 0:35 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory\n")
+    write(
+        r,
+        "/proc/self/mountinfo",
+        "25 24 0:22 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n"
+        "40 24 0:35 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory\n",
+    )
     write(r, "/proc/9/cgroup", "4:memory:/docker/abc\n1:cpu:/docker/abc\n0::/docker/abc\n")
     write(r, "/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n")
     write(r, "/sys/fs/cgroup/memory/docker/memory.limit_in_bytes", str(8 << 30))
@@ -60,20 +64,31 @@ def test_no_cgroup_means_no_limit(tmp_path):
 
 def test_meminfo_and_vmstat(tmp_path):
     r = str(tmp_path)
-    write(r, "/proc/meminfo", "MemTotal:       16000000 kB\nMemFree: 1000 kB\nMemAvailable:    8000000 kB\n"
-                              "SwapTotal: 2048 kB\nSwapFree: 1024 kB\n")
+    write(
+        r,
+        "/proc/meminfo",
+        "MemTotal:       16000000 kB\nMemFree: 1000 kB\nMemAvailable:    8000000 kB\n"
+        "SwapTotal: 2048 kB\nSwapFree: 1024 kB\n",
+    )
     write(r, "/proc/vmstat", "nr_free_pages 12\noom_kill 3\n")
     h = read_host_memory(root=r)
     assert (h.total, h.available, h.swap_total, h.swap_used, h.oom_kills) == (
-        16000000 * 1024, 8000000 * 1024, 2048 * 1024, 1024 * 1024, 3)
+        16000000 * 1024,
+        8000000 * 1024,
+        2048 * 1024,
+        1024 * 1024,
+        3,
+    )
     assert parse_keyed("oom_kill 5\nunder_oom 0") == {"oom_kill": 5, "under_oom": 0}
 
 
 def test_stat_with_parentheses_in_the_name_and_smaps_rollup():
-    st = parse_stat(b"4242 (pt (data) worker) S 4200 4200 4100 0 -1 4194560 " + b"0 " * 12 + b"777 "
-                    + b"0 " * 29 + b"139\n")
+    st = parse_stat(
+        b"4242 (pt (data) worker) S 4200 4200 4100 0 -1 4194560 " + b"0 " * 12 + b"777 " + b"0 " * 29 + b"139\n"
+    )
     assert (st.pid, st.comm, st.state, st.ppid, st.starttime) == (4242, "pt (data) worker", "S", 4200, 777)
     assert st.exit_code == 139
-    d = parse_smaps_rollup(b"55d0-7ffd ---p 0 00:00 0 [rollup]\nRss: 2048 kB\nPss: 1024 kB\nPss_Anon: 900 kB\n"
-                           b"Swap: 8 kB\n")
+    d = parse_smaps_rollup(
+        b"55d0-7ffd ---p 0 00:00 0 [rollup]\nRss: 2048 kB\nPss: 1024 kB\nPss_Anon: 900 kB\nSwap: 8 kB\n"
+    )
     assert d == {"Rss": 2 << 20, "Pss": 1 << 20, "Pss_Anon": 900 * 1024, "Swap": 8 * 1024}

@@ -3,6 +3,7 @@ MEMSCOPE_INSTALL_PYTHON at its replica of Colab's runtime (before memscope is in
 wheel. Every failure is one line that says what to do, never a traceback; with Internet off (pip's index out of
 reach) the wheel alone installs memscope, from what the image already ships. The last test leaves memscope
 installed there: that is how CI's Colab stage installs it."""
+
 import glob
 import json
 import os
@@ -13,8 +14,10 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = os.environ.get("MEMSCOPE_INSTALL_PYTHON")
 DIST = os.environ.get("MEMSCOPE_DIST")
-pytestmark = pytest.mark.skipif(not (PYTHON and DIST), reason="CI's Colab stage sets MEMSCOPE_INSTALL_PYTHON and "
-                                                               "MEMSCOPE_DIST (a replica without memscope)")
+pytestmark = pytest.mark.skipif(
+    not (PYTHON and DIST),
+    reason="CI's Colab stage sets MEMSCOPE_INSTALL_PYTHON and MEMSCOPE_DIST (a replica without memscope)",
+)
 
 
 def _run_first_cell(tmp_path, src, offline=True):
@@ -26,18 +29,36 @@ def _run_first_cell(tmp_path, src, offline=True):
     env.update(MEMSCOPE_SRC=src, PYDEVD_DISABLE_FILE_VALIDATION="1")
     if offline:  # Kaggle's default: no index to reach (a git address cannot be reached from here either)
         env["PIP_NO_INDEX"] = "1"
-    p = subprocess.run([PYTHON, "-m", "IPython", "--no-banner", "--colors=NoColor",
-                        "--TerminalInteractiveShell.term_title=False", str(tmp_path / "cell.ipy")],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "IPython",
+            "--no-banner",
+            "--colors=NoColor",
+            "--TerminalInteractiveShell.term_title=False",
+            str(tmp_path / "cell.ipy"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return [line for line in (p.stdout + p.stderr).splitlines() if line.strip() and not line.startswith("0.00s")]
 
 
-@pytest.mark.parametrize("src, says", [
-    ("/kaggle/input/nothing/memscope_ml-0.1.0-py3-none-any.whl", "memscope: no wheel at /kaggle/input/nothing/"),
-    ("git+https://github.com/example/memscope", "memscope: could not install git+https://github.com/example/"
-                                                "memscope (fatal: unable to access"),
-    ("/no/such/clone", "memscope: /no/such/clone is neither a wheel, a git address nor a folder"),
-])
+@pytest.mark.parametrize(
+    "src, says",
+    [
+        ("/kaggle/input/nothing/memscope_ml-0.1.0-py3-none-any.whl", "memscope: no wheel at /kaggle/input/nothing/"),
+        (
+            "git+https://github.com/example/memscope",
+            "memscope: could not install git+https://github.com/example/memscope (fatal: unable to access",
+        ),
+        ("/no/such/clone", "memscope: /no/such/clone is neither a wheel, a git address nor a folder"),
+    ],
+)
 def test_a_failure_is_one_line_that_says_what_to_do(tmp_path, src, says):
     lines = _run_first_cell(tmp_path, src)
     assert len(lines) == 1 and lines[0].startswith(says), lines

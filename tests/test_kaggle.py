@@ -1,6 +1,7 @@
 """Kaggle's image (CI's Kaggle stage): its own sitecustomize.py sits in the interpreter's directory (it imports
 wrapt and adds a meta-path finder). memscope's agent shadows it on PYTHONPATH and must chain to it: Kaggle's finder
 still runs in every process of the run, and memscope still collects its evidence from inside them."""
+
 import importlib.util
 import json
 import os
@@ -11,15 +12,21 @@ import sysconfig
 import pytest
 from conftest import script
 
-pytestmark = pytest.mark.skipif(os.environ.get("MEMSCOPE_TEST_STACK") != "kaggle",
-                                reason="runs in CI's Kaggle replica (Kaggle's sitecustomize installed): see .ci/run")
+pytestmark = pytest.mark.skipif(
+    os.environ.get("MEMSCOPE_TEST_STACK") != "kaggle",
+    reason="runs in CI's Kaggle replica (Kaggle's sitecustomize installed): see .ci/run",
+)
 
 
 def test_kaggles_sitecustomize_is_the_interpreters_own():
     spec = importlib.util.find_spec("sitecustomize")
     assert spec is not None and os.path.dirname(spec.origin) == sysconfig.get_paths()["stdlib"], spec
-    out = subprocess.run([sys.executable, "-c", "import sys; print([type(f).__name__ for f in sys.meta_path])"],
-                         capture_output=True, text=True, timeout=60).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys; print([type(f).__name__ for f in sys.meta_path])"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     assert "GcpModuleFinder" in out, out
 
 
@@ -29,8 +36,20 @@ def test_a_torch_training_with_two_workers_ends_ok_under_kaggles_sitecustomize(t
     from memscope.record.reader import RunData
 
     runs, summary = tmp_path / "runs", tmp_path / "s.json"
-    p = subprocess.run([os.path.join(os.path.dirname(sys.executable), "memscope"), "run", "--record", str(runs), "--summary-json",
-                        str(summary), script("kaggle_train.py")], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            os.path.join(os.path.dirname(sys.executable), "memscope"),
+            "run",
+            "--record",
+            str(runs),
+            "--summary-json",
+            str(summary),
+            script("kaggle_train.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     # Kaggle's finder ran in the main and in each worker (the agent chained to Kaggle's sitecustomize).
     assert "MAIN FINDERS" in p.stdout and "GcpModuleFinder" in p.stdout.split("MAIN FINDERS")[1].split("\n")[0]

@@ -1,5 +1,6 @@
 """Level 1: a real kernel (jupyter_client). %memscope returns at once, widget updates keep coming while the
 kernel is idle, and a Stop click sent the way the browser sends it stops the run."""
+
 import os
 import queue
 import time
@@ -37,11 +38,13 @@ def _start_kernel(cwd):
 # A kernel killed outright leaves its runs going (memscope never kills a training because its kernel died: the
 # run can be attached again). A test that failed half-way must not leave its run behind on the machine: the
 # kernel kills what it started, through memscope (its own tree only), before it goes.
-_KILL_RUNS = ("import gc, memscope\n"
-              "for _r in [o for o in gc.get_objects() if isinstance(o, memscope.Run)]:\n"
-              "    _r.ended or _r.kill(wait=False)\n"
-              "for _r in [o for o in gc.get_objects() if isinstance(o, memscope.Run)]:\n"
-              "    _r.wait(10)")
+_KILL_RUNS = (
+    "import gc, memscope\n"
+    "for _r in [o for o in gc.get_objects() if isinstance(o, memscope.Run)]:\n"
+    "    _r.ended or _r.kill(wait=False)\n"
+    "for _r in [o for o in gc.get_objects() if isinstance(o, memscope.Run)]:\n"
+    "    _r.wait(10)"
+)
 
 
 def _close(km, kc):
@@ -63,8 +66,11 @@ def execute(kc, code, timeout=60):
     while time.monotonic() < deadline:
         m = kc.get_iopub_msg(timeout=deadline - time.monotonic())
         msgs.append(m)
-        if m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "status" \
-                and m["content"]["execution_state"] == "idle":
+        if (
+            m["parent_header"].get("msg_id") == msg_id
+            and m["msg_type"] == "status"
+            and m["content"]["execution_state"] == "idle"
+        ):
             break
     return kc.get_shell_msg(timeout=10), msgs
 
@@ -90,8 +96,7 @@ def test_magic_streams_while_idle_and_stop_click_stops_the_run(kernel, tmp_path)
     assert reply["content"]["status"] == "ok"
     assert time.monotonic() - t0 < 15  # the cell returns while the run goes on
     opens = [m for m in msgs if m["msg_type"] == "comm_open"]
-    controls = [m["content"]["comm_id"] for m in opens
-                if "ack" in m["content"]["data"].get("state", {})]
+    controls = [m["content"]["comm_id"] for m in opens if "ack" in m["content"]["data"].get("state", {})]
     assert len(controls) == 1
     # The kernel is idle now; the dashboard keeps sending updates.
     idle_msgs = drain(kc, 3.0)
@@ -106,8 +111,11 @@ def test_magic_streams_while_idle_and_stop_click_stops_the_run(kernel, tmp_path)
     # Tensor census, clicked while the kernel is idle: the census panel fills in (the sleeper has no torch, so
     # it counts Python objects only).
     for click in (1, 2):  # a second click while the first census runs starts no second one
-        kc.session.send(kc.shell_channel.socket, "comm_msg", {
-            "comm_id": controls[0], "data": {"method": "custom", "content": {"action": "census", "clicks": click}}})
+        kc.session.send(
+            kc.shell_channel.socket,
+            "comm_msg",
+            {"comm_id": controls[0], "data": {"method": "custom", "content": {"action": "census", "clicks": click}}},
+        )
     after = drain(kc, 6.0)
     texts = " ".join(str(m["content"].get("data", {}).get("state", {})) for m in widget_updates(after))
     assert "Tensor census</b> of pid" in texts and "census taken in" in texts
@@ -117,8 +125,11 @@ def test_magic_streams_while_idle_and_stop_click_stops_the_run(kernel, tmp_path)
         assert texts.count("counting the main process") == 2, texts
     assert "'census': 2" in texts  # the kernel acknowledged both clicks by their ids
     # Click Stop as the browser does: a custom message on the Controls comm.
-    kc.session.send(kc.shell_channel.socket, "comm_msg", {
-        "comm_id": controls[0], "data": {"method": "custom", "content": {"action": "stop", "clicks": 1}}})
+    kc.session.send(
+        kc.shell_channel.socket,
+        "comm_msg",
+        {"comm_id": controls[0], "data": {"method": "custom", "content": {"action": "stop", "clicks": 1}}},
+    )
     after = drain(kc, 8.0)
     texts = " ".join(str(m["content"].get("data", {}).get("state", {})) for m in widget_updates(after))
     assert "stopped_by_user" in texts  # the verdict card
@@ -137,17 +148,22 @@ def test_bad_magic_input_is_one_line(kernel, tmp_path):
 
 
 def test_cell_magic_runs_the_body_in_the_notebook_directory(kernel, tmp_path):
-    code = ("%%memscope --record runs\n"
-            "import os\n"
-            "buf = bytearray(32 << 20)\n"
-            "print('cwd', os.getcwd())\n"
-            "raise RuntimeError('from the cell body')\n")
+    code = (
+        "%%memscope --record runs\n"
+        "import os\n"
+        "buf = bytearray(32 << 20)\n"
+        "print('cwd', os.getcwd())\n"
+        "raise RuntimeError('from the cell body')\n"
+    )
     reply, _ = execute(kernel, "%load_ext memscope")
     reply, msgs = execute(kernel, code)
     assert reply["content"]["status"] == "ok"
-    reply, msgs = execute(kernel, "import memscope.ui.dashboard as D\ns = D.last.run.wait(60)\n"
-                                  "print(s['exit']['cause'], '|', s['exit']['message'])\n"
-                                  "print(list(D.last.run.output_tail))")
+    reply, msgs = execute(
+        kernel,
+        "import memscope.ui.dashboard as D\ns = D.last.run.wait(60)\n"
+        "print(s['exit']['cause'], '|', s['exit']['message'])\n"
+        "print(list(D.last.run.output_tail))",
+    )
     out = "".join(m["content"].get("text", "") for m in msgs if m["msg_type"] == "stream")
     assert "exception | RuntimeError: from the cell body" in out
     assert f"cwd {tmp_path}" in out
@@ -158,11 +174,17 @@ def test_terminal_ipython_gets_text_not_widgets(tmp_path):
     import subprocess
     import sys
 
-    code = (f"%load_ext memscope\nr = %memscope --record {tmp_path} {script('clean.py')} 0.3\n"
-            "s = r.wait(60)\nimport time; time.sleep(0.5)\nprint('CAUSE', s['exit']['cause'])")
+    code = (
+        f"%load_ext memscope\nr = %memscope --record {tmp_path} {script('clean.py')} 0.3\n"
+        "s = r.wait(60)\nimport time; time.sleep(0.5)\nprint('CAUSE', s['exit']['cause'])"
+    )
     (tmp_path / "t.ipy").write_text(code)
-    p = subprocess.run([sys.executable, "-m", "IPython", "--no-banner", "--colors=NoColor", str(tmp_path / "t.ipy")],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "IPython", "--no-banner", "--colors=NoColor", str(tmp_path / "t.ipy")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "CAUSE ok" in p.stdout, p.stdout + p.stderr
     assert "memscope: started" in p.stderr and "memscope: ok" in p.stderr
     assert "VBox" not in p.stdout + p.stderr
@@ -170,9 +192,18 @@ def test_terminal_ipython_gets_text_not_widgets(tmp_path):
 
 def _send_in_cell(kc, code, cell_id):
     """An execute_request as JupyterLab sends it: the cell's id in the metadata."""
-    msg = kc.session.msg("execute_request", {"code": code, "silent": False, "store_history": True,
-                                             "user_expressions": {}, "allow_stdin": False,
-                                             "stop_on_error": True}, metadata={"cellId": cell_id})
+    msg = kc.session.msg(
+        "execute_request",
+        {
+            "code": code,
+            "silent": False,
+            "store_history": True,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": True,
+        },
+        metadata={"cellId": cell_id},
+    )
     kc.shell_channel.send(msg)
     return msg["header"]["msg_id"]
 
@@ -198,8 +229,9 @@ def test_a_run_outlives_its_killed_kernel_and_keeps_printing(tmp_path):
     km, kc = _start_kernel(tmp_path)
     done = tmp_path / "done"
     try:
-        execute(kc, f"%load_ext memscope\nrun = %memscope --record {tmp_path}/runs "
-                    f"{script('outlives_kernel.py')} {done} 5")
+        execute(
+            kc, f"%load_ext memscope\nrun = %memscope --record {tmp_path}/runs {script('outlives_kernel.py')} {done} 5"
+        )
         _, msgs = execute(kc, "import time; time.sleep(1.5); print('PID', run.pid)")
         pid = int(_printed(msgs).split("PID")[1].split()[0])
     finally:
@@ -222,15 +254,20 @@ def test_rerunning_a_cell_closes_only_its_own_dashboard(kernel, tmp_path):
     widget made before and one made after, and another cell's dashboard, survive three re-runs; the old
     dashboards' threads (updater, subscriptions) are gone."""
     kc = kernel
-    execute(kc, "%load_ext memscope\nimport threading, ipywidgets\nimport memscope.ui.dashboard as D\n"
-                "before = ipywidgets.IntSlider(); display(before)")
+    execute(
+        kc,
+        "%load_ext memscope\nimport threading, ipywidgets\nimport memscope.ui.dashboard as D\n"
+        "before = ipywidgets.IntSlider(); display(before)",
+    )
     long_run = f"%memscope --record {tmp_path}/runs {script('sleeper.py')} 8"
     _reply(kc, _send_in_cell(kc, f"other = {long_run}", "cell-other"))
     execute(kc, "other_dash = D.last\nafter = ipywidgets.IntSlider(); display(after)\nruns, dashes = [], []")
     for _ in range(4):  # the first run and three re-runs of the same cell
         _reply(kc, _send_in_cell(kc, f"run = {long_run}", "cell-1"))
         execute(kc, "runs.append(run); dashes.append(D.last)")
-    _, msgs = execute(kc, """
+    _, msgs = execute(
+        kc,
+        """
 def ours():
     return [t for t in threading.enumerate() if t.name in ("memscope-dashboard", "memscope-subscriber")]
 import time
@@ -246,7 +283,8 @@ print('NEW', dashes[-1].controls.comm is not None, dashes[-1]._thread.is_alive()
 print('THREADS', len([t for t in ours() if t.name == 'memscope-dashboard']), len(ours()), len(D._by_cell))
 for r in runs + [other]:
     r.kill()
-""")
+""",
+    )
     out = _printed(msgs)
     assert "SLIDERS True True" in out, out
     assert "OTHER True True True" in out, out
@@ -275,8 +313,13 @@ def _open_subshell(kc):
 
 def _click(kc, comm_id, action, subshell_id=None):
     """A button click as the browser sends it; over a subshell as JupyterLab >= 4.4 sends comm messages."""
-    msg = kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {
-        "method": "custom", "content": {"action": action, "clicks": int(time.time() * 1000)}}})
+    msg = kc.session.msg(
+        "comm_msg",
+        {
+            "comm_id": comm_id,
+            "data": {"method": "custom", "content": {"action": action, "clicks": int(time.time() * 1000)}},
+        },
+    )
     if subshell_id:
         msg["header"]["subshell_id"] = subshell_id
     kc.shell_channel.send(msg)
@@ -294,15 +337,20 @@ def _gone(pids, timeout):
 
 
 def _start_two_procs(kc, tmp_path):
-    reply, msgs = execute(kc, f"%load_ext memscope\nrun = %memscope --record {tmp_path}/runs --grace 5 "
-                              f"{script('two_procs.py')} 60")
+    reply, msgs = execute(
+        kc, f"%load_ext memscope\nrun = %memscope --record {tmp_path}/runs --grace 5 {script('two_procs.py')} 60"
+    )
     assert reply["content"]["status"] == "ok"
-    controls = [m["content"]["comm_id"] for m in msgs if m["msg_type"] == "comm_open"
-                and "ack" in m["content"]["data"].get("state", {})]
+    controls = [
+        m["content"]["comm_id"]
+        for m in msgs
+        if m["msg_type"] == "comm_open" and "ack" in m["content"]["data"].get("state", {})
+    ]
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        _, out = execute(kc, "print('PIDS', *[int(p) for l in run.output_tail if l.startswith('pids')"
-                             " for p in l.split()[1:]])")
+        _, out = execute(
+            kc, "print('PIDS', *[int(p) for l in run.output_tail if l.startswith('pids') for p in l.split()[1:]])"
+        )
         pids = [int(x) for x in _printed(out).split()[1:]]
         if pids:
             return controls[0], pids
@@ -355,16 +403,22 @@ def test_stop_click_waits_for_a_busy_cell_without_subshells_and_runs_on_interrup
 # -- Colab's and Kaggle's kernels (MEMSCOPE_TEST_KERNEL=colab in CI's Colab stages) -------------------------------
 def _controls(msgs):
     """The comm ids of the dashboards' Controls widgets opened by these messages."""
-    return [m["content"]["comm_id"] for m in msgs if m["msg_type"] == "comm_open"
-            and "ack" in m["content"]["data"].get("state", {})]
+    return [
+        m["content"]["comm_id"]
+        for m in msgs
+        if m["msg_type"] == "comm_open" and "ack" in m["content"]["data"].get("state", {})
+    ]
 
 
 def test_the_kernel_is_the_one_asked_for(kernel):
     """CI's Colab stage must really run Colab's kernel class and shell (a subclass of ZMQInteractiveShell), with
     Colab's extension loaded: what hid the missing dashboard was a test kernel that was not Colab's."""
-    _, msgs = execute(kernel, "import sys; ip = get_ipython()\n"
-                              "print('SHELL', type(ip).__module__, type(ip).__name__, type(ip.kernel).__module__)\n"
-                              "print('COLAB', 'google.colab' in sys.modules)")
+    _, msgs = execute(
+        kernel,
+        "import sys; ip = get_ipython()\n"
+        "print('SHELL', type(ip).__module__, type(ip).__name__, type(ip.kernel).__module__)\n"
+        "print('COLAB', 'google.colab' in sys.modules)",
+    )
     out = _printed(msgs)
     if KERNEL == "colab":
         assert "SHELL google.colab._shell Shell google.colab._kernel" in out, out
@@ -381,8 +435,11 @@ def test_cell_magic_shows_a_dashboard_and_no_out_line(kernel, tmp_path):
     assert reply["content"]["status"] == "ok"
     assert len(_controls(msgs)) == 1, [m["msg_type"] for m in msgs]
     assert not [m for m in msgs if m["msg_type"] == "execute_result"]
-    _, msgs = execute(kernel, "import memscope\nr = memscope.last_run()\ns = r.wait(60)\n"
-                              "print('LAST', type(r).__name__, s['exit']['cause'], list(r.output_tail))")
+    _, msgs = execute(
+        kernel,
+        "import memscope\nr = memscope.last_run()\ns = r.wait(60)\n"
+        "print('LAST', type(r).__name__, s['exit']['cause'], list(r.output_tail))",
+    )
     out = _printed(msgs)
     assert "LAST Run ok" in out and "body ran" in out, out
 
@@ -390,19 +447,28 @@ def test_cell_magic_shows_a_dashboard_and_no_out_line(kernel, tmp_path):
 def test_python_api_and_reopen_show_dashboards_of_a_run_with_workers(kernel, tmp_path):
     """memscope.run() shows the same dashboard as %memscope (a numpy training with two multiprocessing workers);
     memscope.reopen() shows the recorded run's."""
-    reply, msgs = execute(kernel, f"import memscope\nrun = memscope.run([{script('np_workers.py')!r}, '3'], "
-                                  f"record_dir={str(tmp_path / 'runs')!r})")
+    reply, msgs = execute(
+        kernel,
+        f"import memscope\nrun = memscope.run([{script('np_workers.py')!r}, '3'], "
+        f"record_dir={str(tmp_path / 'runs')!r})",
+    )
     assert reply["content"]["status"] == "ok"
     assert len(_controls(msgs)) == 1
-    _, msgs = execute(kernel, "s = run.wait(90)\nroles = sorted(p['role'] for p in s['processes'])\n"
-                              "print('END', s['exit']['cause'], len(s['processes']), run.run_id)")
+    _, msgs = execute(
+        kernel,
+        "s = run.wait(90)\nroles = sorted(p['role'] for p in s['processes'])\n"
+        "print('END', s['exit']['cause'], len(s['processes']), run.run_id)",
+    )
     out = _printed(msgs)
     assert "END ok 3" in out, out
     run_id = out.split("END ok 3")[1].split()[0]
     reply, msgs = execute(kernel, f"d = memscope.reopen({run_id!r}, {str(tmp_path / 'runs')!r})")
     assert reply["content"]["status"] == "ok"
-    views = [m for m in msgs if m["msg_type"] == "display_data"
-             and "application/vnd.jupyter.widget-view+json" in m["content"]["data"]]
+    views = [
+        m
+        for m in msgs
+        if m["msg_type"] == "display_data" and "application/vnd.jupyter.widget-view+json" in m["content"]["data"]
+    ]
     assert len(views) == 1
     _, msgs = execute(kernel, "print('CARD', d.card.value)\nprint('PROCS', d.table.value.count('<tr'))")
     out = _printed(msgs)
@@ -417,8 +483,11 @@ def test_a_runs_lines_stay_in_its_own_cell(kernel, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     # The summary's folder is there at the start (checked then) and gone at the end.
-    reply, msgs = execute(kernel, f"run = %memscope --record {tmp_path}/runs --summary-json {out}/s.json "
-                                  f"{script('clean.py')} 1.5\nimport shutil; shutil.rmtree({str(out)!r})")
+    reply, msgs = execute(
+        kernel,
+        f"run = %memscope --record {tmp_path}/runs --summary-json {out}/s.json "
+        f"{script('clean.py')} 1.5\nimport shutil; shutil.rmtree({str(out)!r})",
+    )
     controls = _controls(msgs)
     assert len(controls) == 1
     _, busy = execute(kernel, "import time\nrun.wait(60)\ntime.sleep(1.5)\nprint('OTHER CELL')")

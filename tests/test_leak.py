@@ -206,8 +206,9 @@ def test_validation_floor_with_phases_is_not_growth():
 
 def test_leak_with_phases_is_found():
     phases = _train_val(900)
-    t, y = trace(13, 900, base=2000 * MB, slope=0.2 * MB, noise=3 * MB,
-                 extra=lambda x: 400 * MB if x % 60 >= 50 else 0.0)
+    t, y = trace(
+        13, 900, base=2000 * MB, slope=0.2 * MB, noise=3 * MB, extra=lambda x: 400 * MB if x % 60 >= 50 else 0.0
+    )
     v = assess_leak(t, y, phases=phases)
     assert v.verdict == "leak"
     assert 0.15 * MB <= v.slope_bytes_per_s <= 0.25 * MB
@@ -259,8 +260,14 @@ def test_to_dict_roundtrip():
     t, y = trace(18, 120, slope=1 * MB)
     d = assess_leak(t, y, limit_bytes=10**10).to_dict()
     assert set(d) == {
-        "verdict", "slope_bytes_per_s", "baseline_start_bytes", "baseline_end_bytes",
-        "confidence", "time_to_limit_s", "reason", "pace",
+        "verdict",
+        "slope_bytes_per_s",
+        "baseline_start_bytes",
+        "baseline_end_bytes",
+        "confidence",
+        "time_to_limit_s",
+        "reason",
+        "pace",
     }
     assert d["pace"] == "slow"  # 1 MB/s is under SLOW_BYTES_PER_S
     d.pop("pace")  # derived from the slope, not a field
@@ -280,8 +287,9 @@ def test_by_role_main_leaks_workers_flat():
     tm, ym = trace(20, 300, base=3000 * MB, slope=1 * MB, spikes=periodic(300, 20, 5, 300 * MB))
     series = {"main": (tm, ym)}
     for w in range(3):
-        series[f"worker{w}"] = trace(30 + w, 300, base=400 * MB, noise=2 * MB,
-                                     spikes=periodic(300, 7, 1, 200 * MB, offset=w))
+        series[f"worker{w}"] = trace(
+            30 + w, 300, base=400 * MB, noise=2 * MB, spikes=periodic(300, 7, 1, 200 * MB, offset=w)
+        )
     limit = 8000 * MB
     out = assess_by_role(series, limit_bytes=limit)
     assert set(out) == set(series)
@@ -301,8 +309,9 @@ def test_by_role_main_leaks_workers_flat():
 
 def test_find_spikes_labels_validation_phases():
     phases = _train_val(600)
-    t, y = trace(21, 600, base=2000 * MB, noise=3 * MB, slope=0.1 * MB,
-                 extra=lambda x: 400 * MB if x % 60 >= 50 else 0.0)
+    t, y = trace(
+        21, 600, base=2000 * MB, noise=3 * MB, slope=0.1 * MB, extra=lambda x: 400 * MB if x % 60 >= 50 else 0.0
+    )
     spikes = find_spikes(t, y, phases=phases)
     assert len(spikes) == 10
     for i, s in enumerate(spikes):
@@ -380,9 +389,11 @@ def test_fit_span_starts_at_the_training_and_drops_the_teardown():
     t = [i / 5 for i in range(5 * 36)]
     y = [min(x, 4.0) / 4.0 * 150 * MB + 10 * MB + rng.gauss(0, 0.3 * MB) for x in t]
     y[-3:] = [5 * MB] * 3
-    events = [{"t": 4.2, "pid": 7, "kind": "phase", "data": {"name": "train", "state": "switch", "auto": True}},
-              {"t": 1.0, "pid": 7, "kind": "phase", "data": {"name": "validation", "state": "start"}},
-              {"t": 3.9, "pid": 8, "kind": "epoch", "data": {}}]
+    events = [
+        {"t": 4.2, "pid": 7, "kind": "phase", "data": {"name": "train", "state": "switch", "auto": True}},
+        {"t": 1.0, "pid": 7, "kind": "phase", "data": {"name": "validation", "state": "start"}},
+        {"t": 3.9, "pid": 8, "kind": "epoch", "data": {}},
+    ]
     assert training_start(events, pid=7) == 4.2  # the main's automatic switch; a manual phase does not count
     assert training_start(events) == 3.9
     assert training_start([]) is None
@@ -420,6 +431,7 @@ def _staircase(seed, kept_per_eval, evals_at=(8.0, 19.0), duration=27.0, first_o
             kept += kept_per_eval * min(1.0, max(0.0, (x - e) / 1.5))
         live = 60 * MB if any(e <= x < e + 1.5 for e in evals_at) else 0.0
         return kept + live
+
     return trace(seed, duration, base=300 * MB, noise=0.3 * MB, extra=extra), phases
 
 
@@ -440,8 +452,6 @@ def test_memory_kept_by_the_first_evaluation_only_is_not_a_leak(seed):
     # and evaluations that give everything back are spikes, not stairs
     (t, y), phases = _staircase(seed, 0, evals_at=(6.0, 13.0, 20.0))
     assert assess_leak(t, y, phases=phases).verdict == "no_leak"
-
-
 
 
 def test_a_recorded_trainer_staircase_is_a_leak_though_the_tree_falls_when_workers_exit():
@@ -485,6 +495,7 @@ def test_a_warm_up_that_settles_is_not_a_staircase(seed):
     (t, y), phases = _staircase(seed, 0, evals_at=(4.0, 8.0, 12.0, 16.0, 20.0))
     y = [v + 20 * MB * min(2, sum(x >= e + 1.5 for e in (4.0, 8.0))) for x, v in zip(t, y)]
     assert assess_leak(t, y, phases=phases).verdict == "no_leak"
+
 
 def test_the_fit_plan_every_view_shares():
     # The main (pid 1) starts its first epoch at 3 s, switches to eval at 10 s and back at 12 s; a worker's own

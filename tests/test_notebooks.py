@@ -1,6 +1,7 @@
 """Level 2: the notebooks, executed top to bottom by nbclient in a real kernel (their last cells assert).
 
 Each notebook reproduces one seed incident at small scale; CI runs them all, so each stays under about a minute."""
+
 import glob
 import os
 import shutil
@@ -20,8 +21,9 @@ NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[os.path.basename(p) for p in NOTEBOOKS])
 def test_notebook_runs_and_its_checks_pass(path, tmp_path):
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=240, kernel_name=KERNEL,
-                                     resources={"metadata": {"path": str(tmp_path)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=240, kernel_name=KERNEL, resources={"metadata": {"path": str(tmp_path)}}
+    )
     client.execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
@@ -32,8 +34,12 @@ def test_notebook_runs_and_its_checks_pass(path, tmp_path):
     # Run in a clone, the notebook leaves the repository clean: what it wrote beside itself is git-ignored.
     made = sorted(f for f in os.listdir(tmp_path) if f not in (".memscope", "__pycache__", ".ipynb_checkpoints"))
     if made and shutil.which("git") and os.path.exists(os.path.join(ROOT, ".git")):
-        check = subprocess.run(["git", "check-ignore", "--no-index", *[f"notebooks/{f}" for f in made]],
-                               cwd=ROOT, capture_output=True, text=True)
+        check = subprocess.run(
+            ["git", "check-ignore", "--no-index", *[f"notebooks/{f}" for f in made]],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         assert sorted(check.stdout.split()) == [f"notebooks/{f}" for f in made], "not ignored: see notebooks/.gitignore"
 
 

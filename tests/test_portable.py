@@ -1,4 +1,5 @@
 """The psutil path (macOS) must import and sample; forced here on Linux against a real process."""
+
 import subprocess
 import time
 

@@ -4,6 +4,7 @@ code, reports torch.compile's windows, and the collector measures inductor's rea
 
 Not run here (no GPU lent): CUDA initialisation firing the queued call, the OOM observer called by the allocator,
 history recording and the pickled snapshot. Those paths are written against PyTorch's documented API and guarded."""
+
 import json
 import os
 import subprocess
@@ -18,7 +19,7 @@ def facts(run):
     s = run.wait(120)
     assert s["exit"]["cause"] == "ok", s["exit"]
     line = next(x for x in run.output_tail if x.startswith("FACTS "))
-    return json.loads(line[len("FACTS "):]), s
+    return json.loads(line[len("FACTS ") :]), s
 
 
 def test_probe_does_not_import_torch(start):
@@ -45,7 +46,8 @@ def _in_process(code: str) -> dict:
         "class Ch:\n"
         "    def __init__(self): self.sent = []\n"
         "    def send(self, m): self.sent.append(m); return True\n"
-        "ch = Ch(); tm.install(ch)\n")
+        "ch = Ch(); tm.install(ch)\n"
+    )
     out = subprocess.run([PY, "-c", prelude + code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -57,7 +59,8 @@ def test_cuda_paths_never_raise_on_a_torch_without_cuda():
     r = _in_process(
         "tm._on_cuda_init(); tm._sample_cuda()\n"
         "tm._on_oom(0, 226 << 20, 16 << 30, 120 << 20)\n"
-        "print(json.dumps({'sent': ch.sent, 'history': tm._history[0]}))\n")
+        "print(json.dumps({'sent': ch.sent, 'history': tm._history[0]}))\n"
+    )
     assert r["history"] is False
     (oom,) = r["sent"]  # the observer's own arguments still go out
     assert oom["t"] == "cuda_oom" and oom["alloc_bytes"] == 226 << 20 and oom["device_total"] == 16 << 30
@@ -68,8 +71,13 @@ def test_cuda_stats_keeps_the_documented_keys():
     from memscope.agent.probes.torch_memory import cuda_stats
 
     # Keys as torch.cuda.memory_stats documents them (hand-written, not recorded).
-    stats = {"allocated_bytes.all.current": 5, "reserved_bytes.all.current": 8, "inactive_split_bytes.all.current": 2,
-             "num_alloc_retries": 1, "allocated_bytes.small_pool.current": 99}
+    stats = {
+        "allocated_bytes.all.current": 5,
+        "reserved_bytes.all.current": 8,
+        "inactive_split_bytes.all.current": 2,
+        "num_alloc_retries": 1,
+        "allocated_bytes.small_pool.current": 99,
+    }
     assert cuda_stats(stats) == {"allocated": 5, "reserved": 8, "inactive_split": 2, "alloc_retries": 1}
 
 

@@ -3,6 +3,7 @@
 The exporter's state is fed the records a Run publishes (real processes for the rank test); the endpoint, the CLI
 and the push run for real: a real HTTP scrape, real `memscope run` subprocesses, Debian's prometheus-pushgateway.
 """
+
 import math
 import os
 import shutil
@@ -117,11 +118,12 @@ def test_rank_comes_from_each_process_environment_and_workers_inherit_it(exporte
     # without RANK, and a rank's child whose environment was emptied (it inherits its parent's rank).
     env = dict(os.environ, RANK="3")
     env.pop("PYTHONPATH", None)
-    code = "import subprocess,sys,time; c=subprocess.Popen([sys.executable,'-c','import time; time.sleep(30)']" \
-           "{}); print(c.pid, flush=True); time.sleep(30)"
+    code = (
+        "import subprocess,sys,time; c=subprocess.Popen([sys.executable,'-c','import time; time.sleep(30)']"
+        "{}); print(c.pid, flush=True); time.sleep(30)"
+    )
     rank = subprocess.Popen([sys.executable, "-c", code.format("")], env=env, stdout=subprocess.PIPE, text=True)
-    bare = subprocess.Popen([sys.executable, "-c", code.format(", env={}")], env=env, stdout=subprocess.PIPE,
-                            text=True)
+    bare = subprocess.Popen([sys.executable, "-c", code.format(", env={}")], env=env, stdout=subprocess.PIPE, text=True)
     launcher_env = {k: v for k, v in env.items() if k != "RANK"}
     launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=launcher_env)
     try:
@@ -129,15 +131,30 @@ def test_rank_comes_from_each_process_environment_and_workers_inherit_it(exporte
         for pid in (worker, bare_child, launcher.pid):
             exec_done(pid)
         ex = exporter()
-        for rec in (seen(launcher.pid, "wrapper"), seen(rank.pid, "rank", launcher.pid),
-                    seen(worker, "dataloader_worker", rank.pid), seen(bare.pid, "rank", launcher.pid),
-                    seen(bare_child, "dataloader_worker", bare.pid)):
+        for rec in (
+            seen(launcher.pid, "wrapper"),
+            seen(rank.pid, "rank", launcher.pid),
+            seen(worker, "dataloader_worker", rank.pid),
+            seen(bare.pid, "rank", launcher.pid),
+            seen(bare_child, "dataloader_worker", bare.pid),
+        ):
             ex.on_record(rec)
-        ex.on_record(TreeSample(1.0, "pss", tuple(ProcMem(p, 100 * MiB, 60 * MiB, 40 * MiB, 20 * MiB, 0) for p in
-                                                  (launcher.pid, rank.pid, worker, bare.pid, bare_child))))
+        ex.on_record(
+            TreeSample(
+                1.0,
+                "pss",
+                tuple(
+                    ProcMem(p, 100 * MiB, 60 * MiB, 40 * MiB, 20 * MiB, 0)
+                    for p in (launcher.pid, rank.pid, worker, bare.pid, bare_child)
+                ),
+            )
+        )
         s = scrape(ex)
         assert {(d["rank"], d["role"]): v for d, v in pick(s, "memscope_processes")} == {
-            ("", "wrapper"): 1, ("3", "rank"): 2, ("3", "dataloader_worker"): 2}
+            ("", "wrapper"): 1,
+            ("3", "rank"): 2,
+            ("3", "dataloader_worker"): 2,
+        }
         pss = {(d["rank"], d["role"]): v for d, v in pick(s, "memscope_memory_bytes", kind="pss")}
         assert pss[("3", "dataloader_worker")] == 120 * MiB and pss[("", "wrapper")] == 60 * MiB
         assert pick(s, "memscope_memory_bytes", kind="private", rank="3", role="rank")[0][1] == 80 * MiB
@@ -160,7 +177,7 @@ def test_rank_comes_from_each_process_environment_and_workers_inherit_it(exporte
 
 
 def test_labels_are_escaped_commands_with_quotes_newlines_and_utf8(exporter):
-    command = ["python", 'say "hi"', "a\nb\\c", "données-ü-λ-日本", "} x=\"1\" {"]
+    command = ["python", 'say "hi"', "a\nb\\c", "données-ü-λ-日本", '} x="1" {']
     ex = exporter(command=command, hostname='host "1"\nß')
     text = urllib.request.urlopen(ex.url, timeout=10).read().decode("utf-8")
     info = [line for line in text.splitlines() if line.startswith("memscope_run_info{")]
@@ -186,30 +203,50 @@ def test_limit_source_host_available_gpu_and_exit(exporter, ranks):
     assert pick(scrape(ex2), "memscope_limit_bytes")[0][0]["source"] == "cgroup"
     ex2.on_record(host(limit=None))
     assert pick(scrape(ex2), "memscope_limit_bytes")[0] == (
-        {"run": "run-1", "hostname": "node-a", "source": "host"}, 16 << 30)
+        {"run": "run-1", "hostname": "node-a", "source": "host"},
+        16 << 30,
+    )
     # GPU: an NVML round shaped as collect/gpu.py publishes it, and PyTorch's allocator from the agent.
     r0, r1 = ranks(2)
     ex2.on_record(seen(r0, "rank"))
     ex2.on_record(seen(r1, "rank"))
-    ex2.on_record(Event(1.0, None, "gpu", {"devices": [{"index": 0, "name": "H100", "total": 80 << 30,
-                                                        "used": 30 << 30}],
-                                          "procs": [{"pid": r0, "device": 0, "used": 10 << 30},
-                                                    {"pid": r1, "device": 1, "used": 12 << 30},
-                                                    {"pid": r1, "device": 1, "used": None}],
-                                          "other_procs": 1}))
-    ex2.on_record(Event(1.0, r0, "torch_alloc", {"backend": "cuda", "device": 0, "allocated": 6 << 30,
-                                                 "reserved": 9 << 30}))
+    ex2.on_record(
+        Event(
+            1.0,
+            None,
+            "gpu",
+            {
+                "devices": [{"index": 0, "name": "H100", "total": 80 << 30, "used": 30 << 30}],
+                "procs": [
+                    {"pid": r0, "device": 0, "used": 10 << 30},
+                    {"pid": r1, "device": 1, "used": 12 << 30},
+                    {"pid": r1, "device": 1, "used": None},
+                ],
+                "other_procs": 1,
+            },
+        )
+    )
+    ex2.on_record(
+        Event(1.0, r0, "torch_alloc", {"backend": "cuda", "device": 0, "allocated": 6 << 30, "reserved": 9 << 30})
+    )
     ex2.on_record(Event(1.0, r0, "torch_alloc", {"backend": "mps", "device": 0, "allocated": 1}))
     g = {(d["rank"], d["gpu"], d["kind"]): v for d, v in pick(scrape(ex2), "memscope_gpu_memory_bytes")}
-    assert g == {("0", "0", "used"): 10 << 30, ("1", "1", "used"): 12 << 30, ("0", "0", "allocated"): 6 << 30,
-                 ("0", "0", "reserved"): 9 << 30}
+    assert g == {
+        ("0", "0", "used"): 10 << 30,
+        ("1", "1", "used"): 12 << 30,
+        ("0", "0", "allocated"): 6 << 30,
+        ("0", "0", "reserved"): 9 << 30,
+    }
     ex2.on_record(ProcessExited(2.0, r0, 0, None))
-    assert ("0", "0", "allocated") not in {(d["rank"], d["gpu"], d["kind"])
-                                           for d, _ in pick(scrape(ex2), "memscope_gpu_memory_bytes")}
+    assert ("0", "0", "allocated") not in {
+        (d["rank"], d["gpu"], d["kind"]) for d, _ in pick(scrape(ex2), "memscope_gpu_memory_bytes")
+    }
     assert not pick(scrape(ex2), "memscope_exit_info")
     ex2.on_record(RunEnded(3.0, {"exit": {"cause": "worker_crash", "signal": "SIGSEGV"}}))
     assert pick(scrape(ex2), "memscope_exit_info")[0] == (
-        {"run": "run-1", "hostname": "node-a", "cause": "worker_crash", "signal": "SIGSEGV"}, 1)
+        {"run": "run-1", "hostname": "node-a", "cause": "worker_crash", "signal": "SIGSEGV"},
+        1,
+    )
 
 
 def test_leak_slope_per_rank_and_role_from_private_memory(exporter, ranks):
@@ -220,9 +257,16 @@ def test_leak_slope_per_rank_and_role_from_private_memory(exporter, ranks):
     ex.on_record(seen(r1, "rank"))
     for i in range(90):  # 45 s of PSS rounds: rank 1's anonymous memory grows 2 MiB/s, rank 0 holds flat
         t = i * 0.5
-        ex.on_record(TreeSample(t, "pss", (
-            ProcMem(r0, 300 * MiB, 200 * MiB, 150 * MiB + (i % 3) * 64 * 1024, 50 * MiB, 0),
-            ProcMem(r1, 300 * MiB, 200 * MiB, 150 * MiB + int(t * 2 * MiB), 50 * MiB, 0))))
+        ex.on_record(
+            TreeSample(
+                t,
+                "pss",
+                (
+                    ProcMem(r0, 300 * MiB, 200 * MiB, 150 * MiB + (i % 3) * 64 * 1024, 50 * MiB, 0),
+                    ProcMem(r1, 300 * MiB, 200 * MiB, 150 * MiB + int(t * 2 * MiB), 50 * MiB, 0),
+                ),
+            )
+        )
         if i == 20:
             s = scrape(ex)  # 10 s in: too early for a verdict, and it says so (NaN slope)
             ((d, v),) = pick(s, "memscope_leak_slope_bytes_per_second", rank="1")
@@ -237,9 +281,16 @@ def test_leak_slope_per_rank_and_role_from_private_memory(exporter, ranks):
     # past that period says so.
     for i in range(90, 180):
         t = i * 0.5
-        ex.on_record(TreeSample(t, "pss", (
-            ProcMem(r0, 300 * MiB, 200 * MiB, 150 * MiB, 50 * MiB, 0),
-            ProcMem(r1, 300 * MiB, 200 * MiB, 150 * MiB + int(90 * MiB + (t - 45) * 8 * MiB), 50 * MiB, 0))))
+        ex.on_record(
+            TreeSample(
+                t,
+                "pss",
+                (
+                    ProcMem(r0, 300 * MiB, 200 * MiB, 150 * MiB, 50 * MiB, 0),
+                    ProcMem(r1, 300 * MiB, 200 * MiB, 150 * MiB + int(90 * MiB + (t - 45) * 8 * MiB), 50 * MiB, 0),
+                ),
+            )
+        )
     clock["t"] = 100.0 + LEAK_EVERY_S / 2
     assert pick(scrape(ex), "memscope_leak_slope_bytes_per_second", rank="1")[0][1] == v1
     clock["t"] = 100.0 + LEAK_EVERY_S
@@ -256,8 +307,17 @@ def test_port_taken_is_one_line_exit_2_and_nothing_started(tmp_path):
         s.listen()
         port = s.getsockname()[1]
         marker = tmp_path / "ran"
-        r = memscope("run", "--record", str(tmp_path / "runs"), "--prometheus", str(port), "--",
-                     PY, "-c", f"open({str(marker)!r}, 'w')")
+        r = memscope(
+            "run",
+            "--record",
+            str(tmp_path / "runs"),
+            "--prometheus",
+            str(port),
+            "--",
+            PY,
+            "-c",
+            f"open({str(marker)!r}, 'w')",
+        )
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and f"cannot listen on 127.0.0.1:{port}" in r.stderr
     assert "Address already in use" in r.stderr
@@ -272,8 +332,9 @@ def pushgateway(tmp_path):
     if PUSHGATEWAY is None:
         pytest.skip("prometheus-pushgateway is not installed (apt-get install prometheus-pushgateway)")
     port = free_port()
-    proc = subprocess.Popen([PUSHGATEWAY, f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [PUSHGATEWAY, f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 15
     while True:
@@ -291,8 +352,19 @@ def pushgateway(tmp_path):
 
 
 def test_pushgateway_keeps_the_final_state_of_a_run_shorter_than_a_scrape(pushgateway, tmp_path):
-    r = memscope("run", "-q", "--record", str(tmp_path / "runs"), "--hostname", "short-node", "--pushgateway",
-                 pushgateway, script("clean.py"), "0.3", "3")
+    r = memscope(
+        "run",
+        "-q",
+        "--record",
+        str(tmp_path / "runs"),
+        "--hostname",
+        "short-node",
+        "--pushgateway",
+        pushgateway,
+        script("clean.py"),
+        "0.3",
+        "3",
+    )
     assert r.returncode == 3, r.stderr
     assert r.stderr == ""
     s = parse(urllib.request.urlopen(pushgateway + "/metrics", timeout=10).read().decode())
@@ -308,8 +380,7 @@ def test_pushgateway_keeps_the_final_state_of_a_run_shorter_than_a_scrape(pushga
 
 def test_pushgateway_down_warns_in_one_line_and_the_exit_status_stands(tmp_path):
     dead = f"http://127.0.0.1:{free_port()}"
-    r = memscope("run", "-q", "--record", str(tmp_path / "runs"), "--pushgateway", dead, script("clean.py"),
-                 "0.1", "0")
+    r = memscope("run", "-q", "--record", str(tmp_path / "runs"), "--pushgateway", dead, script("clean.py"), "0.1", "0")
     assert r.returncode == 0
     assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"memscope: could not push the final state to {dead}")
 
@@ -340,8 +411,10 @@ def test_the_magic_and_the_python_api_take_the_same_options(tmp_path):
     ip = InteractiveShell.instance()
     load(ip)
     port = free_port()
-    run = ip.run_line_magic("memscope", f"--record {tmp_path} --prometheus {port} --hostname nb-host "
-                                        f"--prometheus-linger 30 {script('clean.py')} 1")
+    run = ip.run_line_magic(
+        "memscope",
+        f"--record {tmp_path} --prometheus {port} --hostname nb-host --prometheus-linger 30 {script('clean.py')} 1",
+    )
     try:
         assert run.exporter.url == f"http://127.0.0.1:{port}/metrics"
         run.wait(60)
@@ -359,9 +432,14 @@ def test_the_job_view_escapes_what_prometheus_labels_hold():
     from memscope.ui.cluster import job_table, render_html, text_table
 
     evil = '<script>alert("x")</script>'
-    p = Panel(evil, "0", roles={"rank": {"t": [0.0, 1.0], "y": [1.0 * MiB, 2.0 * MiB]}},
-              leak={"rank": {"verdict": "leak", "slope": 1.0 * MiB}}, exit={"cause": evil, "signal": ""},
-              command=f"python train.py --tag '{evil}'")
+    p = Panel(
+        evil,
+        "0",
+        roles={"rank": {"t": [0.0, 1.0], "y": [1.0 * MiB, 2.0 * MiB]}},
+        leak={"rank": {"verdict": "leak", "slope": 1.0 * MiB}},
+        exit={"cause": evil, "signal": ""},
+        command=f"python train.py --tag '{evil}'",
+    )
     job = Job("http://prom:9090", selector(run=evil), 0.0, 2.0, 1.0, [p])
     assert selector(run='a"b\nc') == '{run="a\\"b\\nc"}'  # PromQL string escaping
     for page in (job_table(job), render_html(job)):

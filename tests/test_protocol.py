@@ -1,5 +1,6 @@
 """The agent protocol through the real socket: a closed set of kinds, refused forgeries, untrusted connections
 bounded in number and time, and a recorder that outlives any record."""
+
 import os
 import socket
 import time
@@ -31,7 +32,7 @@ def test_forged_kinds_are_refused_and_the_exit_stays_true(start):
     finally:
         rd.close()
     err = s["record_errors"]
-    assert err["refused_messages"] == 10, err   # every forged line after the hello
+    assert err["refused_messages"] == 10, err  # every forged line after the hello
     assert err["rejected_connections"] >= 1 and err["bad_records"] == 0
 
 
@@ -60,9 +61,9 @@ def test_silent_connections_are_dropped_and_bounded(tmp_path, monkeypatch):
             time.sleep(0.01)
         t0 = time.monotonic()
         extra = _connect(srv.path)
-        assert extra.recv(1) == b""             # the 33rd waiting connection is closed at once,
-        assert time.monotonic() - t0 < 1.0      # not after the hello timeout
-        assert idle[0].recv(1) == b""           # the silent ones go after the hello timeout
+        assert extra.recv(1) == b""  # the 33rd waiting connection is closed at once,
+        assert time.monotonic() - t0 < 1.0  # not after the hello timeout
+        assert idle[0].recv(1) == b""  # the silent ones go after the hello timeout
         assert 1.4 < time.monotonic() - t_open < 4.0
         # Room again: a real agent still gets in and is heard.
         ok = _connect(srv.path)
@@ -83,9 +84,14 @@ def test_garbage_or_a_wrong_token_closes_the_connection(tmp_path):
     got = []
     srv = _server(tmp_path, got)
     try:
-        for payload in (b"\x00\xff garbage\n", b'{"t":"hello","token":"nope","pid":5}\n', b"[1,2]\n",
-                        b'{"t":"mark","text":"before hello"}\n', b'{"t":"hello","token":"tok","pid":0}\n',
-                        b'{"t":"hello","token":"t\xc3\xa9","pid":5}\n'):
+        for payload in (
+            b"\x00\xff garbage\n",
+            b'{"t":"hello","token":"nope","pid":5}\n',
+            b"[1,2]\n",
+            b'{"t":"mark","text":"before hello"}\n',
+            b'{"t":"hello","token":"tok","pid":0}\n',
+            b'{"t":"hello","token":"t\xc3\xa9","pid":5}\n',
+        ):
             c = _connect(srv.path)
             c.sendall(payload)
             assert c.recv(1) == b"", payload
@@ -103,9 +109,9 @@ def test_the_recorder_survives_records_it_cannot_store(tmp_path):
     lines = []
     rec = Recorder(path, warn=lines.append)
     rec.begin("r", ["x"], "/", "now", 0.0, 1, {})
-    rec.put(ProcessSeen(0.1, 2 ** 70, 1, "main", "x", "x", 0.0))         # too big for SQLite
-    rec.put(TreeSample(0.2, "rss", (ProcMem(2 ** 80, 1),)))
-    rec.put(Event(0.3, None, "note", {"obj": object()}))                   # stored as its repr
+    rec.put(ProcessSeen(0.1, 2**70, 1, "main", "x", "x", 0.0))  # too big for SQLite
+    rec.put(TreeSample(0.2, "rss", (ProcMem(2**80, 1),)))
+    rec.put(Event(0.3, None, "note", {"obj": object()}))  # stored as its repr
     rec.put(ProcessSeen(0.4, 12, 1, "main", "x", "x", 0.0))
     try:
         rec.put("__barrier__")  # not a record: refused at the door
@@ -127,11 +133,29 @@ def test_what_the_agent_sends_passes_and_near_misses_do_not():
     from memscope.collect.messages import Refused, validate
 
     ok = [
-        {"t": "hello", "pid": 4000, "ppid": 1, "argv": ["train.py"] * 5000, "orig_argv": [], "executable": None,
-         "runs_script": True, "forked": False, "rank": "1"},
+        {
+            "t": "hello",
+            "pid": 4000,
+            "ppid": 1,
+            "argv": ["train.py"] * 5000,
+            "orig_argv": [],
+            "executable": None,
+            "runs_script": True,
+            "forked": False,
+            "rank": "1",
+        },
         {"t": "role", "role": "dataloader_worker", "pid": 4001},
-        {"t": "exception", "type": "ValueError", "module": "builtins", "message": "m", "traceback": "tb",
-         "pid": 4000, "wall": 1.5, "rank": None, "how": "at exit"},
+        {
+            "t": "exception",
+            "type": "ValueError",
+            "module": "builtins",
+            "message": "m",
+            "traceback": "tb",
+            "pid": 4000,
+            "wall": 1.5,
+            "rank": None,
+            "how": "at exit",
+        },
         {"t": "phase", "name": "train", "state": "switch", "auto": True, "pid": 4000, "wall": 2.0},
         {"t": "epoch", "loader": 140234, "n": 2, "workers": 4, "pid": 4000, "wall": 3.0},
         {"t": "torch_alloc", "backend": "cuda", "device": 0, "allocated": 1 << 40, "pid": 4000},
@@ -142,11 +166,18 @@ def test_what_the_agent_sends_passes_and_near_misses_do_not():
     for msg in ok:
         assert validate(msg) is msg
     bad = [
-        {"t": "fault", "text": "x"}, {"t": "exit_status", "returncode": 0}, {"t": "__sql__"}, {"t": None},
-        {"t": "role", "role": "main", "pid": 0}, {"t": "role", "role": "main", "pid": True},
-        {"t": "role", "role": "main", "pid": (1 << 22) + 1}, {"t": "mark", "text": "x", "extra": 1},
-        {"t": "phase", "name": "x", "state": "start", "auto": 1}, {"t": "mark"},
-        {"t": "malloc", "x": [[[[[[[1]]]]]]]}, {"t": "malloc", "x": float("nan")},
+        {"t": "fault", "text": "x"},
+        {"t": "exit_status", "returncode": 0},
+        {"t": "__sql__"},
+        {"t": None},
+        {"t": "role", "role": "main", "pid": 0},
+        {"t": "role", "role": "main", "pid": True},
+        {"t": "role", "role": "main", "pid": (1 << 22) + 1},
+        {"t": "mark", "text": "x", "extra": 1},
+        {"t": "phase", "name": "x", "state": "start", "auto": 1},
+        {"t": "mark"},
+        {"t": "malloc", "x": [[[[[[[1]]]]]]]},
+        {"t": "malloc", "x": float("nan")},
         {"t": "torch_alloc", "backend": "cuda", "device": 0, "allocated": 1 << 64},
     ]
     for msg in bad:

@@ -1,4 +1,5 @@
 """When the record cannot be written: said once, the summary still true, nothing left behind."""
+
 import json
 import os
 import subprocess
@@ -41,9 +42,24 @@ def _fill(path):
 def test_disk_full_is_said_once_and_the_exit_stays_true(tiny_fs, tmp_path):
     go = tmp_path / "go"
     out = tmp_path / "s.json"
-    p = subprocess.Popen([*MEMSCOPE, "run", "--quiet", "--interval", "0.02", "--record", str(tiny_fs),
-                          "--summary-json", str(out), script("wait_for_file.py"), str(go)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            *MEMSCOPE,
+            "run",
+            "--quiet",
+            "--interval",
+            "0.02",
+            "--record",
+            str(tiny_fs),
+            "--summary-json",
+            str(out),
+            script("wait_for_file.py"),
+            str(go),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert p.stdout.readline().strip() == "ready"
         time.sleep(0.5)
@@ -58,7 +74,7 @@ def test_disk_full_is_said_once_and_the_exit_stays_true(tiny_fs, tmp_path):
     said = [line for line in stderr.splitlines() if "cannot write the record" in line]
     assert len(said) == 1 and "full" in said[0], stderr
     s = json.loads(out.read_text())
-    assert s["exit"]["cause"] == "ok" and s["exit"]["code"] == 0, s["exit"]   # not "unknown"
+    assert s["exit"]["cause"] == "ok" and s["exit"]["code"] == 0, s["exit"]  # not "unknown"
     err = s["record_errors"]
     assert err["lost_records"] > 10 and "full" in err["first_error"], err
     assert s["duration_s"] > 1.5 and s["peak"]["tree_rss_bytes"] > 16 << 20
@@ -69,9 +85,23 @@ def test_a_summary_path_that_cannot_be_written_leaves_nothing_behind(tmp_path):
     tmp = tmp_path / "tmp"  # memscope's own temporary directories would go here
     tmp.mkdir()
     runs = tmp_path / "runs"
-    p = subprocess.run([*MEMSCOPE, "run", "--quiet", "--record", str(runs), "--summary-json", str(tmp_path),
-                        script("clean.py"), "0.1"], capture_output=True, text=True, timeout=60,
-                       env=dict(os.environ, TMPDIR=str(tmp)))
+    p = subprocess.run(
+        [
+            *MEMSCOPE,
+            "run",
+            "--quiet",
+            "--record",
+            str(runs),
+            "--summary-json",
+            str(tmp_path),
+            script("clean.py"),
+            "0.1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, TMPDIR=str(tmp)),
+    )
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "is a directory" in p.stderr, p.stderr
     assert sorted(os.listdir(tmp_path)) == ["tmp"] and os.listdir(tmp) == []
 

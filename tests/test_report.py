@@ -1,4 +1,5 @@
 """The standalone HTML report (memscope.ui.report), on records of real runs."""
+
 import html
 import os
 import re
@@ -17,7 +18,7 @@ IMG_TAG = "<img src=x onerror=alert(1)>"
 # Allocates ~120 MiB, prints 250 numbered rows, two progress bars redrawn with \r (the second never ended by a
 # newline), the payloads on stdout and stderr and as a phase name, then dies of a ValueError carrying them.
 # The bars' states are computed, so that none of them appears literally in the command line the page shows.
-CODE = r'''
+CODE = r"""
 import sys, time, memscope
 buf = bytearray(120 * 1024 * 1024)
 for i in range(0, len(buf), 4096):
@@ -38,14 +39,15 @@ for i in range(1, 4):
     print("\rstep %d/3" % i, end="", flush=True)
     time.sleep(0.15)
 raise ValueError("bad <img src=x onerror=alert(1)> and <script>alert(1)</script>")
-'''
+"""
 
 
 @pytest.fixture(scope="module")
 def record(tmp_path_factory):
     d = tmp_path_factory.mktemp("runs")
-    run = memscope.run([sys.executable, "-c", CODE], record_dir=str(d), interval_s=0.05, pss_interval_s=0.3,
-                       output="capture")
+    run = memscope.run(
+        [sys.executable, "-c", CODE], record_dir=str(d), interval_s=0.05, pss_interval_s=0.3, output="capture"
+    )
     summary = run.wait(60)
     assert summary is not None and summary["exit"]["cause"] == "exception", summary
     return run.record_path
@@ -130,8 +132,13 @@ def test_render_html_without_stored_summary(record, tmp_path):
 
 
 def test_quiet_run(tmp_path):
-    run = memscope.run([sys.executable, "-c", "import time; time.sleep(0.4)"], record_dir=str(tmp_path),
-                       interval_s=0.05, pss_interval_s=0.3, output="capture")
+    run = memscope.run(
+        [sys.executable, "-c", "import time; time.sleep(0.4)"],
+        record_dir=str(tmp_path),
+        interval_s=0.05,
+        pss_interval_s=0.3,
+        output="capture",
+    )
     assert run.wait(60)["exit"]["cause"] == "ok"
     text = render_html(run.record_path)
     assert "no output recorded" in text
@@ -144,8 +151,12 @@ def test_output_lines():
     # Streams are assembled apart: stderr does not split a stdout line.
     assert output_lines([("stdout", "x"), ("stderr", "e1\n"), ("stdout", "y\n")]) == ["e1", "xy"]
     # An unfinished line goes where it was last written.
-    assert output_lines([("stdout", "a\n\rstep 1"), ("stderr", "Trace\nErr\n"), ("stdout", "\rstep 2")]) == \
-        ["a", "Trace", "Err", "step 2"]
+    assert output_lines([("stdout", "a\n\rstep 1"), ("stderr", "Trace\nErr\n"), ("stdout", "\rstep 2")]) == [
+        "a",
+        "Trace",
+        "Err",
+        "step 2",
+    ]
     assert output_lines([("stdout", "a\n\rstep 1"), ("stderr", "Trace\nErr\n")]) == ["a", "step 1", "Trace", "Err"]
     # The last 200 lines, the unfinished one included.
     many = "".join(f"l{i}\n" for i in range(300))
@@ -158,12 +169,16 @@ def test_output_lines():
 
 def test_memory_figure_hides_lines_that_dwarf_the_run():
     gib, mib = 2**30, 2**20
-    snap = {"tree_pss_by_role": {"main": {"t": [0, 1, 2], "y": [10 * mib, 20 * mib, 30 * mib]},
-                                 "dataloader_worker": {"t": [0, 1, 2], "y": [0, 5 * mib, 5 * mib]}},
-            "main_rss": {"t": [0, 1, 2], "y": [12 * mib, 22 * mib, 33 * mib]},
-            "tree_rss": {"t": [], "y": []},
-            "host_available": {"t": [0, 2], "y": [60 * gib, 60 * gib]},
-            "limit": {"t": [0, 2], "y": [100 * mib, 100 * mib]}}
+    snap = {
+        "tree_pss_by_role": {
+            "main": {"t": [0, 1, 2], "y": [10 * mib, 20 * mib, 30 * mib]},
+            "dataloader_worker": {"t": [0, 1, 2], "y": [0, 5 * mib, 5 * mib]},
+        },
+        "main_rss": {"t": [0, 1, 2], "y": [12 * mib, 22 * mib, 33 * mib]},
+        "tree_rss": {"t": [], "y": []},
+        "host_available": {"t": [0, 2], "y": [60 * gib, 60 * gib]},
+        "limit": {"t": [0, 2], "y": [100 * mib, 100 * mib]},
+    }
     fig = memory_figure(snap, [{"name": "train", "start_s": 0.5, "end_s": 1.5}])
     names = {r.name for r in fig.renderers}
     assert {"pss:main", "pss:dataloader_worker", "main RSS", "host available", "limit"} <= names

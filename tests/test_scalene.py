@@ -1,4 +1,5 @@
 """Scalene snapshots (issue 6) on real runs, and the core's exit causes again with the script under Scalene."""
+
 import html
 import os
 import signal
@@ -40,6 +41,7 @@ def main_pid(run, timeout=60.0):
 
 # -- a real run, real snapshots ----------------------------------------------------------------------------------
 
+
 @needs_scalene
 def test_snapshots_show_each_window_hot_line_and_the_run_still_ends_ok(start, tmp_path):
     busy = script("scalene_busy.py")
@@ -61,7 +63,8 @@ def test_snapshots_show_each_window_hot_line_and_the_run_still_ends_ok(start, tm
     assert (busy, line_b) in rows2 and (busy, line_a) not in rows2, second.top
     hot = rows2[(busy, line_b)]
     assert hot["cpu_percent"] > 0 and hot["cpu_percent"] == pytest.approx(
-        hot["python_percent"] + hot["native_percent"], abs=0.02)
+        hot["python_percent"] + hot["native_percent"], abs=0.02
+    )
     assert "i ^ 7" in hot["code"]
     assert first.pid == second.pid != run.pid and first.index == 1 and second.index == 2
 
@@ -82,7 +85,7 @@ def test_snapshots_show_each_window_hot_line_and_the_run_still_ends_ok(start, tm
     while rendering() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert rendering() == []
-    assert os.path.dirname(os.path.dirname(second.html_path)).startswith(run.record_path[:-len(".sqlite")])
+    assert os.path.dirname(os.path.dirname(second.html_path)).startswith(run.record_path[: -len(".sqlite")])
 
 
 @needs_scalene
@@ -118,6 +121,7 @@ def test_snapshot_leaves_dataloader_workers_alive(start, tmp_path):
 
 # -- the core's exit causes, under Scalene ---------------------------------------------------------------------
 
+
 def _kill_main(run):
     wait_for_output(run, "ready", 60)
     os.kill(main_pid(run), signal.SIGKILL)
@@ -129,18 +133,37 @@ def _stop(run):
 
 
 @needs_scalene
-@pytest.mark.parametrize("argv, act, cause, check", [
-    (["clean.py", "0.3"], None, "ok", lambda ex: ex["code"] == 0),
-    (["clean.py", "0.1", "3"], None, "exit_nonzero", lambda ex: ex["code"] == 3),
-    (["raises.py"], None, "exception",
-     lambda ex: ex["message"].startswith("ValueError: bad batch 3") and "raises.py, line 2 in validate" in ex[
-         "message"] and "scalene_probe" not in ex["traceback"]),
-    (["segfault.py"], None, "segfault",
-     lambda ex: ex["signal"] == "SIGSEGV" and "segfault.py, line 6 in collate" in ex["message"]),
-    (["sleeper.py", "16"], _kill_main, "killed",
-     lambda ex: ex["signal"] == "SIGKILL" and "no OOM counter rose" in ex["message"]),
-    (["sleeper.py", "16"], _stop, "stopped_by_user", lambda ex: True),
-], ids=["ok", "exit_nonzero", "exception", "segfault", "killed", "stopped_by_user"])
+@pytest.mark.parametrize(
+    "argv, act, cause, check",
+    [
+        (["clean.py", "0.3"], None, "ok", lambda ex: ex["code"] == 0),
+        (["clean.py", "0.1", "3"], None, "exit_nonzero", lambda ex: ex["code"] == 3),
+        (
+            ["raises.py"],
+            None,
+            "exception",
+            lambda ex: (
+                ex["message"].startswith("ValueError: bad batch 3")
+                and "raises.py, line 2 in validate" in ex["message"]
+                and "scalene_probe" not in ex["traceback"]
+            ),
+        ),
+        (
+            ["segfault.py"],
+            None,
+            "segfault",
+            lambda ex: ex["signal"] == "SIGSEGV" and "segfault.py, line 6 in collate" in ex["message"],
+        ),
+        (
+            ["sleeper.py", "16"],
+            _kill_main,
+            "killed",
+            lambda ex: ex["signal"] == "SIGKILL" and "no OOM counter rose" in ex["message"],
+        ),
+        (["sleeper.py", "16"], _stop, "stopped_by_user", lambda ex: True),
+    ],
+    ids=["ok", "exit_nonzero", "exception", "segfault", "killed", "stopped_by_user"],
+)
 def test_exit_causes_under_scalene(start, argv, act, cause, check):
     run = start([script(argv[0]), *argv[1:]], scalene="cpu")
     if act is not None:
@@ -155,11 +178,14 @@ def test_exit_causes_under_scalene(start, argv, act, cause, check):
 
 # -- the pieces, without a run -------------------------------------------------------------------------------
 
+
 def test_scalene_relaunch_child_is_the_main():
     cmd = f"{PY} -m scalene run --off --cpu-only -o /r/profile.json /w/train.py --- --epochs 3"
-    procs = {10: ProcInfo(10, 1, "python", tuple(cmd.split())),
-             11: ProcInfo(11, 10, "python", tuple(cmd.split())),
-             12: ProcInfo(12, 11, "pt_data_worker", tuple(cmd.split()))}
+    procs = {
+        10: ProcInfo(10, 1, "python", tuple(cmd.split())),
+        11: ProcInfo(11, 10, "python", tuple(cmd.split())),
+        12: ProcInfo(12, 11, "pt_data_worker", tuple(cmd.split())),
+    }
     assert classify(procs, 10, script="/w/train.py") == {10: "wrapper", 11: "main", 12: "dataloader_worker"}
 
 
@@ -195,9 +221,24 @@ def test_a_run_without_scalene_says_how_to_get_snapshots(start):
 
 def test_diff_of_cumulative_profiles_and_escaped_html():
     def profile(elapsed, lines):
-        return {"elapsed_time_sec": elapsed, "files": {"/w/t<x>.py": {"lines": [
-            {"lineno": n, "line": code, "n_cpu_percent_python": py, "n_cpu_percent_c": c, "n_sys_percent": 0.0,
-             "n_malloc_mb": 0.0} for n, code, py, c in lines]}}}
+        return {
+            "elapsed_time_sec": elapsed,
+            "files": {
+                "/w/t<x>.py": {
+                    "lines": [
+                        {
+                            "lineno": n,
+                            "line": code,
+                            "n_cpu_percent_python": py,
+                            "n_cpu_percent_c": c,
+                            "n_sys_percent": 0.0,
+                            "n_malloc_mb": 0.0,
+                        }
+                        for n, code, py, c in lines
+                    ]
+                }
+            },
+        }
 
     # 4 s of CPU, all on line 1; then 4 s more, all on line 2: cumulative shares are 50/50 of 8 s.
     first = (profile(4.0, [(1, "a()", 100.0, 0.0)]), 4.0)
@@ -206,12 +247,25 @@ def test_diff_of_cumulative_profiles_and_escaped_html():
     assert (window_s, cpu_s) == (4.0, 4.0)
     assert [(r["line"], r["cpu_percent"], r["native_percent"]) for r in rows] == [(2, 100.0, 50.0)]
     assert rows[0]["code"] == "b() # <script>"
-    page = snapshots_html([{"index": 1, "t_s": 1.0, "window_s": window_s, "cpu_s": cpu_s, "pid": 5, "top": rows,
-                            "mode": "cpu", "html_path": "/r/<b>.html"}])
+    page = snapshots_html(
+        [
+            {
+                "index": 1,
+                "t_s": 1.0,
+                "window_s": window_s,
+                "cpu_s": cpu_s,
+                "pid": 5,
+                "top": rows,
+                "mode": "cpu",
+                "html_path": "/r/<b>.html",
+            }
+        ]
+    )
     assert "<script>" not in page and html.escape("b() # <script>") in page and "&lt;b&gt;.html" in page
 
 
 # -- the dashboard's button ------------------------------------------------------------------------------------
+
 
 def _wait_for(cond, timeout=60.0):
     deadline = time.monotonic() + timeout

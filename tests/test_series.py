@@ -1,4 +1,5 @@
 """Bounded min/max series (memscope.ui.series): decimation bounds, spikes, ordering, RunSeries from records."""
+
 import gc
 import json
 import math
@@ -55,18 +56,17 @@ def reference_points(data, w):
 @pytest.mark.parametrize("where", ["first", "middle", "last", "random"])
 def test_day_at_10hz_is_bounded_and_a_spike_survives(where):
     rnd = random.Random(where)
-    spike_at = {"first": 0, "middle": DAY_10HZ // 2, "last": DAY_10HZ - 1,
-                "random": rnd.randrange(DAY_10HZ)}[where]
+    spike_at = {"first": 0, "middle": DAY_10HZ // 2, "last": DAY_10HZ - 1, "random": rnd.randrange(DAY_10HZ)}[where]
     s = MinMaxSeries(max_points=2000)
     ys_in = [100.0 + rnd.random() * 10 for _ in range(DAY_10HZ)]
-    ys_in[spike_at] = 1100.0                    # 10x, one sample
+    ys_in[spike_at] = 1100.0  # 10x, one sample
     dip_at = (spike_at + DAY_10HZ // 3) % DAY_10HZ
-    ys_in[dip_at] = 10.0                        # and a one-sample dip
+    ys_in[dip_at] = 10.0  # and a one-sample dip
     for i, y in enumerate(ys_in):
         s.append(i * 0.1, y)
     ts, ys = s.points()
     assert len(s) == len(ts) == len(ys) <= 2000
-    assert len(ts) > 1500                       # the budget is used, not wasted
+    assert len(ts) > 1500  # the budget is used, not wasted
     assert s.samples == DAY_10HZ
     assert s.bucket_s > 0.2
     # The spike and the dip are there, at their own times, with their exact values.
@@ -85,11 +85,11 @@ def test_points_match_brute_force_through_many_doublings():
     data = []
     t = 0.0
     for i in range(20_000):
-        t += 0.25 * rnd.choice([1, 1, 1, 2, 7])          # uneven spacing, gaps; exact binary fractions
+        t += 0.25 * rnd.choice([1, 1, 1, 2, 7])  # uneven spacing, gaps; exact binary fractions
         y = rnd.choice([rnd.randrange(100), rnd.randrange(100), 5000 * rnd.random()])
         data.append((t, y))
         s.append(t, y)
-        if i % 997 == 0:                                 # also in the middle, not only at the end
+        if i % 997 == 0:  # also in the middle, not only at the end
             assert s.points() == reference_points(data, s.bucket_s)
             assert len(s) <= 101
     assert s.points() == reference_points(data, s.bucket_s)
@@ -109,7 +109,7 @@ def test_min_first_when_it_came_first():
 def test_ties_keep_the_earlier_sample_and_flat_buckets_are_one_point():
     s = MinMaxSeries(bucket_s=1.0)
     for i in range(30):
-        s.append(i * 0.25, 7)                    # flat: 4 samples a bucket
+        s.append(i * 0.25, 7)  # flat: 4 samples a bucket
     ts, ys = s.points()
     # One point per bucket (its first sample), plus the latest sample of the open bucket.
     assert ts == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 7.25]
@@ -117,18 +117,18 @@ def test_ties_keep_the_earlier_sample_and_flat_buckets_are_one_point():
 
 
 def test_bucket_doubling():
-    s = MinMaxSeries(max_points=11, bucket_s=1.0)   # (11 - 1) // 2 = 5 buckets
+    s = MinMaxSeries(max_points=11, bucket_s=1.0)  # (11 - 1) // 2 = 5 buckets
     for t in range(5):
         s.append(t + 0.5, t)
     assert s.bucket_s == 1.0
     assert s.points() == ([0.5, 1.5, 2.5, 3.5, 4.5], [0, 1, 2, 3, 4])
-    s.append(5.5, 5)                               # a 6th bucket: width doubles, pairs merge
+    s.append(5.5, 5)  # a 6th bucket: width doubles, pairs merge
     assert s.bucket_s == 2.0
     assert s.points() == ([0.5, 1.5, 2.5, 3.5, 4.5, 5.5], [0, 1, 2, 3, 4, 5])
     assert len(s._closed) + 1 == 3
     for t in range(6, 40):
         s.append(t + 0.5, t % 3)
-    assert s.bucket_s == 8.0                       # 40 s in at most 5 buckets: 8 s each
+    assert s.bucket_s == 8.0  # 40 s in at most 5 buckets: 8 s each
     assert len(s) <= 11
     assert s.points() == reference_points([(t + 0.5, t if t < 6 else t % 3) for t in range(40)], 8.0)
 
@@ -138,7 +138,7 @@ def test_small_and_empty_series():
     assert s.points() == ([], []) and len(s) == 0
     s.append(3.0, 1)
     assert s.points() == ([3.0], [1]) and len(s) == 1
-    s.append(3.0, None)                            # ignored
+    s.append(3.0, None)  # ignored
     assert len(s) == 1
     with pytest.raises(ValueError):
         MinMaxSeries(max_points=2)
@@ -152,9 +152,9 @@ def test_aligned_columns_share_times_and_keep_each_columns_extremes():
     for i in range(50_000):
         vals = {"main": 1000 + rnd.randrange(100), "dataloader_worker": 300 + rnd.randrange(50)}
         if i == 12_345:
-            vals["main"] = 9999                    # spike in one column
+            vals["main"] = 9999  # spike in one column
         if i == 33_333:
-            vals["dataloader_worker"] = 1          # dip in another
+            vals["dataloader_worker"] = 1  # dip in another
         if i >= 20_000:
             vals["compile_worker"] = 50 + (5000 if i == 40_000 else 0)  # a column that appears later
         rows.append((i * 0.25, vals))
@@ -167,7 +167,7 @@ def test_aligned_columns_share_times_and_keep_each_columns_extremes():
     by_t = {t: v for t, v in rows}
     for name, (ts_, ys) in pts.items():
         for t, y in zip(ts_, ys):
-            assert by_t[t].get(name, 0) == y       # real rows; a column that did not exist yet is 0
+            assert by_t[t].get(name, 0) == y  # real rows; a column that did not exist yet is 0
         col = [v.get(name, 0) for _, v in rows]
         assert max(ys) == max(col) and min(ys) == min(col)
     assert (12_345 * 0.25) in ts and (33_333 * 0.25) in ts and (40_000 * 0.25) in ts
@@ -203,24 +203,24 @@ def test_run_series_sums_pss_per_role():
     rs.feed(TreeSample(2.5, "pss", (ProcMem(10, 950, 620), ProcMem(13, 100, 80), ProcMem(99, 10, 5))))
     rs.feed(TreeSample(3.0, "rss", (ProcMem(10, 1200), ProcMem(13, 100))))
     v = rs.version
-    rs.feed(TreeSample(3.5, "pss", ()))                                      # no process found: skipped
+    rs.feed(TreeSample(3.5, "pss", ()))  # no process found: skipped
     assert rs.version == v
     rs.feed(host(1.0, 10 << 30, None))
     rs.feed(host(2.0, 9 << 30, 8 << 30))
     snap = rs.snapshot()
     json.dumps(snap)
     by_role = snap["tree_pss_by_role"]
-    assert list(by_role) == ["main", "dataloader_worker", "helper", "other"]   # memscope's role order
+    assert list(by_role) == ["main", "dataloader_worker", "helper", "other"]  # memscope's role order
     ts = [0.5, 1.5, 2.0, 2.5]
     assert all(v["t"] == ts for v in by_role.values())
     assert by_role["main"]["y"] == [500, 600, 610, 620]
     assert by_role["dataloader_worker"]["y"] == [250, 0, 0, 80]
     assert by_role["helper"]["y"] == [0, 0, 70, 0]
-    assert by_role["other"]["y"] == [0, 0, 0, 5]                                # unknown pid
+    assert by_role["other"]["y"] == [0, 0, 0, 5]  # unknown pid
     assert snap["main_rss"] == {"t": [1.0, 3.0], "y": [1000, 1200]}
     assert snap["tree_rss"] == {"t": [1.0, 3.0], "y": [1800, 1300]}
     assert snap["host_available"] == {"t": [1.0, 2.0], "y": [10 << 30, 9 << 30]}
-    assert snap["limit"] == {"t": [2.0], "y": [8 << 30]}                       # None skipped
+    assert snap["limit"] == {"t": [2.0], "y": [8 << 30]}  # None skipped
     assert snap["events"] == []
     assert snap["t_last"] == 3.0 and snap["ended"] is False
     assert rs.exited == {11, 12}
@@ -230,12 +230,12 @@ def test_run_series_events_version_and_changed_since():
     rs = RunSeries()
     v0 = rs.version
     rs.feed(Event(0.1, 5, "output", {"stream": "stdout", "text": "hello\n"}))
-    assert rs.version == v0 and not rs.changed_since(v0)                  # output is not charted
+    assert rs.version == v0 and not rs.changed_since(v0)  # output is not charted
     rs.feed(Event(0.2, 5, "agent_hello", {"python": "3.11"}))
     assert rs.changed_since(v0)
     v1 = rs.version
     assert not rs.changed_since(v1)
-    rs.feed(Event(0.3, 5, "fault", {"text": "x" * 200_000, "obj": object()}))   # long text, not JSON-able
+    rs.feed(Event(0.3, 5, "fault", {"text": "x" * 200_000, "obj": object()}))  # long text, not JSON-able
     for i in range(300):
         rs.feed(Event(1.0 + i, None, "phase_start", {"name": f"epoch {i}"}))
     rs.feed(RunEnded(400.0, {"exit": {"cause": "ok"}}))
@@ -280,11 +280,16 @@ def test_run_series_feed_and_snapshot_from_two_threads():
 
 # -- RunSeries from a real record (and live, through Run.subscribe) ------------------------------------------
 def test_from_record_of_a_real_run(tmp_path):
-    run = memscope.run([sys.executable, "-c", "import time; x=bytearray(50<<20); print('hi'); time.sleep(1.5)"],
-                       record_dir=str(tmp_path), interval_s=0.05, pss_interval_s=0.3, output="capture")
+    run = memscope.run(
+        [sys.executable, "-c", "import time; x=bytearray(50<<20); print('hi'); time.sleep(1.5)"],
+        record_dir=str(tmp_path),
+        interval_s=0.05,
+        pss_interval_s=0.3,
+        output="capture",
+    )
     try:
-        time.sleep(0.6)                              # a view opened after the run started...
-        live = RunSeries.follow(run)                 # ...reads the record so far, then keeps up
+        time.sleep(0.6)  # a view opened after the run started...
+        live = RunSeries.follow(run)  # ...reads the record so far, then keeps up
         late = RunSeries.follow(run, history=False)  # no history: still knows which process is main
         assert run.wait(60) is not None
     finally:
@@ -338,8 +343,10 @@ def _day_records(start=0, stop=DAY_10HZ):
     """24 h at 10 Hz, 16 processes, alternating RSS and PSS rounds; ProcMem tuples from a pool."""
     rnd = random.Random(7)
     pool_rss = [tuple(ProcMem(100 + j, 10**8 + rnd.randrange(10**7)) for j in range(16)) for _ in range(499)]
-    pool_pss = [tuple(ProcMem(100 + j, 10**8 + rnd.randrange(10**7), 5 * 10**7 + rnd.randrange(10**7))
-                      for j in range(16)) for _ in range(499)]
+    pool_pss = [
+        tuple(ProcMem(100 + j, 10**8 + rnd.randrange(10**7), 5 * 10**7 + rnd.randrange(10**7)) for j in range(16))
+        for _ in range(499)
+    ]
     for i in range(start, stop):
         yield TreeSample(i * 0.1, "pss", pool_pss[i % 499]) if i % 2 else TreeSample(i * 0.1, "rss", pool_rss[i % 499])
 
@@ -348,7 +355,7 @@ def _fresh_series():
     rs = RunSeries()
     for j, role in enumerate(ROLES16):
         rs.feed(seen(0.0, 100 + j, role))
-    for i in range(0, 86_400, 1):                   # host samples at 1 Hz too
+    for i in range(0, 86_400, 1):  # host samples at 1 Hz too
         rs.feed(host(float(i), (32 << 30) - i, 48 << 30))
     return rs
 
@@ -387,7 +394,9 @@ def test_cost_of_a_day_at_10hz_with_16_processes(capsys):
     finally:
         tracemalloc.stop()
     with capsys.disabled():
-        print(f"\n[series] 24h@10Hz: {DAY_10HZ:,} TreeSample records x 16 procs (+86,400 host samples) fed in "
-              f"{feed_s:.2f} s ({feed_s / DAY_10HZ * 1e6:.2f} us/record); RunSeries holds {held / 1024:.0f} KiB "
-              f"after 6 h (tracemalloc); snapshot+json {snap_s * 1e3:.1f} ms, {len(text) / 1024:.0f} KiB of JSON")
+        print(
+            f"\n[series] 24h@10Hz: {DAY_10HZ:,} TreeSample records x 16 procs (+86,400 host samples) fed in "
+            f"{feed_s:.2f} s ({feed_s / DAY_10HZ * 1e6:.2f} us/record); RunSeries holds {held / 1024:.0f} KiB "
+            f"after 6 h (tracemalloc); snapshot+json {snap_s * 1e3:.1f} ms, {len(text) / 1024:.0f} KiB of JSON"
+        )
     assert held < 16 * MiB

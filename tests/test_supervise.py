@@ -5,6 +5,7 @@ No test here signals anything outside its own tree: in-process runs go through `
 sends is checked against the test's descendants first), and CLI runs are signalled through the memscope process
 the test started.
 """
+
 import json
 import os
 import select
@@ -59,6 +60,7 @@ def guard(monkeypatch):
 
     class G:
         pass
+
     g = G()
     g.refused, g.sent = refused, sent
     return g
@@ -74,8 +76,12 @@ def events(run, kind):
 
 def _unshare_works() -> bool:
     try:
-        return subprocess.run(["unshare", "--user", "--pid", "--fork", "--map-root-user", "true"],
-                              capture_output=True, timeout=10).returncode == 0
+        return (
+            subprocess.run(
+                ["unshare", "--user", "--pid", "--fork", "--map-root-user", "true"], capture_output=True, timeout=10
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -97,8 +103,8 @@ def test_a_run_in_a_pid_namespace_is_known_by_its_host_pids_and_only_they_are_si
     s = run.summary()
     hellos = events(run, "agent_hello")
     peers = {e["pid"] for e in hellos}
-    assert {e["data"]["pid"] for e in hellos} == claimed        # claimed: namespace pids
-    assert len(peers) == 3 and peers.isdisjoint(claimed)        # kernel's: host pids
+    assert {e["data"]["pid"] for e in hellos} == claimed  # claimed: namespace pids
+    assert len(peers) == 3 and peers.isdisjoint(claimed)  # kernel's: host pids
     pids = {p["pid"] for p in s["processes"]}
     assert peers <= pids and pids.isdisjoint(claimed), s["processes"]
     assert all(e["data"]["membership"] in ("parent", "session", "known") for e in hellos)
@@ -112,15 +118,18 @@ def test_a_forged_hello_through_the_real_socket_adopts_and_signals_nothing(start
     try:
         run = start([script("sleeper.py"), "8"], grace_s=0.5)
         wait_for_output(run, "ready")
-        forge = ("import json, socket, sys, time\n"
-                 "s = socket.socket(socket.AF_UNIX)\n"
-                 "s.connect(sys.argv[1])\n"
-                 "for m in (dict(t='hello', token=sys.argv[2], pid=int(sys.argv[3]), ppid=int(sys.argv[4]),\n"
-                 "                argv=['train.py'], runs_script=True), dict(t='role', role='main')):\n"
-                 "    s.sendall((json.dumps(m) + '\\n').encode())\n"
-                 "time.sleep(1.0)\n")
-        helper = subprocess.run([PY, "-c", forge, run._server.path, run._token, str(outsider.pid), str(run.pid)],
-                                timeout=30)
+        forge = (
+            "import json, socket, sys, time\n"
+            "s = socket.socket(socket.AF_UNIX)\n"
+            "s.connect(sys.argv[1])\n"
+            "for m in (dict(t='hello', token=sys.argv[2], pid=int(sys.argv[3]), ppid=int(sys.argv[4]),\n"
+            "                argv=['train.py'], runs_script=True), dict(t='role', role='main')):\n"
+            "    s.sendall((json.dumps(m) + '\\n').encode())\n"
+            "time.sleep(1.0)\n"
+        )
+        helper = subprocess.run(
+            [PY, "-c", forge, run._server.path, run._token, str(outsider.pid), str(run.pid)], timeout=30
+        )
         assert helper.returncode == 0
         run.stop()
         s = run.summary()
@@ -168,9 +177,13 @@ def _read_until(p, text, timeout=30.0):
 
 def _cli(tmp_path, *args, prefix=(), **kw):
     sj = tmp_path / "summary.json"
-    p = subprocess.Popen([*prefix, *MEMSCOPE, "run", "--quiet", "--record", str(tmp_path / "runs"),
-                          "--summary-json", str(sj), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, **kw)
+    p = subprocess.Popen(
+        [*prefix, *MEMSCOPE, "run", "--quiet", "--record", str(tmp_path / "runs"), "--summary-json", str(sj), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
     return p, sj
 
 
@@ -189,8 +202,8 @@ def test_sigterm_to_memscope_is_passed_on_so_the_training_saves_its_checkpoint(t
     finally:
         if p.poll() is None:
             p.kill()
-    assert ck.read_text() == "step 42\n"       # the training had its SIGTERM, not a SIGKILL
-    assert rc == 0, p.stderr.read()             # the command's own status
+    assert ck.read_text() == "step 42\n"  # the training had its SIGTERM, not a SIGKILL
+    assert rc == 0, p.stderr.read()  # the command's own status
     s = json.loads(sj.read_text())
     assert s["exit"]["cause"] == "stopped_by_user" and "passed SIGTERM on" in s["exit"]["message"]
     assert alive([int(main), int(child)]) == []  # the child that ignored SIGTERM had SIGKILL after the grace
@@ -203,7 +216,7 @@ def test_nohup_keeps_sighup_ignored_and_a_plain_sighup_reaches_the_run(tmp_path)
         deadline = time.monotonic() + 30
         while not tick.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        os.kill(p.pid, signal.SIGHUP)   # nohup exec'd memscope: p.pid is memscope
+        os.kill(p.pid, signal.SIGHUP)  # nohup exec'd memscope: p.pid is memscope
         assert p.wait(30) == 0
     finally:
         if p.poll() is None:
@@ -224,7 +237,7 @@ def test_nohup_keeps_sighup_ignored_and_a_plain_sighup_reaches_the_run(tmp_path)
     finally:
         if p.poll() is None:
             p.kill()
-    s = json.loads(sj.read_text())   # memscope outlived the hangup long enough to say what happened
+    s = json.loads(sj.read_text())  # memscope outlived the hangup long enough to say what happened
     assert rc == 128 + signal.SIGHUP and s["exit"]["signal"] == "SIGHUP", s["exit"]
     assert events_of(s, "signal_forwarded")
 
@@ -252,8 +265,8 @@ def test_ctrl_z_stops_the_whole_run_and_fg_continues_it(tmp_path):
         assert _state(child) == "T" and _state(p.pid) == "T"
         n1 = tick.read_text()
         time.sleep(0.4)
-        assert tick.read_text() == n1          # stopped, not only memscope
-        os.kill(p.pid, signal.SIGCONT)         # what the shell's fg sends
+        assert tick.read_text() == n1  # stopped, not only memscope
+        os.kill(p.pid, signal.SIGCONT)  # what the shell's fg sends
         deadline = time.monotonic() + 10
         while tick.read_text() == n1 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -414,14 +427,16 @@ def test_agent_server_backs_off_instead_of_spinning_when_accept_runs_out_of_desc
     seen = []
     srv = AgentServer(str(tmp_path / "a.sock"), "tok", lambda pid, msg: seen.append(pid))
     srv.start()
-    clients = ("import json, socket, sys, time\n"
-               "socks = []\n"
-               "for _ in range(6):\n"
-               "    s = socket.socket(socket.AF_UNIX)\n"
-               "    s.connect(sys.argv[1])\n"
-               "    s.sendall((json.dumps(dict(t='hello', token='tok', pid=1)) + '\\n').encode())\n"
-               "    socks.append(s)\n"
-               "time.sleep(6)\n")
+    clients = (
+        "import json, socket, sys, time\n"
+        "socks = []\n"
+        "for _ in range(6):\n"
+        "    s = socket.socket(socket.AF_UNIX)\n"
+        "    s.connect(sys.argv[1])\n"
+        "    s.sendall((json.dumps(dict(t='hello', token='tok', pid=1)) + '\\n').encode())\n"
+        "    socks.append(s)\n"
+        "time.sleep(6)\n"
+    )
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     held = []
     tid = next(t.native_id for t in threading.enumerate() if t.name == "memscope-agent-server")
@@ -430,6 +445,7 @@ def test_agent_server_backs_off_instead_of_spinning_when_accept_runs_out_of_desc
 
     def thread_cpu():
         return int(os.pread(stat_fd, 256, 0).split()[0]) / 1e9
+
     helper = None
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 4, hard))
@@ -448,7 +464,7 @@ def test_agent_server_backs_off_instead_of_spinning_when_accept_runs_out_of_desc
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     try:
         assert srv.accept_failures >= 1
-        assert busy < 0.2, busy   # a listener left in the poll set while accept() fails is a whole core
+        assert busy < 0.2, busy  # a listener left in the poll set while accept() fails is a whole core
         deadline = time.monotonic() + 5
         while len(seen) < 6 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -472,7 +488,7 @@ def test_churn_keeps_memscope_memory_bounded(start):
     births = int(next(l for l in run.output_tail if l.startswith("births")).split()[1])
     assert births >= 120
     assert len(s["processes"]) >= births * 0.5  # the record keeps what was seen
-    assert peak < 60, peak                        # memory: what is alive, not everything ever seen
+    assert peak < 60, peak  # memory: what is alive, not everything ever seen
     assert len(run.tree.procs) < 20
 
 
@@ -508,18 +524,38 @@ def test_attaching_to_another_users_process_says_pss_is_unreadable(tmp_path):
     import tempfile
     from pathlib import Path
 
-    target = subprocess.Popen(["sleep", "30"])   # root's; memscope runs as nobody
+    target = subprocess.Popen(["sleep", "30"])  # root's; memscope runs as nobody
     tmp = Path(tempfile.mkdtemp(prefix="memscope-nobody-"))  # pytest's tmp_path is closed to other users
     os.chmod(tmp, 0o777)
     rec = tmp / "runs"
     sj = tmp / "s.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    p = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *MEMSCOPE, "run",
-                          "--quiet", "--record", str(rec), "--summary-json", str(sj), "--pss-interval", "0.3",
-                          "--attach", str(target.pid)], stderr=subprocess.PIPE, text=True, env=env, cwd=tmp)
+    p = subprocess.Popen(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            *MEMSCOPE,
+            "run",
+            "--quiet",
+            "--record",
+            str(rec),
+            "--summary-json",
+            str(sj),
+            "--pss-interval",
+            "0.3",
+            "--attach",
+            str(target.pid),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp,
+    )
     try:
         time.sleep(3.0)
-        os.kill(p.pid, signal.SIGINT)   # detach
+        os.kill(p.pid, signal.SIGINT)  # detach
         _, err = p.communicate(timeout=30)
     finally:
         if p.poll() is None:

@@ -1,4 +1,5 @@
 """The tree sampler's PSS rounds against real processes that share pages."""
+
 import os
 import signal
 import subprocess
@@ -66,8 +67,9 @@ def test_a_pss_round_torn_by_a_birth_keeps_the_bases_it_had(monkeypatch):
     # the fork's share of its 200 MiB, and the fork was not read. Taken as the base, the fast series would run
     # 100 MiB low until the next round (seen: a HF Trainer tree 70 MiB low for 1.5 s, an eval worker forked
     # while a slow round read the main).
-    p = subprocess.Popen([PY, script("shares_with_a_fork.py"), "--on-cue"], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [PY, script("shares_with_a_fork.py"), "--on-cue"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert p.stdout.readline().strip() == "ready"
         s, before = settled(p.pid)

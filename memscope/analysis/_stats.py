@@ -1,6 +1,7 @@
 """The statistics under the leak verdict and the spikes: floors over windows, excursions above them, and a
 Theil-Sen fit over groups of points. Private to analysis/leak.py (which names the tunables that say what is
 material); pure Python, no numpy, so that it imports fast in a notebook kernel."""
+
 from __future__ import annotations
 
 import math
@@ -112,8 +113,9 @@ def _fwd_min(t: list, y: list, w: float) -> list:
     return out
 
 
-def _excursions(ft: list, fmin: list, fval: list, w0: float,
-                min_fraction: float = _MIN_SPIKE_FRACTION) -> tuple[list, list, float]:
+def _excursions(
+    ft: list, fmin: list, fval: list, w0: float, min_fraction: float = _MIN_SPIKE_FRACTION
+) -> tuple[list, list, float]:
     """Floor, residual of ``fval`` above the floor, and an adaptive "high" threshold.
 
     The floor is max(past-min, future-min): a point is only "above the floor" if memory

@@ -5,6 +5,7 @@ rows (loads, FAISS indexes, the compile pool, malloc, census) carry their own ``
 adds the lines that need the whole picture (the leak verdict per role and phase, the workers, the exit) and
 lifts the rest, in order of importance.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -15,7 +16,7 @@ from .probes import summary_keys
 # The summary keys whose rows carry an ``advice`` line, in the order the advice lists them.
 ADVICE_KEYS = ("loads", "faiss", "compile_pool", "cuda_oom", "allocator", "malloc", "gpu")
 
-WORKER_SHARE = 0.5       # workers holding more than half the tree's PSS is worth a line
+WORKER_SHARE = 0.5  # workers holding more than half the tree's PSS is worth a line
 MANY_WORKERS = 8
 
 
@@ -28,27 +29,39 @@ def _mib(n: float | None) -> str:
 def _exit_line(ex: dict[str, Any]) -> str | None:
     cause = ex.get("cause")
     if cause == "worker_crash":
-        return ("A DataLoader worker died: set num_workers=0 to get the failing code's own error in the main "
-                "process; if the worker was SIGKILLed, look at its memory in the process table (copy-on-write "
-                "growth of big Python lists in the Dataset is the classic cause).")
+        return (
+            "A DataLoader worker died: set num_workers=0 to get the failing code's own error in the main "
+            "process; if the worker was SIGKILLed, look at its memory in the process table (copy-on-write "
+            "growth of big Python lists in the Dataset is the classic cause)."
+        )
     if cause == "oom_kill":
-        return ("The OOM killer ended the run: find what grows in the chart (main or workers, train or eval); "
-                "lower batch size or num_workers, memory-map large arrays, or raise the limit.")
+        return (
+            "The OOM killer ended the run: find what grows in the chart (main or workers, train or eval); "
+            "lower batch size or num_workers, memory-map large arrays, or raise the limit."
+        )
     if cause == "killed":
-        return ("SIGKILL came from outside with no OOM counter rising: check the scheduler's time or memory "
-                "limits (Slurm, Kubernetes) and who else can kill the job.")
+        return (
+            "SIGKILL came from outside with no OOM counter rising: check the scheduler's time or memory "
+            "limits (Slurm, Kubernetes) and who else can kill the job."
+        )
     if cause == "cuda_oom":
-        return ("CUDA ran out of memory: read the allocator summary (reserved vs allocated); reduce the batch, "
-                "free tensors kept across steps (a census shows them), or set "
-                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True if reserved is far above allocated.")
+        return (
+            "CUDA ran out of memory: read the allocator summary (reserved vs allocated); reduce the batch, "
+            "free tensors kept across steps (a census shows them), or set "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True if reserved is far above allocated."
+        )
     if cause in ("segfault", "abort", "bus_error"):
         if not ex.get("traceback"):
-            return ("A crash in native code, and no Python stack was captured: run it again with memscope's agent "
-                    "loaded (no python -I or -S, keep memscope's PYTHONPATH entry) or with python -X faulthandler "
-                    "to see the call that entered it; then try that step with num_workers=0 and without "
-                    "torch.compile.")
-        return ("A crash in native code: the Python stack in exit.traceback shows the call that entered it; "
-                "try the same step with num_workers=0 and without torch.compile to narrow it down.")
+            return (
+                "A crash in native code, and no Python stack was captured: run it again with memscope's agent "
+                "loaded (no python -I or -S, keep memscope's PYTHONPATH entry) or with python -X faulthandler "
+                "to see the call that entered it; then try that step with num_workers=0 and without "
+                "torch.compile."
+            )
+        return (
+            "A crash in native code: the Python stack in exit.traceback shows the call that entered it; "
+            "try the same step with num_workers=0 and without torch.compile to narrow it down."
+        )
     return None
 
 
@@ -67,33 +80,50 @@ def _leak_line(leak: dict[str, Any], spikes: list[dict[str, Any]]) -> str | None
         cow = main_own and "dataloader_worker" in roles
         if cow:
             roles = [r for r in roles if r != "dataloader_worker"]
-        where = (" in the main process (its own private memory grows; forked DataLoader workers share those "
-                 "pages copy-on-write, so PSS shows part of it in them)" if cow else
-                 " in the DataLoader workers" if roles == ["dataloader_worker"] else
-                 " in the main process" if roles == ["main"] else
-                 f" in {', '.join(roles)}" if roles else "")
+        where = (
+            " in the main process (its own private memory grows; forked DataLoader workers share those "
+            "pages copy-on-write, so PSS shows part of it in them)"
+            if cow
+            else " in the DataLoader workers"
+            if roles == ["dataloader_worker"]
+            else " in the main process"
+            if roles == ["main"]
+            else f" in {', '.join(roles)}"
+            if roles
+            else ""
+        )
         ttl = leak.get("time_to_limit_s")
         eta = f", reaching the limit in about {ttl / 60:.0f} min" if ttl else ""
-        what = ("take two tensor censuses a minute apart (the Tensor census button or run.census()) to see what "
-                "accumulates" if "dataloader_worker" not in roles else
-                "workers usually grow by touching Python objects of the Dataset (copy-on-write): keep per-sample "
-                "data in numpy arrays, not lists of Python objects")
-        pace = (f"The memory floor rises {_mib(slope * 60)}/min (a slow leak)" if leak.get("pace") == "slow" else
-                f"Memory grows steadily, {_mib(slope)}/s")
+        what = (
+            "take two tensor censuses a minute apart (the Tensor census button or run.census()) to see what accumulates"
+            if "dataloader_worker" not in roles
+            else "workers usually grow by touching Python objects of the Dataset (copy-on-write): keep per-sample "
+            "data in numpy arrays, not lists of Python objects"
+        )
+        pace = (
+            f"The memory floor rises {_mib(slope * 60)}/min (a slow leak)"
+            if leak.get("pace") == "slow"
+            else f"Memory grows steadily, {_mib(slope)}/s"
+        )
         return f"{pace}{where}{eta}: {what}."
     if v == "no_leak" and spikes:
         top = max(spikes, key=lambda s: s.get("height_bytes") or 0)
         phase = top.get("phase")
         ph = f" during '{phase}'" if phase else ""
-        fix = ("a smaller validation batch, or torch.no_grad() around validation, lowers it"
-               if phase and any(w in phase.lower() for w in _VALIDATION_WORDS) else
-               "label the step that makes it (with memscope.phase(\"name\"): ...) to see which one it is"
-               if not phase else f"it comes with '{phase}'")
+        fix = (
+            "a smaller validation batch, or torch.no_grad() around validation, lowers it"
+            if phase and any(w in phase.lower() for w in _VALIDATION_WORDS)
+            else 'label the step that makes it (with memscope.phase("name"): ...) to see which one it is'
+            if not phase
+            else f"it comes with '{phase}'"
+        )
         n = len(spikes)
         step = floor_step(leak)
         floor = f"the floor stepped up {_mib(step)} once, then held" if step else "the floor is flat"
-        return (f"No leak: {floor}; {n} spike{'s' if n != 1 else ''}, the highest{ph} "
-                f"{_mib(top.get('height_bytes'))} above the floor. Budget for the spike, not a leak: {fix}.")
+        return (
+            f"No leak: {floor}; {n} spike{'s' if n != 1 else ''}, the highest{ph} "
+            f"{_mib(top.get('height_bytes'))} above the floor. Budget for the spike, not a leak: {fix}."
+        )
     return None
 
 
@@ -108,12 +138,18 @@ def _workers_line(summary: dict[str, Any]) -> str | None:
     if (w.get("max_alive") or 0) < MANY_WORKERS and held <= WORKER_SHARE * total:
         return None
     rss = w.get("rss_at_peak_bytes")
-    rss_part = (f"; their summed RSS then, {_mib(rss)}, counts the pages they share once per worker"
-                if rss and rss > 1.2 * held else "")
-    persistent = (" or persistent_workers=False (they hold their memory through validation)"
-                  if w.get("persistent") else "")
-    return (f"{n} DataLoader workers alive together held {_mib(held)} of PSS at {w.get('peak_at_s', 0):.0f} s "
-            f"({_mib(held / n)} each){rss_part}: fewer workers (num_workers){persistent} would lower the peak.")
+    rss_part = (
+        f"; their summed RSS then, {_mib(rss)}, counts the pages they share once per worker"
+        if rss and rss > 1.2 * held
+        else ""
+    )
+    persistent = (
+        " or persistent_workers=False (they hold their memory through validation)" if w.get("persistent") else ""
+    )
+    return (
+        f"{n} DataLoader workers alive together held {_mib(held)} of PSS at {w.get('peak_at_s', 0):.0f} s "
+        f"({_mib(held / n)} each){rss_part}: fewer workers (num_workers){persistent} would lower the peak."
+    )
 
 
 def advise(summary: dict[str, Any]) -> list[dict[str, str]]:

@@ -3,6 +3,7 @@
 Pure functions over the census dicts the agent sends (memscope/agent/census.py), so that a recorded census can
 be compared again later exactly as it was live.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -11,8 +12,8 @@ from typing import Any
 from ..fmt import fmt_bytes
 from ..wiring import html_of
 
-MIN_GROWTH_BYTES = 1 << 20   # below this, growth between two censuses is noise, not a finding
-MIN_GROWTH_COUNT = 3         # fewer new tensors of a kind can be the step in flight
+MIN_GROWTH_BYTES = 1 << 20  # below this, growth between two censuses is noise, not a finding
+MIN_GROWTH_COUNT = 3  # fewer new tensors of a kind can be the step in flight
 
 
 def _key(row: dict[str, Any]) -> tuple[str, str, tuple[int, ...]]:
@@ -40,8 +41,14 @@ def diff(prev: dict[str, Any] | None, cur: dict[str, Any]) -> dict[str, Any]:
         if d["count"] or d["bytes"]:
             rows.append(dict(device=r["device"], dtype=r["dtype"], shape=r["shape"], **d))
     for r in before.values():  # groups that disappeared
-        rows.append(dict(device=r["device"], dtype=r["dtype"], shape=r["shape"],
-                         **{k: -r[k] for k in ("count", "bytes", "grad_fn", "requires_grad")}))
+        rows.append(
+            dict(
+                device=r["device"],
+                dtype=r["dtype"],
+                shape=r["shape"],
+                **{k: -r[k] for k in ("count", "bytes", "grad_fn", "requires_grad")},
+            )
+        )
     rows.sort(key=lambda r: -r["bytes"])
     tbefore = {r["type"]: r for r in prev.get("types", [])}
     types = []
@@ -89,20 +96,26 @@ def advice(d: dict[str, Any]) -> str | None:
     grown.sort(key=lambda r: -r["bytes"])
     if grown and 2 * grown[0]["grad_fn"] >= grown[0]["count"]:
         r = grown[0]
-        return (f"+{r['count']:,} {r['dtype']} {shape_str(r['shape'])} tensors on {r['device']} "
-                f"(+{fmt_bytes(r['bytes'], 'tenth')}) since the last census, {r['grad_fn']:,} of them holding grad_fn: "
-                "something stores activations without .detach(), which keeps each step's autograd graph alive; "
-                "store t.detach() (or .item() for a number).")
+        return (
+            f"+{r['count']:,} {r['dtype']} {shape_str(r['shape'])} tensors on {r['device']} "
+            f"(+{fmt_bytes(r['bytes'], 'tenth')}) since the last census, {r['grad_fn']:,} of them holding grad_fn: "
+            "something stores activations without .detach(), which keeps each step's autograd graph alive; "
+            "store t.detach() (or .item() for a number)."
+        )
     if grown:
         r = grown[0]
-        return (f"+{r['count']:,} {r['dtype']} {shape_str(r['shape'])} tensors on {r['device']} "
-                f"(+{fmt_bytes(r['bytes'], 'tenth')}) since the last census: something keeps tensors across steps "
-                "(a list of outputs or predictions?); keep only what you need, on the CPU, or clear it.")
+        return (
+            f"+{r['count']:,} {r['dtype']} {shape_str(r['shape'])} tensors on {r['device']} "
+            f"(+{fmt_bytes(r['bytes'], 'tenth')}) since the last census: something keeps tensors across steps "
+            "(a list of outputs or predictions?); keep only what you need, on the CPU, or clear it."
+        )
     cont = [c for c in d["containers"] if c["delta"] >= 1000]
     if cont:
         c = cont[0]
-        return (f"the largest {c['type']} grew from {c['was']:,} to {c['len']:,} items since the last census: "
-                "something appends every step and never clears it.")
+        return (
+            f"the largest {c['type']} grew from {c['was']:,} to {c['len']:,} items since the last census: "
+            "something appends every step and never clears it."
+        )
     if d["tensor_bytes"] < MIN_GROWTH_BYTES:
         return "nothing grew by more than 1 MiB between the two censuses: live Python objects are not what grows."
     return None
@@ -111,6 +124,7 @@ def advice(d: dict[str, Any]) -> str | None:
 @dataclass
 class Census:
     """A census of one process, with its difference from the previous census of the run."""
+
     pid: int
     t_s: float
     objects: int
@@ -135,17 +149,23 @@ class Census:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
     def __str__(self) -> str:
-        lines = [f"census of pid {self.pid} at {self.t_s:.1f} s: {self.objects:,} objects, "
-                 f"{self.tensor_count:,} tensors on {fmt_bytes(self.storage_bytes, 'tenth')} of storage "
-                 f"({fmt_bytes(self.tensor_bytes, 'tenth')} counting each view; took {self.duration_s:.2f} s)"]
+        lines = [
+            f"census of pid {self.pid} at {self.t_s:.1f} s: {self.objects:,} objects, "
+            f"{self.tensor_count:,} tensors on {fmt_bytes(self.storage_bytes, 'tenth')} of storage "
+            f"({fmt_bytes(self.tensor_bytes, 'tenth')} counting each view; took {self.duration_s:.2f} s)"
+        ]
         for r in self.tensors[:8]:
-            lines.append(f"  {r['count']:>7,} {r['dtype']:<9} {shape_str(r['shape']):<22} {r['device']:<6} "
-                         f"{fmt_bytes(r['bytes'], 'tenth'):>10}  grad_fn {r['grad_fn']:,}")
+            lines.append(
+                f"  {r['count']:>7,} {r['dtype']:<9} {shape_str(r['shape']):<22} {r['device']:<6} "
+                f"{fmt_bytes(r['bytes'], 'tenth'):>10}  grad_fn {r['grad_fn']:,}"
+            )
         if self.diff.get("since") is not None:
             lines.append(f"since the census at {self.diff['since']:.1f} s:")
             for r in self.diff["tensors"][:8]:
-                lines.append(f"  {r['count']:>+7,} {r['dtype']:<9} {shape_str(r['shape']):<22} {r['device']:<6} "
-                             f"{'+' if r['bytes'] >= 0 else ''}{fmt_bytes(r['bytes'], 'tenth'):>9}  grad_fn {r['grad_fn']:+,}")
+                lines.append(
+                    f"  {r['count']:>+7,} {r['dtype']:<9} {shape_str(r['shape']):<22} {r['device']:<6} "
+                    f"{'+' if r['bytes'] >= 0 else ''}{fmt_bytes(r['bytes'], 'tenth'):>9}  grad_fn {r['grad_fn']:+,}"
+                )
         if self.advice:
             lines.append(self.advice)
         return "\n".join(lines)

@@ -6,6 +6,7 @@ any OOM killer, the host's included), or, where the run has no readable cgroup c
 /proc/vmstat counter rising while the run was near a limit. The host counter alone proves nothing on a shared
 host (someone else's process was the victim). dmesg is never needed.
 """
+
 from __future__ import annotations
 
 import re
@@ -16,37 +17,46 @@ from ..fmt import signal_name
 from ..model import ExitInfo
 from .gpu import cuda_oom_message, is_cuda_oom
 
-FATAL = {"SIGSEGV": "segfault", "SIGABRT": "abort", "SIGBUS": "bus_error", "SIGFPE": "segfault",
-         "SIGILL": "segfault"}
-_FAULT_TEXT = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
-               "Floating-point exception": "SIGFPE", "Floating point exception": "SIGFPE",
-               "Illegal instruction": "SIGILL", "Killed": "SIGKILL", "Terminated": "SIGTERM"}
+FATAL = {"SIGSEGV": "segfault", "SIGABRT": "abort", "SIGBUS": "bus_error", "SIGFPE": "segfault", "SIGILL": "segfault"}
+_FAULT_TEXT = {
+    "Segmentation fault": "SIGSEGV",
+    "Aborted": "SIGABRT",
+    "Bus error": "SIGBUS",
+    "Floating-point exception": "SIGFPE",
+    "Floating point exception": "SIGFPE",
+    "Illegal instruction": "SIGILL",
+    "Killed": "SIGKILL",
+    "Terminated": "SIGTERM",
+}
 # torch/utils/data/_utils/signal_handling.py and dataloader.py word it like this.
-_DL_WORKER = re.compile(r"DataLoader worker \(pid\(?s?\)? ([\d, ]+)\)\s*(?:is killed by signal: ([A-Za-z -]+)|"
-                        r"exited unexpectedly)")
+_DL_WORKER = re.compile(
+    r"DataLoader worker \(pid\(?s?\)? ([\d, ]+)\)\s*(?:is killed by signal: ([A-Za-z -]+)|"
+    r"exited unexpectedly)"
+)
 NEAR_LIMIT = 0.95
 
 
 @dataclass
 class ExitEvidence:
     """Everything the exit cause is decided from, gathered from the record (analysis/summary.evidence)."""
+
     root_pid: int
-    returncode: int | None                 # Popen style: -N = killed by signal N; None = not observed
+    returncode: int | None  # Popen style: -N = killed by signal N; None = not observed
     main_pid: int | None = None
-    stop_requested: str | None = None      # "stop" | "kill"
+    stop_requested: str | None = None  # "stop" | "kill"
     signals_sent: list[dict[str, Any]] = field(default_factory=list)  # "signal_sent" events' data, in order
     exceptions: dict[int, dict[str, Any]] = field(default_factory=dict)  # pid -> type, message, traceback
-    faults: dict[int, str] = field(default_factory=dict)                 # pid -> faulthandler text
+    faults: dict[int, str] = field(default_factory=dict)  # pid -> faulthandler text
     roles: dict[int, str] = field(default_factory=dict)
-    proc_signals: dict[int, str] = field(default_factory=dict)           # pid -> signal seen from outside
+    proc_signals: dict[int, str] = field(default_factory=dict)  # pid -> signal seen from outside
     host_oom_delta: int | None = None
     cgroup_oom_delta: int | None = None
     last_tree_bytes: int | None = None
     limit_bytes: int | None = None
     maxrss_bytes: int | None = None
-    scalene: bool = False                  # the root is Scalene's launcher (memscope run --scalene)
+    scalene: bool = False  # the root is Scalene's launcher (memscope run --scalene)
     cuda_ooms: dict[int, dict[str, Any]] = field(default_factory=dict)  # pid -> the allocator's OOM observer
-    agent_pids: set[int] | None = None     # processes whose agent said hello; None: not known (an old record)
+    agent_pids: set[int] | None = None  # processes whose agent said hello; None: not known (an old record)
     ranks: dict[int, str] = field(default_factory=dict)  # pid -> its RANK (torchrun), from its agent
     host_available_bytes: int | None = None  # at the last host sample
     host_total_bytes: int | None = None
@@ -81,8 +91,9 @@ def _last_frame(text: str | None) -> str | None:
         # faulthandler: the current thread's block comes first, innermost frame first.
         block = text.split("\n\n")
         # "Current thread" is the one that crashed; other threads (the agent's, Scalene's) may be listed first.
-        cur = next((b for b in block if b.lstrip().startswith("Current thread")), None) or \
-            next((b for b in block if "most recent call first" in b), text)
+        cur = next((b for b in block if b.lstrip().startswith("Current thread")), None) or next(
+            (b for b in block if "most recent call first" in b), text
+        )
         frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', cur)
     else:
         frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', text)[::-1]
@@ -97,8 +108,11 @@ def near_limit(e: ExitEvidence) -> list[str]:
     out = []
     if e.limit_bytes and e.last_tree_bytes is not None and e.last_tree_bytes >= NEAR_LIMIT * e.limit_bytes:
         out.append(f"the tree used {_gib(e.last_tree_bytes)} of its {_gib(e.limit_bytes)} limit at the last sample")
-    if e.host_total_bytes and e.host_available_bytes is not None and \
-            e.host_available_bytes <= (1 - NEAR_LIMIT) * e.host_total_bytes:
+    if (
+        e.host_total_bytes
+        and e.host_available_bytes is not None
+        and e.host_available_bytes <= (1 - NEAR_LIMIT) * e.host_total_bytes
+    ):
         out.append(f"the host had {_gib(e.host_available_bytes)} of {_gib(e.host_total_bytes)} available")
     return out
 
@@ -159,19 +173,27 @@ def crashed_workers(e: ExitEvidence) -> list[tuple[int, str]]:
 @dataclass
 class _Facts:
     """What every rule reads, worked out once from the evidence."""
-    e: ExitEvidence
-    code: int | None        # the exit status, when the root exited (not killed)
-    main: int               # the main process (the root when none is known)
-    main_sig: str | None    # the signal that ended the main process, however it is known
-    fault: str | None       # the main process's faulthandler dump
-    exc: dict[str, Any] | None  # the main process's uncaught exception
-    failed: bool            # a non-zero status or a death by signal
 
-    def out(self, cause: str, message: str, *, sig: str | None = None, pid: int | None = None,
-            tb: str | None = None) -> ExitInfo:
+    e: ExitEvidence
+    code: int | None  # the exit status, when the root exited (not killed)
+    main: int  # the main process (the root when none is known)
+    main_sig: str | None  # the signal that ended the main process, however it is known
+    fault: str | None  # the main process's faulthandler dump
+    exc: dict[str, Any] | None  # the main process's uncaught exception
+    failed: bool  # a non-zero status or a death by signal
+
+    def out(
+        self, cause: str, message: str, *, sig: str | None = None, pid: int | None = None, tb: str | None = None
+    ) -> ExitInfo:
         """The ``exit`` object."""
-        return {"cause": cause, "code": self.code, "signal": sig, "pid": pid if pid is not None else self.main,
-                "message": message, "traceback": tb}
+        return {
+            "cause": cause,
+            "code": self.code,
+            "signal": sig,
+            "pid": pid if pid is not None else self.main,
+            "message": message,
+            "traceback": tb,
+        }
 
 
 def _facts(e: ExitEvidence) -> _Facts:
@@ -181,12 +203,16 @@ def _facts(e: ExitEvidence) -> _Facts:
     main = e.main_pid or e.root_pid
     fault = e.faults.get(main) or None
     # Through a wrapper (bash script.sh) a child's death by signal N shows as status 128+N.
-    wrapped_sig = signal_name(code - 128) if code is not None and 128 < code < 128 + 65 and main != e.root_pid \
-        else None
+    wrapped_sig = signal_name(code - 128) if code is not None and 128 < code < 128 + 65 and main != e.root_pid else None
     if e.scalene and code is not None and 256 - 65 < code < 256 and main != e.root_pid:
         wrapped_sig = signal_name(256 - code)  # Scalene's launcher exits with sys.exit(-N) for its child's signal N
-    main_sig = (root_sig if main == e.root_pid else None) or e.proc_signals.get(main) or fault_signal(fault) \
-        or wrapped_sig or root_sig
+    main_sig = (
+        (root_sig if main == e.root_pid else None)
+        or e.proc_signals.get(main)
+        or fault_signal(fault)
+        or wrapped_sig
+        or root_sig
+    )
     failed = (rc is not None and rc != 0) or main_sig is not None
     return _Facts(e, code, main, main_sig, fault, e.exceptions.get(main), failed)
 
@@ -197,11 +223,13 @@ def _stopped_by_user(f: _Facts) -> dict[str, Any] | None:
     if not e.stop_requested:
         return None
     if e.stop_requested == "terminate":
-        return f.out("stopped_by_user", "memscope was asked to stop (SIGTERM) and passed SIGTERM on to the run, "
-                     "then SIGKILL to what was left after the grace period; no process of the run is left.",
-                     sig=f.main_sig)
-    return f.out("stopped_by_user", f"Stopped by you ({stop_words(e)}); no process of the run is left.",
-                 sig=f.main_sig)
+        return f.out(
+            "stopped_by_user",
+            "memscope was asked to stop (SIGTERM) and passed SIGTERM on to the run, "
+            "then SIGKILL to what was left after the grace period; no process of the run is left.",
+            sig=f.main_sig,
+        )
+    return f.out("stopped_by_user", f"Stopped by you ({stop_words(e)}); no process of the run is left.", sig=f.main_sig)
 
 
 def _worker_crash(f: _Facts) -> dict[str, Any] | None:
@@ -213,12 +241,22 @@ def _worker_crash(f: _Facts) -> dict[str, Any] | None:
     role = e.roles.get(wpid, "dataloader_worker")
     what = "DataLoader worker" if role == "dataloader_worker" else "rank"
     extra = f" (and {len(workers) - 1} more)" if len(workers) > 1 else ""
-    hint = ("look for an OOM kill: " + "; ".join(oom_evidence(e)) if wsig == "SIGKILL" and oom_evidence(e)
-            else "run with num_workers=0 to see the failing code in the main process, or use fewer workers"
-            if role == "dataloader_worker" else "read that rank's stack in exit.traceback")
+    hint = (
+        "look for an OOM kill: " + "; ".join(oom_evidence(e))
+        if wsig == "SIGKILL" and oom_evidence(e)
+        else "run with num_workers=0 to see the failing code in the main process, or use fewer workers"
+        if role == "dataloader_worker"
+        else "read that rank's stack in exit.traceback"
+    )
     tb = e.faults.get(wpid) or (f.exc or {}).get("traceback")
-    return f.out("worker_crash", f"{what[0].upper() + what[1:]} pid {wpid} ({role}) died of {wsig}{extra} and the "
-                 f"main process failed after it; {hint}.", sig=wsig, pid=wpid, tb=tb)
+    return f.out(
+        "worker_crash",
+        f"{what[0].upper() + what[1:]} pid {wpid} ({role}) died of {wsig}{extra} and the "
+        f"main process failed after it; {hint}.",
+        sig=wsig,
+        pid=wpid,
+        tb=tb,
+    )
 
 
 def _rank_failed_first(f: _Facts) -> dict[str, Any] | None:
@@ -232,11 +270,20 @@ def _fatal_signal(f: _Facts) -> dict[str, Any] | None:
         return None
     where = _last_frame(fault)
     at = f" in {where}" if where else ""
-    stack = "the Python stack of every thread is in exit.traceback" if fault else \
-        "no Python stack was captured (the process did not load memscope's agent)" \
-        if e.agent_pids is not None and main not in e.agent_pids else "no Python stack was captured"
-    return f.out(FATAL[f.main_sig], f"The main process (pid {main}) died of {f.main_sig}{at}; {stack}; a crash in "
-                 "native code (an extension, a library or CUDA) is the usual cause.", sig=f.main_sig, tb=fault)
+    stack = (
+        "the Python stack of every thread is in exit.traceback"
+        if fault
+        else "no Python stack was captured (the process did not load memscope's agent)"
+        if e.agent_pids is not None and main not in e.agent_pids
+        else "no Python stack was captured"
+    )
+    return f.out(
+        FATAL[f.main_sig],
+        f"The main process (pid {main}) died of {f.main_sig}{at}; {stack}; a crash in "
+        "native code (an extension, a library or CUDA) is the usual cause.",
+        sig=f.main_sig,
+        tb=fault,
+    )
 
 
 def _exception(f: _Facts) -> dict[str, Any] | None:
@@ -248,11 +295,13 @@ def _exception(f: _Facts) -> dict[str, Any] | None:
     first = msg[0][:300] if msg else ""
     where = _last_frame(exc.get("traceback"))
     if is_cuda_oom(name, exc.get("message")):  # older PyTorch raised a RuntimeError
-        return f.out("cuda_oom", cuda_oom_message(exc.get("message") or "", where, f.e.cuda_ooms.get(f.main)),
-                     tb=exc.get("traceback"))
+        return f.out(
+            "cuda_oom",
+            cuda_oom_message(exc.get("message") or "", where, f.e.cuda_ooms.get(f.main)),
+            tb=exc.get("traceback"),
+        )
     at = f" at {where}" if where else ""
-    return f.out("exception", f"{name}: {first}{at}." if first else f"{name} was raised{at}.",
-                 tb=exc.get("traceback"))
+    return f.out("exception", f"{name}: {first}{at}." if first else f"{name} was raised{at}.", tb=exc.get("traceback"))
 
 
 def _sigkill(f: _Facts) -> dict[str, Any] | None:
@@ -262,20 +311,32 @@ def _sigkill(f: _Facts) -> dict[str, Any] | None:
     ev = oom_evidence(e)
     peak = f"; the kernel's peak RSS for it was {_gib(e.maxrss_bytes)}" if e.maxrss_bytes else ""
     if ev:
-        return f.out("oom_kill", f"The run was killed by SIGKILL and it looks like the OOM killer: "
-                     f"{'; '.join(ev)}{peak}. Lower its memory use or raise the limit.", sig="SIGKILL")
+        return f.out(
+            "oom_kill",
+            f"The run was killed by SIGKILL and it looks like the OOM killer: "
+            f"{'; '.join(ev)}{peak}. Lower its memory use or raise the limit.",
+            sig="SIGKILL",
+        )
     at = f" at {_gib(e.last_tree_bytes)}" if e.last_tree_bytes is not None else ""
     lim = f" of a {_gib(e.limit_bytes)} limit" if e.limit_bytes else ""
     if e.cgroup_oom_delta is not None and e.host_oom_delta:
-        why = (f"its cgroup's oom_kill counter did not rise (the host's rose by {e.host_oom_delta}: the OOM "
-               "killer took another process on this host)")
+        why = (
+            f"its cgroup's oom_kill counter did not rise (the host's rose by {e.host_oom_delta}: the OOM "
+            "killer took another process on this host)"
+        )
     elif e.host_oom_delta:
-        why = (f"the host's oom_kill counter rose by {e.host_oom_delta} but the run was far from any limit, "
-               "so another process was the OOM killer's victim")
+        why = (
+            f"the host's oom_kill counter rose by {e.host_oom_delta} but the run was far from any limit, "
+            "so another process was the OOM killer's victim"
+        )
     else:
         why = "no OOM counter rose"
-    return f.out("killed", f"The run was killed by SIGKILL from outside{at}{lim}; {why}, so look "
-                 "for who sent it (a scheduler, a time limit, a person).", sig="SIGKILL")
+    return f.out(
+        "killed",
+        f"The run was killed by SIGKILL from outside{at}{lim}; {why}, so look "
+        "for who sent it (a scheduler, a time limit, a person).",
+        sig="SIGKILL",
+    )
 
 
 def _other_signal(f: _Facts) -> dict[str, Any] | None:
@@ -291,23 +352,37 @@ def _exit_status(f: _Facts) -> dict[str, Any]:
     if rc is None:
         if exc:
             return f.out("exception", f"{exc.get('type')}: {exc.get('message', '')[:300]}", tb=exc.get("traceback"))
-        return f.out("unknown", "The watched process ended; its exit status could not be observed (attached, "
-                     "not its parent).")
+        return f.out(
+            "unknown", "The watched process ended; its exit status could not be observed (attached, not its parent)."
+        )
     if e.agent_pids is not None and main not in e.agent_pids:
         # No agent in the process: an exception may well have ended it; memscope cannot say.
-        return f.out("exit_nonzero", f"The command exited with status {rc}; memscope could not see inside this "
-                     f"process (pid {main}: no agent loaded — not Python, started with python -I or -S, or a "
-                     "PYTHONPATH that dropped memscope's), so whether an exception ended it is unknown; read its "
-                     "last output lines for the reason.")
-    return f.out("exit_nonzero", f"The command exited with status {rc} without an uncaught Python exception; "
-                 "read its last output lines for the reason.")
+        return f.out(
+            "exit_nonzero",
+            f"The command exited with status {rc}; memscope could not see inside this "
+            f"process (pid {main}: no agent loaded — not Python, started with python -I or -S, or a "
+            "PYTHONPATH that dropped memscope's), so whether an exception ended it is unknown; read its "
+            "last output lines for the reason.",
+        )
+    return f.out(
+        "exit_nonzero",
+        f"The command exited with status {rc} without an uncaught Python exception; "
+        "read its last output lines for the reason.",
+    )
 
 
 # In priority order: a stop the user asked for explains everything after it; a crashed worker or rank explains
 # the main process's failure that follows it; then how the main process itself ended. The last always answers.
 RULES: tuple[Callable[[_Facts], dict[str, Any] | None], ...] = (
-    _stopped_by_user, _worker_crash, _rank_failed_first, _fatal_signal, _exception, _sigkill, _other_signal,
-    _exit_status)
+    _stopped_by_user,
+    _worker_crash,
+    _rank_failed_first,
+    _fatal_signal,
+    _exception,
+    _sigkill,
+    _other_signal,
+    _exit_status,
+)
 
 
 def decide(e: ExitEvidence) -> ExitInfo:
@@ -347,8 +422,9 @@ def _rank_exception(e: ExitEvidence, pid: int, out: Any) -> dict[str, Any]:
     if others:
         names = ", ".join(_rank_name(e, p).split(" (")[0].lower() for p in others)
         after = f"; {names} failed after it ({e.exceptions[others[0]].get('type', 'Exception')}), a consequence"
-    return out("exception", f"{_rank_name(e, pid)} failed first: {name}{first}{at}{after}.", pid=pid,
-               tb=exc.get("traceback"))
+    return out(
+        "exception", f"{_rank_name(e, pid)} failed first: {name}{first}{at}{after}.", pid=pid, tb=exc.get("traceback")
+    )
 
 
 def stop_words(e: ExitEvidence) -> str:
@@ -356,8 +432,11 @@ def stop_words(e: ExitEvidence) -> str:
     sent = [d for d in e.signals_sent if d.get("to") != "leftovers"]
     left = [d for d in e.signals_sent if d.get("to") == "leftovers"]
     if not sent:
-        return ("SIGINT, then SIGTERM and SIGKILL to what was left after the grace period"
-                if e.stop_requested == "stop" else "SIGKILL to every process of the tree")
+        return (
+            "SIGINT, then SIGTERM and SIGKILL to what was left after the grace period"
+            if e.stop_requested == "stop"
+            else "SIGKILL to every process of the tree"
+        )
     names = [d.get("signal", "?") for d in sent]
     if names == ["SIGINT"]:
         how = "SIGINT, as Ctrl-C" + ("" if left else "; it ended there")

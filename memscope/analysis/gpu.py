@@ -8,6 +8,7 @@
   PSS, and whether it outlived compilation.
 - ``cuda_oom_message``: the exit message for a CUDA OOM, from PyTorch's error text and the observer's numbers.
 """
+
 from __future__ import annotations
 
 import re
@@ -18,15 +19,18 @@ from ..model import KIND_PSS
 from .supervision import main_pid
 
 MiB, GiB = 1 << 20, 1 << 30
-FRAGMENTED_FRACTION = 0.25   # inactive-split share of reserved memory worth a hint
+FRAGMENTED_FRACTION = 0.25  # inactive-split share of reserved memory worth a hint
 FRAGMENTED_BYTES = 512 * MiB
-POOL_AFTER_COMPILE_S = 5.0   # a pool seen this long after the last compilation ended outlived it
+POOL_AFTER_COMPILE_S = 5.0  # a pool seen this long after the last compilation ended outlived it
 COMPILE_SETTING = "TORCHINDUCTOR_COMPILE_THREADS"
 
 
 # -- allocator ----------------------------------------------------------------------------------------------------
-def allocator(samples: Iterable[Mapping[str, Any]], ooms: Iterable[Mapping[str, Any]] = (),
-              snapshots: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+def allocator(
+    samples: Iterable[Mapping[str, Any]],
+    ooms: Iterable[Mapping[str, Any]] = (),
+    snapshots: Mapping[str, str] | None = None,
+) -> dict[str, Any] | None:
     """Summary key ``allocator``. ``samples``: ``torch_alloc`` events ({"t", "pid", "data"}); ``ooms``: ``cuda_oom``
     events; ``snapshots``: snapshot file name -> where the collector kept it."""
     by_dev: dict[tuple, list[tuple[float, Mapping[str, Any]]]] = {}
@@ -52,7 +56,10 @@ def _device_row(pid: Any, backend: str, device: int, rows: list[tuple[float, Map
 
     last = rows[-1][1]
     row: dict[str, Any] = {
-        "pid": pid, "backend": backend, "device": device, "samples": len(rows),
+        "pid": pid,
+        "backend": backend,
+        "device": device,
+        "samples": len(rows),
         "peak_allocated_bytes": peak("peak_allocated", "allocated"),
         "last_allocated_bytes": int(last.get("allocated") or 0),
     }
@@ -64,15 +71,17 @@ def _device_row(pid: Any, backend: str, device: int, rows: list[tuple[float, Map
     reserved = int(last.get("reserved") or 0)
     # Fragmentation where it was worst: the share of reserved memory held in split blocks nothing uses.
     worst = max(rows, key=lambda r: _frag(r[1]))[1]
-    row.update({
-        "peak_reserved_bytes": peak("peak_reserved", "reserved"),
-        "last_reserved_bytes": reserved,
-        "reserved_unallocated_bytes": max(0, reserved - int(last.get("allocated") or 0)),
-        "fragmentation": round(_frag(worst), 3),
-        "inactive_split_bytes": int(worst.get("inactive_split") or 0),
-        "alloc_retries": max(int(d.get("alloc_retries") or 0) for _, d in rows),
-        "ooms": max(int(d.get("ooms") or 0) for _, d in rows),
-    })
+    row.update(
+        {
+            "peak_reserved_bytes": peak("peak_reserved", "reserved"),
+            "last_reserved_bytes": reserved,
+            "reserved_unallocated_bytes": max(0, reserved - int(last.get("allocated") or 0)),
+            "fragmentation": round(_frag(worst), 3),
+            "inactive_split_bytes": int(worst.get("inactive_split") or 0),
+            "alloc_retries": max(int(d.get("alloc_retries") or 0) for _, d in rows),
+            "ooms": max(int(d.get("ooms") or 0) for _, d in rows),
+        }
+    )
     row["advice"] = _allocator_advice(row)
     return row
 
@@ -85,13 +94,17 @@ def _frag(d: Mapping[str, Any]) -> float:
 def _allocator_advice(r: Mapping[str, Any]) -> str | None:
     where = f"pid {r['pid']} cuda:{r['device']}"
     if r["inactive_split_bytes"] >= FRAGMENTED_BYTES and r["fragmentation"] >= FRAGMENTED_FRACTION:
-        return (f"{where}: {fmt_bytes(r['inactive_split_bytes'], 'torch')} ({r['fragmentation']:.0%}) of the memory PyTorch "
-                "reserved sat in split blocks nothing used (fragmentation); "
-                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets the allocator grow segments instead.")
+        return (
+            f"{where}: {fmt_bytes(r['inactive_split_bytes'], 'torch')} ({r['fragmentation']:.0%}) of the memory PyTorch "
+            "reserved sat in split blocks nothing used (fragmentation); "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets the allocator grow segments instead."
+        )
     if r["alloc_retries"]:
-        return (f"{where}: cudaMalloc failed {r['alloc_retries']} times and PyTorch freed its cache and retried: "
-                "the device is at its limit and each retry stalls training; lower the batch size or the "
-                "memory held between steps.")
+        return (
+            f"{where}: cudaMalloc failed {r['alloc_retries']} times and PyTorch freed its cache and retried: "
+            "the device is at its limit and each retry stalls training; lower the batch size or the "
+            "memory held between steps."
+        )
     return None
 
 
@@ -99,17 +112,23 @@ def _oom_row(ev: Mapping[str, Any], snapshots: Mapping[str, str]) -> dict[str, A
     d = ev.get("data") or {}
     snap = d.get("snapshot")
     return {
-        "t_s": round(float(ev.get("t") or 0.0), 3), "pid": ev.get("pid") or d.get("pid"),
-        "device": d.get("device"), "alloc_bytes": d.get("alloc_bytes"), "device_total_bytes": d.get("device_total"),
-        "device_free_bytes": d.get("device_free"), "allocated_bytes": d.get("allocated"),
-        "reserved_bytes": d.get("reserved"), "snapshot": snapshots.get(snap, snap) if snap else None,
+        "t_s": round(float(ev.get("t") or 0.0), 3),
+        "pid": ev.get("pid") or d.get("pid"),
+        "device": d.get("device"),
+        "alloc_bytes": d.get("alloc_bytes"),
+        "device_total_bytes": d.get("device_total"),
+        "device_free_bytes": d.get("device_free"),
+        "allocated_bytes": d.get("allocated"),
+        "reserved_bytes": d.get("reserved"),
+        "snapshot": snapshots.get(snap, snap) if snap else None,
         "allocator_summary": d.get("allocator_summary"),
     }
 
 
 # -- NVML ---------------------------------------------------------------------------------------------------------
-def gpu(rounds: Iterable[Mapping[str, Any]], roles: Mapping[int, str],
-        alloc_samples: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any] | None:
+def gpu(
+    rounds: Iterable[Mapping[str, Any]], roles: Mapping[int, str], alloc_samples: Iterable[Mapping[str, Any]] = ()
+) -> dict[str, Any] | None:
     """Summary key ``gpu``. ``rounds``: ``gpu`` events (the collector's NVML rounds: ``devices`` (MIG instances
     each on their own) and ``procs`` of the tree, ``other_procs``/``other_used`` not in it); ``roles``: pid ->
     role; ``alloc_samples``: ``torch_alloc`` events."""
@@ -117,7 +136,7 @@ def gpu(rounds: Iterable[Mapping[str, Any]], roles: Mapping[int, str],
     devices: dict[tuple[int, int], dict[str, Any]] = {}
     per_pid: dict[int, int] = {}
     where: dict[int, dict[str, Any]] = {}
-    unknown: set[int] = set()   # pids NVML listed with "not available" memory (WDDM, the driver's N/A)
+    unknown: set[int] = set()  # pids NVML listed with "not available" memory (WDDM, the driver's N/A)
     tree_peak, foreign, foreign_used = 0, 0, 0
     for ev in rounds:
         d = ev.get("data") or {}
@@ -125,8 +144,13 @@ def gpu(rounds: Iterable[Mapping[str, Any]], roles: Mapping[int, str],
             key = (int(dev["index"]), -1 if dev.get("mig") is None else int(dev["mig"]))
             row = devices.get(key)
             if row is None:
-                row = devices[key] = {"index": int(dev["index"]), "name": dev.get("name"),
-                                      "total_bytes": dev.get("total"), "peak_used_bytes": 0, "last_used_bytes": 0}
+                row = devices[key] = {
+                    "index": int(dev["index"]),
+                    "name": dev.get("name"),
+                    "total_bytes": dev.get("total"),
+                    "peak_used_bytes": 0,
+                    "last_used_bytes": 0,
+                }
                 if dev.get("mig") is not None:
                     row.update(mig=int(dev["mig"]), gpu_instance=dev.get("gpu_instance"))
                 if dev.get("reserved") is not None:
@@ -162,8 +186,10 @@ def gpu(rounds: Iterable[Mapping[str, Any]], roles: Mapping[int, str],
         # Our processes used the GPU (the agent says so) yet NVML listed none of their pids, only others.
         "pid_mismatch": bool(rounds) and not per_pid and not unknown and foreign > 0 and bool(agent),
         "devices": [devices[k] for k in sorted(devices)],
-        "processes": [dict({"pid": pid, "role": roles.get(pid, "other"), "peak_used_bytes": b}, **where.get(pid, {}))
-                      for pid, b in sorted(procs.items(), key=lambda kv: -kv[1])],
+        "processes": [
+            dict({"pid": pid, "role": roles.get(pid, "other"), "peak_used_bytes": b}, **where.get(pid, {}))
+            for pid, b in sorted(procs.items(), key=lambda kv: -kv[1])
+        ],
         # Tree processes NVML listed without a number (WDDM, the driver's "not available").
         "not_available_pids": sorted(unknown - set(per_pid)),
         "tree_peak_bytes": tree_peak,
@@ -199,8 +225,12 @@ def compile_windows(events: Iterable[Mapping[str, Any]]) -> list[tuple[int | Non
     return sorted(out, key=lambda w: w[1])
 
 
-def compile_pool(procs: Iterable[Mapping[str, Any]], pool_t: list[float], pool_pss: list[float],
-                 compile_events: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any] | None:
+def compile_pool(
+    procs: Iterable[Mapping[str, Any]],
+    pool_t: list[float],
+    pool_pss: list[float],
+    compile_events: Iterable[Mapping[str, Any]] = (),
+) -> dict[str, Any] | None:
     """Summary key ``compile_pool``. ``procs``: the record's processes (pid, ppid, role); ``pool_t``/``pool_pss``:
     the summed PSS of the compile_worker processes per PSS round; ``compile_events``: the agent's ``compile``."""
     pool = {int(p["pid"]): p for p in procs if p.get("role") == "compile_worker"}
@@ -210,8 +240,9 @@ def compile_pool(procs: Iterable[Mapping[str, Any]], pool_t: list[float], pool_p
     windows = compile_windows(events)
     # The default pool is a sidecar (python .../compile_worker/__main__.py) and the workers it forks; with
     # TORCHINDUCTOR_WORKER_START=fork/spawn the workers are the main's own children and there is no sidecar.
-    sidecars = [pid for pid, p in pool.items()
-                if p.get("ppid") not in pool and "compile_worker" in str(p.get("cmdline") or "")]
+    sidecars = [
+        pid for pid, p in pool.items() if p.get("ppid") not in pool and "compile_worker" in str(p.get("cmdline") or "")
+    ]
     seen = [(t, y) for t, y in zip(pool_t, pool_pss) if y]
     ends = [end for _, _, end in windows if end is not None]
     still_compiling = any(end is None for _, _, end in windows)
@@ -255,8 +286,10 @@ def _pool_advice(p: Mapping[str, Any]) -> str:
     held = f" held {fmt_bytes(p['peak_pss_bytes'], 'torch')} PSS at its peak" if p["peak_pss_bytes"] else ""
     if p["alive_after_compile"]:
         held += f" and stayed alive {p['alive_s_after_compile']:.0f} s after the last compilation ended"
-    return (f"{what}{held}; {COMPILE_SETTING}=1 in the run's environment compiles in the main process with no "
-            "pool (slower compilation, no worker memory); a smaller number keeps fewer workers.")
+    return (
+        f"{what}{held}; {COMPILE_SETTING}=1 in the run's environment compiles in the main process with no "
+        "pool (slower compilation, no worker memory); a smaller number keeps fewer workers."
+    )
 
 
 # -- the exit message of a CUDA OOM -------------------------------------------------------------------------------
@@ -273,8 +306,11 @@ _PATTERNS = {
     "device": r"GPU\s+(\d+)",
     "total": r"total\s+capac(?:i)?ty\s+of\s+" + _SIZE + r"|" + _SIZE + r"\s+total\s+capacity",
     "free": r"of\s+which\s+" + _SIZE + r"\s+is\s+free|" + _SIZE + r"\s+free\b",
-    "allocated": r"Of\s+the\s+allocated\s+memory\s+" + _SIZE + r"\s+is\s+allocated\s+by\s+PyTorch|"
-                 + _SIZE + r"\s+already\s+allocated",
+    "allocated": r"Of\s+the\s+allocated\s+memory\s+"
+    + _SIZE
+    + r"\s+is\s+allocated\s+by\s+PyTorch|"
+    + _SIZE
+    + r"\s+already\s+allocated",
     "reserved_unallocated": _SIZE + r"\s+is\s+reserved\s+by\s+PyTorch\s+but\s+unallocated",
     "reserved": _SIZE + r"\s+reserved\s+in\s+total\s+by\s+PyTorch|" + _SIZE + r"\s+cached\b",
     "this_process": r"this\s+process\s+has\s+" + _SIZE + r"\s+memory\s+in\s+use",
@@ -291,8 +327,9 @@ def _size(m: re.Match) -> int | None:
 def is_cuda_oom(exc_type: str | None, message: str | None) -> bool:
     """torch.OutOfMemoryError (2.x; torch.cuda.OutOfMemoryError 1.13+) or the RuntimeError of older versions."""
     name = str(exc_type or "")
-    return "CUDA out of memory" in (message or "") and (name.endswith("OutOfMemoryError") or
-                                                        name.endswith("RuntimeError"))
+    return "CUDA out of memory" in (message or "") and (
+        name.endswith("OutOfMemoryError") or name.endswith("RuntimeError")
+    )
 
 
 def parse_cuda_oom(text: str) -> dict[str, Any]:
@@ -318,9 +355,13 @@ def parse_cuda_oom(text: str) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def cuda_oom(exceptions: Mapping[int, Mapping[str, Any]], observed: Mapping[int, Mapping[str, Any]],
-             roles: Mapping[int, str], main: int | None = None,
-             snapshots: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+def cuda_oom(
+    exceptions: Mapping[int, Mapping[str, Any]],
+    observed: Mapping[int, Mapping[str, Any]],
+    roles: Mapping[int, str],
+    main: int | None = None,
+    snapshots: Mapping[str, str] | None = None,
+) -> dict[str, Any] | None:
     """Summary key ``cuda_oom``: the CUDA OOM a process of the tree raised (the main's first), from PyTorch's
     message completed by the allocator's OOM observer: what was tried, the device's capacity and free memory,
     what PyTorch held, and each process on the device with its share and whether it is one of the run's."""
@@ -336,13 +377,15 @@ def cuda_oom(exceptions: Mapping[int, Mapping[str, Any]], observed: Mapping[int,
 
     procs: list[dict[str, Any]] = []
     if n.get("this_process") is not None:
-        procs.append({"pid": pid, "used_bytes": n["this_process"], "in_tree": True, "role": roles.get(pid),
-                      "this_process": True})
+        procs.append(
+            {"pid": pid, "used_bytes": n["this_process"], "in_tree": True, "role": roles.get(pid), "this_process": True}
+        )
     for p, b in n.get("processes", []):
-        procs.append({"pid": p, "used_bytes": b, "in_tree": p in roles, "role": roles.get(p),
-                      "this_process": p == pid})
+        procs.append({"pid": p, "used_bytes": b, "in_tree": p in roles, "role": roles.get(p), "this_process": p == pid})
     out: dict[str, Any] = {
-        "pid": pid, "role": roles.get(pid), "form": n.get("form"),
+        "pid": pid,
+        "role": roles.get(pid),
+        "form": n.get("form"),
         "device": pick("device", "device"),
         "tried_bytes": pick("alloc", "alloc_bytes"),
         "capacity_bytes": pick("total", "device_total"),
@@ -352,17 +395,23 @@ def cuda_oom(exceptions: Mapping[int, Mapping[str, Any]], observed: Mapping[int,
         "reserved_unallocated_bytes": n.get("reserved_unallocated"),
         "processes": procs,
         # The observer's snapshot; else one the excepthook saved (no observer): cuda_snapshot_<pid>_<n>.pickle.
-        "snapshot": o.get("snapshot") or next((path for name, path in sorted((snapshots or {}).items())
-                                               if name.startswith(f"cuda_snapshot_{pid}_")), None),
+        "snapshot": o.get("snapshot")
+        or next(
+            (path for name, path in sorted((snapshots or {}).items()) if name.startswith(f"cuda_snapshot_{pid}_")), None
+        ),
     }
-    if out["reserved_unallocated_bytes"] is None and out["reserved_bytes"] is not None and \
-            out["allocated_bytes"] is not None:
+    if (
+        out["reserved_unallocated_bytes"] is None
+        and out["reserved_bytes"] is not None
+        and out["allocated_bytes"] is not None
+    ):
         out["reserved_unallocated_bytes"] = max(0, out["reserved_bytes"] - out["allocated_bytes"])
     listed_others = [p for p in procs if not p["this_process"]]
     # Inside a container NVML names processes by host pid: the raising process is then listed as "Process N"
     # (seed 003's Kaggle OOM: one process, nearly all of the device) and no pid of the message is the run's.
-    out["host_pids"] = bool(listed_others) and not any(p["in_tree"] for p in listed_others) and \
-        n.get("this_process") is None
+    out["host_pids"] = (
+        bool(listed_others) and not any(p["in_tree"] for p in listed_others) and n.get("this_process") is None
+    )
     out["advice"] = _cuda_oom_advice(out)
     return out
 
@@ -371,26 +420,37 @@ def _cuda_oom_advice(o: Mapping[str, Any]) -> str | None:
     tried, unalloc = o.get("tried_bytes"), o.get("reserved_unallocated_bytes")
     gpu = f"GPU {o['device']}" if o.get("device") is not None else "the GPU"
     if tried and unalloc is not None and unalloc >= tried:
-        return (f"The CUDA OOM on {gpu} asked for {fmt_bytes(tried, 'torch')} while PyTorch held {fmt_bytes(unalloc, 'torch')} reserved "
-                "but unallocated: fragmentation. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets the "
-                "allocator grow segments instead of splitting them.")
+        return (
+            f"The CUDA OOM on {gpu} asked for {fmt_bytes(tried, 'torch')} while PyTorch held {fmt_bytes(unalloc, 'torch')} reserved "
+            "but unallocated: fragmentation. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets the "
+            "allocator grow segments instead of splitting them."
+        )
     others = [p for p in o.get("processes") or [] if not p.get("in_tree") and not o.get("host_pids")]
     if others:
         held = sum(p["used_bytes"] for p in others)
-        return (f"Other processes held {fmt_bytes(held, 'torch')} of {gpu} when it ran out ("
-                + ", ".join(f"pid {p['pid']} {fmt_bytes(p['used_bytes'], 'torch')}" for p in others[:4])
-                + "): free the device of them, or budget for them.")
+        return (
+            f"Other processes held {fmt_bytes(held, 'torch')} of {gpu} when it ran out ("
+            + ", ".join(f"pid {p['pid']} {fmt_bytes(p['used_bytes'], 'torch')}" for p in others[:4])
+            + "): free the device of them, or budget for them."
+        )
     if tried:
-        mine = ("; no pid in the message is one of the run's: inside a container NVML names processes by host pid, so "
-                "the one listed may be this process itself") if o.get("host_pids") else ""
-        return (f"The CUDA OOM on {gpu} is a real shortage ({fmt_bytes(o.get('free_bytes'), 'torch')} free of "
-                f"{fmt_bytes(o.get('capacity_bytes'), 'torch')}, {fmt_bytes(tried, 'torch')} asked{mine}): lower the batch size, use "
-                "activation checkpointing, and .detach() what you keep between steps.")
+        mine = (
+            (
+                "; no pid in the message is one of the run's: inside a container NVML names processes by host pid, so "
+                "the one listed may be this process itself"
+            )
+            if o.get("host_pids")
+            else ""
+        )
+        return (
+            f"The CUDA OOM on {gpu} is a real shortage ({fmt_bytes(o.get('free_bytes'), 'torch')} free of "
+            f"{fmt_bytes(o.get('capacity_bytes'), 'torch')}, {fmt_bytes(tried, 'torch')} asked{mine}): lower the batch size, use "
+            "activation checkpointing, and .detach() what you keep between steps."
+        )
     return None
 
 
-def cuda_oom_message(exc_message: str, where: str | None = None,
-                     observed: Mapping[str, Any] | None = None) -> str:
+def cuda_oom_message(exc_message: str, where: str | None = None, observed: Mapping[str, Any] | None = None) -> str:
     """'CUDA ran out of memory ...': the allocation that failed and what PyTorch had reserved, from the error text,
     completed by what the allocator's OOM observer recorded (``observed``: a ``cuda_oom`` message)."""
     n = parse_cuda_oom(exc_message)
@@ -412,22 +472,32 @@ def cuda_oom_message(exc_message: str, where: str | None = None,
     if reserved is not None:
         held = f"PyTorch had reserved {fmt_bytes(reserved, 'torch')}"
         if allocated is not None:
-            held += (f": {fmt_bytes(allocated, 'torch')} allocated to tensors, {fmt_bytes(max(0, reserved - allocated), 'torch')} "
-                     "cached but unallocated")
+            held += (
+                f": {fmt_bytes(allocated, 'torch')} allocated to tensors, {fmt_bytes(max(0, reserved - allocated), 'torch')} "
+                "cached but unallocated"
+            )
         parts.append(held)
     elif allocated is not None:
         parts.append(f"PyTorch had {fmt_bytes(allocated, 'torch')} allocated to tensors")
     others = [(pid, b) for pid, b in n.get("processes", [])]
     if n.get("this_process") is not None:
-        parts.append(f"this process held {fmt_bytes(n['this_process'], 'torch')} of the GPU, non-PyTorch memory included")
+        parts.append(
+            f"this process held {fmt_bytes(n['this_process'], 'torch')} of the GPU, non-PyTorch memory included"
+        )
     if others:
-        parts.append("processes on the GPU: " + ", ".join(f"pid {pid} {fmt_bytes(b, 'torch')}" for pid, b in others[:4]))
+        parts.append(
+            "processes on the GPU: " + ", ".join(f"pid {pid} {fmt_bytes(b, 'torch')}" for pid, b in others[:4])
+        )
     if reserved is not None and allocated is not None and alloc and reserved - allocated >= alloc:
-        parts.append("the cache held enough free memory but not in one piece (fragmentation): try "
-                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+        parts.append(
+            "the cache held enough free memory but not in one piece (fragmentation): try "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+        )
     if o.get("snapshot"):
-        parts.append(f"a memory snapshot was saved: {o['snapshot']} (memscope snapshot FILE --html OUT, or "
-                     "memscope.open_snapshot(FILE))")
+        parts.append(
+            f"a memory snapshot was saved: {o['snapshot']} (memscope snapshot FILE --html OUT, or "
+            "memscope.open_snapshot(FILE))"
+        )
     return "; ".join(parts) + "."
 
 
@@ -440,8 +510,9 @@ def summary_keys(rd: Any) -> dict[str, Any]:
     roles = {p["pid"]: p["role"] for p in procs}
     main = main_pid(procs, rd.run_row()["root_pid"]) if procs else None
     return {
-        "cuda_oom": cuda_oom({e["pid"]: e["data"] for e in rd.events("exception")}, observed_ooms(rd), roles, main,
-                             snapshots),
+        "cuda_oom": cuda_oom(
+            {e["pid"]: e["data"] for e in rd.events("exception")}, observed_ooms(rd), roles, main, snapshots
+        ),
         "allocator": allocator(alloc, rd.events("cuda_oom"), snapshots),
         "gpu": gpu(rd.events("gpu"), {p["pid"]: p["role"] for p in procs}, alloc),
         "compile_pool": compile_pool(procs, pool_t, pool_pss, rd.events("compile")),

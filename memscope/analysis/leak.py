@@ -114,7 +114,7 @@ class LeakVerdict:
 
     @property
     def pace(self) -> str | None:
-        """"slow" or "fast" for a leak (see SLOW_BYTES_PER_S), else None."""
+        """ "slow" or "fast" for a leak (see SLOW_BYTES_PER_S), else None."""
         if self.verdict != "leak" or self.slope_bytes_per_s is None:
             return None
         return "slow" if self.slope_bytes_per_s < SLOW_BYTES_PER_S else "fast"
@@ -134,8 +134,9 @@ def _insufficient(reason: str) -> LeakVerdict:
 # ------------------------------------------------------------------------ public API
 
 
-def fit_span(t: Sequence[float], y: Sequence[float], start_s: float | None = None,
-             ended: bool = False) -> tuple[list, list]:
+def fit_span(
+    t: Sequence[float], y: Sequence[float], start_s: float | None = None, ended: bool = False
+) -> tuple[list, list]:
     """The stretch of a series the leak verdict is fitted on: from the training's start (``start_s``, the first
     DataLoader epoch or train/eval switch: imports and set-up grow memory once, and on a short run that growth
     reads as a leak) to the end, without an ended run's teardown (``trim_teardown``). Without ``start_s`` the
@@ -144,7 +145,7 @@ def fit_span(t: Sequence[float], y: Sequence[float], start_s: float | None = Non
     if start_s is not None and tl:
         i = bisect_left(tl, start_s)
         if i < len(tl) and tl[-1] - tl[i] >= MIN_DURATION_S:  # its first sample, not start_s: a verdict once
-            tl, yl = tl[i:], yl[i:]                          # given must not fall back to "needs 20 s"
+            tl, yl = tl[i:], yl[i:]  # given must not fall back to "needs 20 s"
     if ended:
         tl, yl = trim_teardown(tl, yl)
     return tl, yl
@@ -169,8 +170,14 @@ class FitPlan:
         return assess_leak(*self.span(t, y), limit_bytes=limit_bytes, phases=self.phases)
 
 
-def fit_plan(events: Iterable[dict[str, Any]], end_s: float, main_pid: int | None = None, *, ended: bool = False,
-             start_s: float | None = None) -> FitPlan:
+def fit_plan(
+    events: Iterable[dict[str, Any]],
+    end_s: float,
+    main_pid: int | None = None,
+    *,
+    ended: bool = False,
+    start_s: float | None = None,
+) -> FitPlan:
     """The plan for a run whose "epoch" and "phase" events (in time order) are ``events``, up to ``end_s``.
     ``start_s``: the training's start where the caller tracked it itself (else the first DataLoader epoch or
     automatic switch of ``main_pid`` in ``events``)."""
@@ -181,8 +188,9 @@ def fit_plan(events: Iterable[dict[str, Any]], end_s: float, main_pid: int | Non
     return FitPlan(start_s, tuple(phases_mod.automatic_only(spans)), ended)
 
 
-def trim_teardown(t: Sequence[float], y: Sequence[float], window_s: float = 5.0,
-                  max_s: float = 10.0) -> tuple[list, list]:
+def trim_teardown(
+    t: Sequence[float], y: Sequence[float], window_s: float = 5.0, max_s: float = 10.0
+) -> tuple[list, list]:
     """An ended run's series without its teardown: the longest tail (of at most ``max_s``) that lies wholly below
     everything of the ``window_s`` before it (the interpreter freeing at exit), with the descent into it. A floor
     that ends in a fall it never had before is no floor: it would make the run's last seconds look like one long
@@ -207,9 +215,7 @@ def trim_teardown(t: Sequence[float], y: Sequence[float], window_s: float = 5.0,
     return tl[:cut], yl[:cut]
 
 
-def baseline(
-    t: Sequence[float], y: Sequence[float], window_s: float
-) -> tuple[list[float], list[float]]:
+def baseline(t: Sequence[float], y: Sequence[float], window_s: float) -> tuple[list[float], list[float]]:
     """Rolling floor: the minimum of ``y`` in each consecutive ``window_s`` window.
 
     Returns ``(times, floor)`` where each time is that of the minimum sample, so every
@@ -268,8 +274,10 @@ def assess_leak(
             weight[name] = len(gt_)
     n_points = sum(len(g[0]) for g in groups.values())
     if n_points < MIN_BASELINE_POINTS:
-        return _insufficient(f"the floor between spikes has {n_points} points over {span:.0f} s; a verdict "
-                             f"needs {MIN_BASELINE_POINTS} (spikes cover most of the run so far)")
+        return _insufficient(
+            f"the floor between spikes has {n_points} points over {span:.0f} s; a verdict "
+            f"needs {MIN_BASELINE_POINTS} (spikes cover most of the run so far)"
+        )
 
     rng = random.Random(_SEED)
     fit = _theil_sen(list(groups.values()), rng)
@@ -287,8 +295,10 @@ def assess_leak(
         halves[0][name] = (bt[:k], by[:k])
         halves[1][name] = (bt[k:], by[k:])
     if any(sum(len(g[0]) for g in h.values()) < MIN_HALF_POINTS for h in halves):
-        return _insufficient(f"each half of the run needs {MIN_HALF_POINTS} floor points between spikes to tell "
-                             "a leak from a one-time step; one half has fewer so far")
+        return _insufficient(
+            f"each half of the run needs {MIN_HALF_POINTS} floor points between spikes to tell "
+            "a leak from a one-time step; one half has fewer so far"
+        )
     fits = [_theil_sen(list(h.values()), rng) for h in halves]
     if fits[0] is None or fits[1] is None:
         return _insufficient("one half of the run has no slope yet (its floor points share one time)")
@@ -299,8 +309,7 @@ def assess_leak(
     bt, by = groups[dominant]
     stairs = index is not None and _staircase(*by_phase[dominant], index, dominant)
     sustained = stairs or all(
-        f.slope > 0 and f.slope >= HALF_SLOPE_RATIO * slope and f.confidence >= HALF_CONFIDENCE
-        for f in fits
+        f.slope > 0 and f.slope >= HALF_SLOPE_RATIO * slope and f.confidence >= HALF_CONFIDENCE for f in fits
     )
 
     # Levels from the dominant phase type (the one covering most samples): the median
@@ -370,7 +379,7 @@ def _staircase(gt: list, gy: list, index, name: str | None) -> bool:
     levels = []
     for a, b, n in zip(starts, ends, names):
         if n == name:
-            pts = sorted(gy[bisect_left(gt, a):bisect_left(gt, b)])
+            pts = sorted(gy[bisect_left(gt, a) : bisect_left(gt, b)])
             if len(pts) >= 3:
                 levels.append(pts[len(pts) // 4])
     if len(levels) < 3:
@@ -378,8 +387,7 @@ def _staircase(gt: list, gy: list, index, name: str | None) -> bool:
     stair = max(_MIN_SPIKE_BYTES, _STAIR_FRACTION * abs(levels[-1]))
     least = max(MIN_GROWTH_BYTES, MIN_GROWTH_FRACTION * abs(levels[-1]))
     rises = [b - a for a, b in zip(levels, levels[1:])]
-    return (sum(r > stair for r in rises) >= 2 and rises[-1] > stair
-            and levels[-1] - levels[0] - max(rises) > least)
+    return sum(r > stair for r in rises) >= 2 and rises[-1] > stair and levels[-1] - levels[0] - max(rises) > least
 
 
 def find_spikes(
@@ -464,7 +472,4 @@ def assess_by_role(
         return out
     used = sum(v.baseline_end_bytes for v in out.values() if v.baseline_end_bytes is not None)
     ttl = max(0.0, (float(limit_bytes) - used) / rate)
-    return {
-        role: replace(v, time_to_limit_s=ttl) if v.verdict == "leak" else v
-        for role, v in out.items()
-    }
+    return {role: replace(v, time_to_limit_s=ttl) if v.verdict == "leak" else v for role, v in out.items()}

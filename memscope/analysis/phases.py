@@ -3,6 +3,7 @@
 Automatic phases ("train"/"eval" from top-level nn.Module switches) follow each other: a switch ends the previous
 one. Manual phases (memscope.phase) are start/end pairs and may nest inside automatic ones.
 """
+
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
@@ -46,9 +47,15 @@ def stats(phases: Sequence[tuple[str, float, float]], t: Sequence[float], y: Seq
             # A phase shorter than the sampling period: the sample nearest to it is what memory held then.
             k = min((k for k in (i - 1, i) if 0 <= k < len(t)), key=lambda k: abs(t[k] - (a + b) / 2))
             window = [y[k]]
-        out.append({"name": name, "start_s": round(a, 3), "end_s": round(b, 3),
-                    "peak_bytes": int(max(window)) if window else None,
-                    "mean_bytes": int(sum(window) / len(window)) if window else None})
+        out.append(
+            {
+                "name": name,
+                "start_s": round(a, 3),
+                "end_s": round(b, 3),
+                "peak_bytes": int(max(window)) if window else None,
+                "mean_bytes": int(sum(window) / len(window)) if window else None,
+            }
+        )
     return out
 
 
@@ -60,6 +67,11 @@ def automatic_only(phases: Sequence[tuple[str, float, float]]) -> list[tuple[str
 def training_start(events: Iterable[dict[str, Any]], pid: int | None = None) -> float | None:
     """When the training began: the first DataLoader epoch or automatic train/eval switch (of ``pid``, the main
     process, when given); None if the run announced none."""
-    ts = [float(e["t"]) for e in events if e.get("kind") in ("epoch", "phase") and
-          (e.get("kind") == "epoch" or (e.get("data") or {}).get("auto")) and (pid is None or e.get("pid") == pid)]
+    ts = [
+        float(e["t"])
+        for e in events
+        if e.get("kind") in ("epoch", "phase")
+        and (e.get("kind") == "epoch" or (e.get("data") or {}).get("auto"))
+        and (pid is None or e.get("pid") == pid)
+    ]
     return min(ts) if ts else None

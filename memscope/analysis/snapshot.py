@@ -9,6 +9,7 @@ blocks carry a ``history`` list whose entries hold the ``frames``, and trace ent
 The file comes from outside, so it is read with an unpickler that builds only plain containers and scalars: a
 pickle that names any global (a class, a function such as ``os.system``) is refused before anything runs.
 """
+
 from __future__ import annotations
 
 import io
@@ -19,7 +20,7 @@ from ..fmt import fmt_bytes
 
 SCHEMA = "memscope.snapshot/1"
 MiB, GiB = 1 << 20, 1 << 30
-MAX_BYTES = 1 << 30          # a snapshot pickle larger than this is refused (a memory-viz trace is megabytes)
+MAX_BYTES = 1 << 30  # a snapshot pickle larger than this is refused (a memory-viz trace is megabytes)
 # Reserved-but-unallocated memory worth a word: this share of what PyTorch reserved, and at least this much.
 CACHE_FRACTION = 0.25
 CACHE_BYTES = 512 * MiB
@@ -41,12 +42,13 @@ class _PlainUnpickler(pickle.Unpickler):
     constructor, no ``__reduce__`` callable and no ``__setstate__`` of the file's choosing can run."""
 
     def find_class(self, module: str, name: str) -> Any:
-        raise SnapshotError(f"refused: the pickle names {module}.{name}, and a memory snapshot holds only plain "
-                            "data (dicts, lists, strings, numbers); nothing in it was run")
+        raise SnapshotError(
+            f"refused: the pickle names {module}.{name}, and a memory snapshot holds only plain "
+            "data (dicts, lists, strings, numbers); nothing in it was run"
+        )
 
     def persistent_load(self, pid: Any) -> Any:
-        raise SnapshotError("refused: the pickle asks for a persistent object; a memory snapshot holds only plain "
-                            "data")
+        raise SnapshotError("refused: the pickle asks for a persistent object; a memory snapshot holds only plain data")
 
 
 def loads(data: bytes) -> dict[str, Any]:
@@ -84,11 +86,15 @@ def _check(obj: Any) -> dict[str, Any]:
     if isinstance(obj, list):  # torch.cuda.memory_snapshot() returns the segments alone
         obj = {"segments": obj, "device_traces": []}
     if not isinstance(obj, dict) or not isinstance(obj.get("segments"), list):
-        raise SnapshotError("not a CUDA memory snapshot: no 'segments' list (write one with "
-                            "torch.cuda.memory._dump_snapshot(path))")
+        raise SnapshotError(
+            "not a CUDA memory snapshot: no 'segments' list (write one with torch.cuda.memory._dump_snapshot(path))"
+        )
     for s in obj["segments"]:
-        if not isinstance(s, dict) or not isinstance(s.get("blocks", []), list) or \
-                not isinstance(s.get("total_size", 0), int):
+        if (
+            not isinstance(s, dict)
+            or not isinstance(s.get("blocks", []), list)
+            or not isinstance(s.get("total_size", 0), int)
+        ):
             raise SnapshotError("not a CUDA memory snapshot: a segment is not a dict with 'total_size' and 'blocks'")
     traces = obj.get("device_traces")
     if traces is not None and not (isinstance(traces, list) and all(isinstance(t, list) for t in traces)):
@@ -138,12 +144,20 @@ def allocator_stats(snap: Mapping[str, Any], device: int) -> dict[str, int]:
     the snapshot's segments give them: ``inactive_split`` is the free memory in segments that also hold live
     blocks (what ``inactive_split_bytes`` counts), unlike whole free segments the cache could release."""
     segs = _segments(snap, device)
-    split = sum(int(b.get("size") or 0) for s in segs if len(s.get("blocks") or []) > 1
-                for b in s.get("blocks") or [] if b.get("state") == "inactive")
-    return {"allocated": sum(int(s.get("allocated_size") or 0) for s in segs),
-            "reserved": sum(int(s.get("total_size") or 0) for s in segs),
-            "active": sum(int(s.get("active_size") or 0) for s in segs),
-            "requested": sum(int(s.get("requested_size") or 0) for s in segs), "inactive_split": split}
+    split = sum(
+        int(b.get("size") or 0)
+        for s in segs
+        if len(s.get("blocks") or []) > 1
+        for b in s.get("blocks") or []
+        if b.get("state") == "inactive"
+    )
+    return {
+        "allocated": sum(int(s.get("allocated_size") or 0) for s in segs),
+        "reserved": sum(int(s.get("total_size") or 0) for s in segs),
+        "active": sum(int(s.get("active_size") or 0) for s in segs),
+        "requested": sum(int(s.get("requested_size") or 0) for s in segs),
+        "inactive_split": split,
+    }
 
 
 def timeline(snap: Mapping[str, Any], device: int) -> dict[str, Any]:
@@ -171,11 +185,20 @@ def timeline(snap: Mapping[str, Any], device: int) -> dict[str, Any]:
         x = [float(i) for i in range(len(trace) + 1)]
         unit = "event"
     # Point 0 is the state before the first event.
-    return {"x": x, "allocated": a_rev, "reserved": r_rev, "unit": unit,
-            "peak_allocated_bytes": max(a_rev), "peak_reserved_bytes": max(r_rev),
-            # An ``oom`` entry's size is the allocation that failed (its addr, the device's free bytes).
-            "ooms": [{"at": x[i + 1], "alloc_bytes": int(e.get("size") or 0)}
-                     for i, e in enumerate(trace) if e.get("action") == "oom"]}
+    return {
+        "x": x,
+        "allocated": a_rev,
+        "reserved": r_rev,
+        "unit": unit,
+        "peak_allocated_bytes": max(a_rev),
+        "peak_reserved_bytes": max(r_rev),
+        # An ``oom`` entry's size is the allocation that failed (its addr, the device's free bytes).
+        "ooms": [
+            {"at": x[i + 1], "alloc_bytes": int(e.get("size") or 0)}
+            for i, e in enumerate(trace)
+            if e.get("action") == "oom"
+        ],
+    }
 
 
 def block_frames(block: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -199,9 +222,16 @@ def segment_layout(snap: Mapping[str, Any], device: int) -> list[dict[str, Any]]
             start = int(addr) - int(base) if isinstance(addr, int) and isinstance(base, int) else off
             blocks.append({"offset": start, "size": size, "state": str(b.get("state") or "")})
             off = start + size
-        out.append({"address": base, "total_size": int(s.get("total_size") or 0),
-                    "allocated_size": int(s.get("allocated_size") or 0), "segment_type": s.get("segment_type"),
-                    "stream": s.get("stream"), "blocks": blocks})
+        out.append(
+            {
+                "address": base,
+                "total_size": int(s.get("total_size") or 0),
+                "allocated_size": int(s.get("allocated_size") or 0),
+                "segment_type": s.get("segment_type"),
+                "stream": s.get("stream"),
+                "blocks": blocks,
+            }
+        )
     out.sort(key=lambda s: (-s["total_size"], s["address"] if isinstance(s["address"], int) else 0))
     return out
 
@@ -209,8 +239,12 @@ def segment_layout(snap: Mapping[str, Any], device: int) -> list[dict[str, Any]]
 def largest_allocations(snap: Mapping[str, Any], device: int, n: int = 12) -> list[dict[str, Any]]:
     """The ``n`` largest live blocks with the frames that allocated them (from the trace's last ``alloc`` at that
     address when the block itself carries none)."""
-    blocks = [(b, s) for s in _segments(snap, device) for b in s.get("blocks") or []
-              if str(b.get("state") or "").startswith("active")]
+    blocks = [
+        (b, s)
+        for s in _segments(snap, device)
+        for b in s.get("blocks") or []
+        if str(b.get("state") or "").startswith("active")
+    ]
     blocks.sort(key=lambda bs: -int(bs[0].get("size") or 0))
     top = blocks[:n]
     by_addr: dict[int, list[dict[str, Any]]] = {}
@@ -222,20 +256,36 @@ def largest_allocations(snap: Mapping[str, Any], device: int, n: int = 12) -> li
     out = []
     for b, s in top:
         frames = block_frames(b) or by_addr.get(b.get("address"), [])  # type: ignore[arg-type]
-        out.append({"size": int(b.get("size") or 0), "requested_size": b.get("requested_size"),
-                    "state": b.get("state"), "segment_type": s.get("segment_type"),
-                    "frames": [{"name": str(f.get("name", "")), "filename": str(f.get("filename", "")),
-                                "line": f.get("line")} for f in frames]})
+        out.append(
+            {
+                "size": int(b.get("size") or 0),
+                "requested_size": b.get("requested_size"),
+                "state": b.get("state"),
+                "segment_type": s.get("segment_type"),
+                "frames": [
+                    {"name": str(f.get("name", "")), "filename": str(f.get("filename", "")), "line": f.get("line")}
+                    for f in frames
+                ],
+            }
+        )
     return out
 
 
 def user_frames(frames: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Frames outside torch and the standard library (the user's code), or all of them if none is."""
+
     def internal(f: Mapping[str, Any]) -> bool:
         name = str(f.get("filename", "")).replace("\\", "/")
         low = name.lower()
-        return ("/torch/" in low or "/site-packages/" in low or "/lib/python" in low or name.startswith("<")
-                or "/runpy.py" in name or name == "??")
+        return (
+            "/torch/" in low
+            or "/site-packages/" in low
+            or "/lib/python" in low
+            or name.startswith("<")
+            or "/runpy.py" in name
+            or name == "??"
+        )
+
     own = [f for f in frames if not internal(f)]
     return own or list(frames)
 
@@ -251,8 +301,12 @@ def oom_info(snap: Mapping[str, Any]) -> dict[str, Any] | None:
     return dict(info) if isinstance(info, dict) else None
 
 
-def device_advice(d: Mapping[str, Any], tl: Mapping[str, Any] | None = None, oom: Mapping[str, Any] | None = None,
-                  settings: Mapping[str, Any] | None = None) -> list[str]:
+def device_advice(
+    d: Mapping[str, Any],
+    tl: Mapping[str, Any] | None = None,
+    oom: Mapping[str, Any] | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> list[str]:
     """Fragmentation or cache vs a real shortage, from one device's numbers (``device_summary``), its
     ``timeline`` and the OOM (``memscope_oom``: ``alloc_bytes`` tried) where known."""
     reserved, allocated = d["reserved_bytes"], d["allocated_bytes"]
@@ -274,33 +328,46 @@ def device_advice(d: Mapping[str, Any], tl: Mapping[str, Any] | None = None, oom
             f"cache holds only {_fmt(free)} free: the memory is really in use, so {when} a real shortage, not "
             "fragmentation (expandable_segments or empty_cache would not help). Lower the batch size, "
             "use activation checkpointing, and .detach() (or .item()) what you keep between steps: a list of "
-            "outputs or attention maps kept with their autograd graph holds every activation behind them.")
+            "outputs or attention maps kept with their autograd graph holds every activation behind them."
+        )
         return out
     unused = reserved - allocated
     if unused >= CACHE_BYTES and unused >= CACHE_FRACTION * reserved:
         pieces = d.get("free_blocks")
         count = f" ({pieces} free blocks)" if pieces else ""
         peak = (tl or {}).get("peak_allocated_bytes") or 0
-        peak_note = (f" The trace peaked at {_fmt(peak)} allocated: the cache is what that peak needed, kept "
-                     "for reuse." if peak > allocated + unused // 2 else "")
-        fix = ("expandable_segments is already on; " if expandable else
-               "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets the allocator grow segments instead of "
-               "splitting them; ")
+        peak_note = (
+            f" The trace peaked at {_fmt(peak)} allocated: the cache is what that peak needed, kept for reuse."
+            if peak > allocated + unused // 2
+            else ""
+        )
+        fix = (
+            "expandable_segments is already on; "
+            if expandable
+            else "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets the allocator grow segments instead of "
+            "splitting them; "
+        )
         if tried and largest < tried <= free:
-            out.append(f"{where}: the OOM's allocation of {_fmt(tried)} would have fit in the {_fmt(free)} free in "
-                       f"PyTorch's cache, but the largest free block is {_fmt(largest)}: fragmentation caused this "
-                       f"OOM. {fix}a steadier batch shape helps too.")
+            out.append(
+                f"{where}: the OOM's allocation of {_fmt(tried)} would have fit in the {_fmt(free)} free in "
+                f"PyTorch's cache, but the largest free block is {_fmt(largest)}: fragmentation caused this "
+                f"OOM. {fix}a steadier batch shape helps too."
+            )
         elif largest < PIECES_FRACTION * free:
-            out.append(f"{where}: PyTorch reserved {_fmt(reserved)} but only {_fmt(allocated)} is allocated; the "
-                       f"{_fmt(free)} free in its cache is in pieces{count}, the largest {_fmt(largest)}, so a "
-                       f"larger request needs a new cudaMalloc (fragmentation/cache).{peak_note} {fix}"
-                       "torch.cuda.empty_cache() returns the cache to the device when other processes on this GPU "
-                       "need it.")
+            out.append(
+                f"{where}: PyTorch reserved {_fmt(reserved)} but only {_fmt(allocated)} is allocated; the "
+                f"{_fmt(free)} free in its cache is in pieces{count}, the largest {_fmt(largest)}, so a "
+                f"larger request needs a new cudaMalloc (fragmentation/cache).{peak_note} {fix}"
+                "torch.cuda.empty_cache() returns the cache to the device when other processes on this GPU "
+                "need it."
+            )
         else:
-            out.append(f"{where}: PyTorch reserved {_fmt(reserved)} but only {_fmt(allocated)} is allocated: "
-                       f"{_fmt(free)} is cached free (largest block {_fmt(largest)}), kept for reuse, not lost."
-                       f"{peak_note} torch.cuda.empty_cache() returns it to the device when other processes on "
-                       "this GPU need it.")
+            out.append(
+                f"{where}: PyTorch reserved {_fmt(reserved)} but only {_fmt(allocated)} is allocated: "
+                f"{_fmt(free)} is cached free (largest block {_fmt(largest)}), kept for reuse, not lost."
+                f"{peak_note} torch.cuda.empty_cache() returns it to the device when other processes on "
+                "this GPU need it."
+            )
     return out
 
 

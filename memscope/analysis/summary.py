@@ -3,6 +3,7 @@
 Because it reads only the record, ``memscope report RUN --json`` gives the same summary as the live run did,
 and a record left by a memscope that was itself killed still yields one (exit cause "unknown").
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -91,11 +92,19 @@ def summarize(rd: RunData) -> Summary:
     procs = rd.processes()
     ev = evidence(rd)
     ended = bool(rd.events("exit_status"))
-    exit_ = decide(ev) if ended else {
-        "cause": "unknown", "code": None, "signal": None, "pid": ev.main_pid,
-        "message": "The record ends without an exit: the run is still going, or memscope was stopped before "
-                   "it ended (the samples up to that moment are kept).",
-        "traceback": None}
+    exit_ = (
+        decide(ev)
+        if ended
+        else {
+            "cause": "unknown",
+            "code": None,
+            "signal": None,
+            "pid": ev.main_pid,
+            "message": "The record ends without an exit: the run is still going, or memscope was stopped before "
+            "it ended (the samples up to that moment are kept).",
+            "traceback": None,
+        }
+    )
     # The tree's peak PSS at the RSS rate (a spike between two PSS rounds is seen); the PSS rounds' own peak is
     # kept beside it.
     measured_peak = rd.tree_peak(KIND_PSS)
@@ -124,15 +133,22 @@ def summarize(rd: RunData) -> Summary:
         },
         "limit_bytes": ev.limit_bytes,
         "limit": limit_info(rd, ev.limit_bytes),
-        "processes": [{
-            "pid": p["pid"], "ppid": p["ppid"], "role": p["role"], "cmdline": p["cmdline"],
-            "peak_rss_bytes": peaks.get(p["pid"], (0, None))[0],
-            "peak_pss_bytes": peaks.get(p["pid"], (0, None))[1],
-            # A process that is not memscope's child (a worker) is not reaped by it: its faulthandler dump names
-            # the signal when the exit status could not be seen.
-            "exit_code": p["exit_code"], "exit_signal": p["exit_signal"] or fault_signal(ev.faults.get(p["pid"])),
-            "end": process_end(p),
-        } for p in procs],
+        "processes": [
+            {
+                "pid": p["pid"],
+                "ppid": p["ppid"],
+                "role": p["role"],
+                "cmdline": p["cmdline"],
+                "peak_rss_bytes": peaks.get(p["pid"], (0, None))[0],
+                "peak_pss_bytes": peaks.get(p["pid"], (0, None))[1],
+                # A process that is not memscope's child (a worker) is not reaped by it: its faulthandler dump names
+                # the signal when the exit status could not be seen.
+                "exit_code": p["exit_code"],
+                "exit_signal": p["exit_signal"] or fault_signal(ev.faults.get(p["pid"])),
+                "end": process_end(p),
+            }
+            for p in procs
+        ],
         "warnings": notes(procs, {k: rd.events(k) for k in NOTE_EVENTS}, ev.main_pid, bool(ev.stop_requested)),
         "record": rd.path,
         **diagnosis(rd, ev, float(duration)),
@@ -194,8 +210,7 @@ def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
     own = rd.role_fast_totals(column="private").get("main")
     if own:
         roles["main"] = plan.span(*own)
-    leak["by_role"] = {role: v.to_dict() for role, v in
-                       assess_by_role(roles, limit_bytes=limit, phases=auto).items()}
+    leak["by_role"] = {role: v.to_dict() for role, v in assess_by_role(roles, limit_bytes=limit, phases=auto).items()}
     if own:
         leak["main_private"] = leak["by_role"]["main"]
     return {
@@ -217,10 +232,15 @@ def _workers(rd: RunData) -> dict[str, Any] | None:
     ever = rd.role_count("dataloader_worker")
     epochs = rd.events("epoch")
     persistent = [bool(e["data"].get("persistent")) for e in epochs if "persistent" in e["data"]]
-    return {"ever": ever, "max_alive": max(rd.role_alive_counts("dataloader_worker")),
-            "at_peak_alive": row[1], "peak_pss_bytes": row[2], "rss_at_peak_bytes": row[3],
-            "peak_at_s": round(row[0], 3),
-            "persistent": (any(persistent) if persistent else None)}
+    return {
+        "ever": ever,
+        "max_alive": max(rd.role_alive_counts("dataloader_worker")),
+        "at_peak_alive": row[1],
+        "peak_pss_bytes": row[2],
+        "rss_at_peak_bytes": row[3],
+        "peak_at_s": round(row[0], 3),
+        "persistent": (any(persistent) if persistent else None),
+    }
 
 
 def _spikes(t: list[float], y: list[float], spans: list, auto: list) -> list[dict[str, Any]]:

@@ -1,6 +1,7 @@
 """What the supervisor saw that the exit cause does not say: processes left behind, agents refused, what memscope
 could not read. Pure functions over the record's processes and events; the summary's ``warnings`` and each
 process's ``end``."""
+
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
@@ -38,28 +39,37 @@ def _who(p: Mapping[str, Any] | None, pid: int) -> str:
     return f"pid {pid} ({p.get('role') or 'other'}{': ' + name if name else ''})"
 
 
-def notes(processes: Iterable[Mapping[str, Any]], events: Mapping[str, list[dict[str, Any]]],
-          main_pid: int | None, stopped: bool) -> list[str]:
+def notes(
+    processes: Iterable[Mapping[str, Any]],
+    events: Mapping[str, list[dict[str, Any]]],
+    main_pid: int | None,
+    stopped: bool,
+) -> list[str]:
     """One line per thing the reader should know about how the tree was watched and ended."""
     procs = {p["pid"]: p for p in processes}
     out: list[str] = []
     for e in events.get("leftovers", []):
         pids = e["data"].get("pids") or []
         listed = ", ".join(_who(procs.get(p), p) for p in pids[:5]) + (" …" if len(pids) > 5 else "")
-        out.append(f"{len(pids)} process(es) of the run outlived its root and were stopped by memscope at the "
-                   f"end: {listed}.")
+        out.append(
+            f"{len(pids)} process(es) of the run outlived its root and were stopped by memscope at the end: {listed}."
+        )
     for e in events.get("left_running", []):
         pids = e["data"].get("pids") or []
         listed = ", ".join(_who(procs.get(p), p) for p in pids[:5]) + (" …" if len(pids) > 5 else "")
-        out.append(f"{len(pids)} process(es) left the run's session, were re-parented to memscope and are still "
-                   f"running: {listed}. Started from a notebook or a library, memscope cannot prove they are the "
-                   "run's (the kernel's other children look the same), so it did not signal them; `memscope run` "
-                   "from a terminal stops them.")
+        out.append(
+            f"{len(pids)} process(es) left the run's session, were re-parented to memscope and are still "
+            f"running: {listed}. Started from a notebook or a library, memscope cannot prove they are the "
+            "run's (the kernel's other children look the same), so it did not signal them; `memscope run` "
+            "from a terminal stops them."
+        )
     refused = events.get("agent_refused", [])
     if refused:
         pids = sorted({e["pid"] for e in refused if e.get("pid") is not None})
-        out.append(f"{len(refused)} agent connection(s) with the run's token came from processes not proven "
-                   f"to be part of the run (pid {', '.join(map(str, pids[:5]))}): ignored, never signalled.")
+        out.append(
+            f"{len(refused)} agent connection(s) with the run's token came from processes not proven "
+            f"to be part of the run (pid {', '.join(map(str, pids[:5]))}): ignored, never signalled."
+        )
     seen: set[str] = set()
     for e in events.get("collector_degraded", []):
         what = e["data"].get("what")
@@ -67,21 +77,30 @@ def notes(processes: Iterable[Mapping[str, Any]], events: Mapping[str, list[dict
             continue
         seen.add(what)
         if what == "descriptors":
-            out.append(f"memscope ran out of file descriptors ({e['data'].get('error', '')}) at "
-                       f"{e['t']:.1f} s: samples are missing from then until it could read /proc again; no live "
-                       "process was taken for exited.")
+            out.append(
+                f"memscope ran out of file descriptors ({e['data'].get('error', '')}) at "
+                f"{e['t']:.1f} s: samples are missing from then until it could read /proc again; no live "
+                "process was taken for exited."
+            )
         elif what == "agent_connections":
-            out.append(f"memscope's descriptor limit let {e['data'].get('max')} agents connect at once; "
-                       f"the others waited ({e['data'].get('accept_failures', 0)} accept failures).")
+            out.append(
+                f"memscope's descriptor limit let {e['data'].get('max')} agents connect at once; "
+                f"the others waited ({e['data'].get('accept_failures', 0)} accept failures)."
+            )
     for e in events.get("pss_unreadable", [])[:1]:
         out.append(e["data"].get("message") or f"PSS of pid {e['pid']} is unreadable.")
     for e in events.get("cgroup_changed", []):
-        out.append(f"The run moved to memory cgroup {e['data'].get('to')} at {e['t']:.1f} s; its limit and OOM "
-                   "counter were read from there on.")
+        out.append(
+            f"The run moved to memory cgroup {e['data'].get('to')} at {e['t']:.1f} s; its limit and OOM "
+            "counter were read from there on."
+        )
     if not stopped:
         ended_by_us = {p for e in events.get("leftovers", []) for p in e["data"].get("pids") or []}
-        killed = [p for p in procs.values() if p["pid"] != main_pid and p["pid"] not in ended_by_us
-                  and p.get("exit_signal") not in _BENIGN]
+        killed = [
+            p
+            for p in procs.values()
+            if p["pid"] != main_pid and p["pid"] not in ended_by_us and p.get("exit_signal") not in _BENIGN
+        ]
         for p in killed[:5]:
             out.append(f"{_who(p, p['pid'])} died of {p['exit_signal']} while the run went on.")
     return out

@@ -3,6 +3,7 @@
 One module per subcommand (``command.Command``: the class docstring is its ``--help`` line); the run options
 shared with ``%memscope`` are in ``options``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,14 @@ from .run import RunCommand
 from .snapshot import SnapshotCommand
 
 # The order of `memscope --help`.
-COMMANDS: tuple[type[Command], ...] = (RunCommand, LsCommand, ReportCommand, SnapshotCommand, ClusterCommand,
-                                       DemoCommand)
+COMMANDS: tuple[type[Command], ...] = (
+    RunCommand,
+    LsCommand,
+    ReportCommand,
+    SnapshotCommand,
+    ClusterCommand,
+    DemoCommand,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

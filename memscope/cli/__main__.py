@@ -1,4 +1,5 @@
 """``python -m memscope.cli``."""
+
 import sys
 
 from . import main

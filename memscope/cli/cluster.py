@@ -1,4 +1,5 @@
 """``memscope cluster``: a multi-node job's memory, read from Prometheus, as a table or a standalone page."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,5 +1,6 @@
 """The command protocol: one module per subcommand, each a class with two methods; its docstring's first line is
 its ``--help`` line (memray's ``commands/``)."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,5 @@
 """``memscope demo``: a small bundled training, run under memscope."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,12 @@ class DemoCommand:
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         """The run options and --seconds."""
         add_run_options(parser)
-        parser.add_argument("--seconds", type=_positive, default=30,
-                            help="how long the demo trains (30: a leak verdict needs 20 s of training)")
+        parser.add_argument(
+            "--seconds",
+            type=_positive,
+            default=30,
+            help="how long the demo trains (30: a leak verdict needs 20 s of training)",
+        )
 
     def run(self, ns: argparse.Namespace) -> int:
         """Run the demo as ``memscope run`` would."""

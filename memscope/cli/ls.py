@@ -1,4 +1,5 @@
 """``memscope ls``: the recorded runs of a directory."""
+
 from __future__ import annotations
 
 import argparse
@@ -26,6 +27,8 @@ class LsCommand:
             return 0
         for r in runs:
             dur = f"{r.duration_s:8.1f}s" if r.duration_s is not None else "     ---"
-            print(f"{r.run_id}  {r.started_at or '':24}  {dur}  {r.exit_cause or 'unfinished':16}  "
-                  f"{fmt_bytes(r.peak_bytes):>10}  {' '.join(r.command)[:80]}")
+            print(
+                f"{r.run_id}  {r.started_at or '':24}  {dur}  {r.exit_cause or 'unfinished':16}  "
+                f"{fmt_bytes(r.peak_bytes):>10}  {' '.join(r.command)[:80]}"
+            )
         return 0

@@ -1,5 +1,6 @@
 """The run options memscope's command line and the notebook's ``%memscope`` share (public: the IPython extension
 builds its parser from these), and the parser that says a bad option in one line."""
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,8 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"memscope: {message} (see '{self.prog} --help')\n")
 
 
-MAX_SIZE = 2**63 - 1      # what the record (SQLite INTEGER) can hold; no machine has more
-MAX_SECONDS = 86400.0     # a sampling period or grace longer than a day is a typo
+MAX_SIZE = 2**63 - 1  # what the record (SQLite INTEGER) can hold; no machine has more
+MAX_SECONDS = 86400.0  # a sampling period or grace longer than a day is a typo
 
 
 def parse_size(text: str) -> int:
@@ -68,31 +69,70 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--summary-json", metavar="PATH", help="write the summary here when the run ends")
     p.add_argument("--interval", type=_positive, default=0.2, metavar="S", help="RSS sampling period (0.2)")
     p.add_argument("--pss-interval", type=_positive, default=2.0, metavar="S", help="PSS sampling period (2)")
-    p.add_argument("--grace", type=_positive, default=5.0, metavar="S",
-                   help="seconds between SIGINT, SIGTERM and SIGKILL when stopping (5)")
-    p.add_argument("--limit", type=parse_size, metavar="SIZE",
-                   help="a memory budget to compare against, e.g. 12G (default: the container's limit)")
+    p.add_argument(
+        "--grace",
+        type=_positive,
+        default=5.0,
+        metavar="S",
+        help="seconds between SIGINT, SIGTERM and SIGKILL when stopping (5)",
+    )
+    p.add_argument(
+        "--limit",
+        type=parse_size,
+        metavar="SIZE",
+        help="a memory budget to compare against, e.g. 12G (default: the container's limit)",
+    )
     p.add_argument("--no-agent", action="store_true", help="sample from outside only; load nothing into the run")
     # Exact option strings: argparse matches "--scalene=memory" whole before splitting at "=", so a bare --scalene
     # never swallows the script name that follows it.
-    p.add_argument("--scalene", "--scalene=cpu", dest="scalene", action="store_const", const="cpu", default=None,
-                   help="run the script under Scalene, profiling off, for on-demand snapshots (CPU only); "
-                        "--scalene=memory adds memory figures")
+    p.add_argument(
+        "--scalene",
+        "--scalene=cpu",
+        dest="scalene",
+        action="store_const",
+        const="cpu",
+        default=None,
+        help="run the script under Scalene, profiling off, for on-demand snapshots (CPU only); "
+        "--scalene=memory adds memory figures",
+    )
     p.add_argument("--scalene=memory", dest="scalene", action="store_const", const="memory", help=argparse.SUPPRESS)
-    p.add_argument("--cuda-history", dest="cuda_history", action="store_const", const=CUDA_HISTORY_ENTRIES,
-                   help=f"record CUDA allocation history (the last {CUDA_HISTORY_ENTRIES} allocations, with their Python "
-                        "frames) so that the snapshot saved at a CUDA OOM shows what led to it")
-    p.add_argument("--cuda-history-entries", dest="cuda_history", type=_positive_int, metavar="N",
-                   help="the same, keeping the last N allocations")
+    p.add_argument(
+        "--cuda-history",
+        dest="cuda_history",
+        action="store_const",
+        const=CUDA_HISTORY_ENTRIES,
+        help=f"record CUDA allocation history (the last {CUDA_HISTORY_ENTRIES} allocations, with their Python "
+        "frames) so that the snapshot saved at a CUDA OOM shows what led to it",
+    )
+    p.add_argument(
+        "--cuda-history-entries",
+        dest="cuda_history",
+        type=_positive_int,
+        metavar="N",
+        help="the same, keeping the last N allocations",
+    )
     g = p.add_argument_group("Prometheus (one endpoint per node; see the README's multi-node recipe)")
-    g.add_argument("--prometheus", type=_listen, metavar="[HOST:]PORT",
-                   help="serve the run's memory, leak slope and exit cause to Prometheus on PORT (127.0.0.1; "
-                        ":PORT listens on every interface)")
+    g.add_argument(
+        "--prometheus",
+        type=_listen,
+        metavar="[HOST:]PORT",
+        help="serve the run's memory, leak slope and exit cause to Prometheus on PORT (127.0.0.1; "
+        ":PORT listens on every interface)",
+    )
     g.add_argument("--hostname", metavar="NAME", help="the hostname label (default: this machine's name)")
-    g.add_argument("--pushgateway", type=_pushgateway, metavar="URL",
-                   help="push the final state to this Pushgateway when the run ends")
-    g.add_argument("--prometheus-linger", type=float, default=0.0, metavar="S",
-                   help="keep the endpoint up S seconds after the end, so that a scrape sees the exit (0)")
+    g.add_argument(
+        "--pushgateway",
+        type=_pushgateway,
+        metavar="URL",
+        help="push the final state to this Pushgateway when the run ends",
+    )
+    g.add_argument(
+        "--prometheus-linger",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="keep the endpoint up S seconds after the end, so that a scrape sees the exit (0)",
+    )
 
 
 def _listen(text: str) -> str:
@@ -112,8 +152,18 @@ def _pushgateway(text: str) -> str:
 
 def options_from(ns: argparse.Namespace) -> Options:
     """The run's Options from parsed run options (``add_run_options``)."""
-    return Options(record_dir=ns.record, interval_s=ns.interval, pss_interval_s=ns.pss_interval,
-                   grace_s=ns.grace, limit_bytes=ns.limit, agent=not ns.no_agent, summary_json=ns.summary_json,
-                   scalene=ns.scalene, cuda_history=getattr(ns, "cuda_history", None),
-                   prometheus=ns.prometheus, hostname=ns.hostname,
-                   pushgateway=ns.pushgateway, prometheus_linger_s=max(0.0, ns.prometheus_linger))
+    return Options(
+        record_dir=ns.record,
+        interval_s=ns.interval,
+        pss_interval_s=ns.pss_interval,
+        grace_s=ns.grace,
+        limit_bytes=ns.limit,
+        agent=not ns.no_agent,
+        summary_json=ns.summary_json,
+        scalene=ns.scalene,
+        cuda_history=getattr(ns, "cuda_history", None),
+        prometheus=ns.prometheus,
+        hostname=ns.hostname,
+        pushgateway=ns.pushgateway,
+        prometheus_linger_s=max(0.0, ns.prometheus_linger),
+    )

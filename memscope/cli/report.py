@@ -1,4 +1,5 @@
 """``memscope report``: a recorded run's summary, as text, JSON or a standalone HTML page."""
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,13 @@ class ReportCommand:
         parser.add_argument("run", help="run id, a unique prefix of it, 'last', or the record's path")
         parser.add_argument("--record", metavar="DIR")
         parser.add_argument("--json", action="store_true", help="print the summary as JSON")
-        parser.add_argument("--html", metavar="PATH", nargs="?", const="",
-                            help="write a standalone HTML report (chart, processes, output) to PATH (./<run id>.html)")
+        parser.add_argument(
+            "--html",
+            metavar="PATH",
+            nargs="?",
+            const="",
+            help="write a standalone HTML report (chart, processes, output) to PATH (./<run id>.html)",
+        )
 
     def run(self, ns: argparse.Namespace) -> int:
         """Print (or write) the report; a file that is no record is said in one line, never a traceback."""

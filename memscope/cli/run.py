@@ -1,4 +1,5 @@
 """``memscope run``: a command (or a running tree, --attach) under memscope, with the live terminal view."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,5 @@
 """``memscope snapshot FILE [--json] [--html OUT]``: a CUDA memory snapshot pickle, read safely."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,10 +21,12 @@ class SnapshotCommand:
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         """The file, --json, --html."""
         parser.add_argument("file", help="the snapshot pickle")
-        parser.add_argument("--json", action="store_true",
-                            help="print the summary as JSON (schema memscope.snapshot/1)")
-        parser.add_argument("--html", metavar="OUT",
-                            help="write one standalone HTML page: timeline, segments, allocations")
+        parser.add_argument(
+            "--json", action="store_true", help="print the summary as JSON (schema memscope.snapshot/1)"
+        )
+        parser.add_argument(
+            "--html", metavar="OUT", help="write one standalone HTML page: timeline, segments, allocations"
+        )
 
     def run(self, ns: argparse.Namespace) -> int:
         """Print the snapshot's summary (or write its page)."""
@@ -49,11 +52,13 @@ class SnapshotCommand:
             print(json.dumps(summary, indent=2))
         elif not ns.html:
             for d in summary["devices"]:
-                print(f"cuda:{d['device']}  reserved {fmt_bytes(d['reserved_bytes'], 'torch')}  allocated "
-                      f"{fmt_bytes(d['allocated_bytes'], 'torch')}  free in segments "
-                      f"{fmt_bytes(d['free_in_segments_bytes'], 'torch')} "
-                      f"(largest block {fmt_bytes(d['largest_free_block_bytes'], 'torch')})  {d['segments']} segments  "
-                      f"{d['trace_events']} trace events")
+                print(
+                    f"cuda:{d['device']}  reserved {fmt_bytes(d['reserved_bytes'], 'torch')}  allocated "
+                    f"{fmt_bytes(d['allocated_bytes'], 'torch')}  free in segments "
+                    f"{fmt_bytes(d['free_in_segments_bytes'], 'torch')} "
+                    f"(largest block {fmt_bytes(d['largest_free_block_bytes'], 'torch')})  {d['segments']} segments  "
+                    f"{d['trace_events']} trace events"
+                )
             for a in summary["advice"]:
                 print(f"- {a}")
         return 0

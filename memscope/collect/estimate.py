@@ -26,6 +26,7 @@ share of them (a page's shares always add up to one page). Each PSS reading keep
 DataLoader workers, exiting, took their share of the dataset and of the main's pages out of the tree's total
 until the next PSS round.
 """
+
 from __future__ import annotations
 
 import math
@@ -39,11 +40,11 @@ HISTORY = 32  # private-memory readings kept per process (~6 s at the default 0.
 @dataclass
 class _Base:
     pss: int
-    private_pss: int      # anonymous PSS + swap at the reading
-    private_at: int       # statm private at the reading
-    measured: bool        # False: not yet read by a PSS round (a starting guess)
+    private_pss: int  # anonymous PSS + swap at the reading
+    private_at: int  # statm private at the reading
+    measured: bool  # False: not yet read by a PSS round (a starting guess)
     t: float
-    shared: int = 0       # PSS - USS at the reading: its share of pages others map too
+    shared: int = 0  # PSS - USS at the reading: its share of pages others map too
     anon_shared: int = 0  # the anonymous part of it
 
 
@@ -76,8 +77,18 @@ class PssCarry:
         i = bisect_right([x[0] for x in h], t)
         return max(h[j][1] for j in (i - 1, i) if 0 <= j < len(h))
 
-    def measured(self, pid: int, t: float, pss: int, anon_pss: int, swap: int, private: int, shared: int = 0,
-                 anon_shared: int = 0, alive: bool = False) -> None:
+    def measured(
+        self,
+        pid: int,
+        t: float,
+        pss: int,
+        anon_pss: int,
+        swap: int,
+        private: int,
+        shared: int = 0,
+        anon_shared: int = 0,
+        alive: bool = False,
+    ) -> None:
         """A PSS round read ``pid``: this is the new base. A process already forgotten (it exited while the round
         read it) is not brought back: under churn that would keep a base per process ever seen. ``alive``: the
         caller knows it is still alive, so it is taken even if no RSS round saw it yet (a worker the PSS round's
@@ -87,15 +98,23 @@ class PssCarry:
             late = [h for h in self._handed.pop(pid, ()) if h[0] >= t]
             if late:
                 self._handed[pid] = late
-            self._base[pid] = _Base(pss + sum(h[1] for h in late), anon_pss + swap + sum(h[2] for h in late),
-                                    private, True, t, shared, anon_shared)
+            self._base[pid] = _Base(
+                pss + sum(h[1] for h in late),
+                anon_pss + swap + sum(h[2] for h in late),
+                private,
+                True,
+                t,
+                shared,
+                anon_shared,
+            )
 
     def known(self, pid: int) -> bool:
         """Whether ``pid`` has a base (a PSS reading, or a starting guess from ``first_seen``)."""
         return pid in self._base
 
-    def first_seen(self, pid: int, t: float, private: int, parent: int | None = None,
-                   born: float | None = None) -> bool:
+    def first_seen(
+        self, pid: int, t: float, private: int, parent: int | None = None, born: float | None = None
+    ) -> bool:
         """A process seen for the first time (before any PSS reading of it). ``parent``: the tracked process it
         forked from without exec; ``born``: its start time on the same clock as ``t``. Returns whether it was new."""
         if pid in self._base:

@@ -7,6 +7,7 @@ each round keeps the count of GPU processes outside the tree, and the analysis f
 A GPU split into MIG instances is read per instance (its own memory, its own processes). Tested against a fake
 NVML built from nvidia-smi captures of an H100, an H100 in MIG mode and a Tesla T4 (tests/fixtures/gpu).
 """
+
 from __future__ import annotations
 
 import threading
@@ -14,10 +15,10 @@ from typing import Any, Callable, Iterable
 
 from ..model import Event
 
-MAX_ERRORS = 5   # consecutive failed rounds before the sampler gives up (a driver that went away)
+MAX_ERRORS = 5  # consecutive failed rounds before the sampler gives up (a driver that went away)
 
 
-NOT_AVAILABLE = (1 << 64) - 1   # NVML_VALUE_NOT_AVAILABLE as older bindings pass it through (newer give None)
+NOT_AVAILABLE = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE as older bindings pass it through (newer give None)
 
 
 class Nvml:
@@ -162,8 +163,14 @@ def _processes(nv: Any, h: Any) -> dict[int, int | None]:
     return seen
 
 
-def sample_loop(nvml: Nvml, publish: Callable[[Event], None], clock: Callable[[], float],
-                tree_pids: Callable[[], Iterable[int]], done: threading.Event, interval_s: float) -> None:
+def sample_loop(
+    nvml: Nvml,
+    publish: Callable[[Event], None],
+    clock: Callable[[], float],
+    tree_pids: Callable[[], Iterable[int]],
+    done: threading.Event,
+    interval_s: float,
+) -> None:
     """Publish an Event(kind "gpu") per round until ``done`` is set; never raises (a failing NVML goes quiet)."""
     errors = 0
     try:
@@ -184,7 +191,7 @@ def keep_snapshot(path: str, record_path: str) -> str:
     import os
     import shutil
 
-    base = record_path[:-len(".sqlite")] if record_path.endswith(".sqlite") else record_path
+    base = record_path[: -len(".sqlite")] if record_path.endswith(".sqlite") else record_path
     dest = f"{base}.{os.path.basename(path)}"
     shutil.move(path, dest)
     return dest

@@ -3,6 +3,7 @@
 Every function takes ``root`` (the filesystem root) so the parsers run on fixture trees in tests. On macOS,
 ``host_sample`` falls back to psutil and reports no limit.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,9 +42,10 @@ def parse_keyed(text: str) -> dict[str, int]:
 @dataclass(frozen=True)
 class Cgroup:
     """A memory cgroup: its path and version (1 or 2)."""
-    version: int   # 1 or 2
-    path: str      # directory of the process's memory cgroup, under root
-    mount: str     # the controller's mount point: limits are looked up from ``path`` up to here
+
+    version: int  # 1 or 2
+    path: str  # directory of the process's memory cgroup, under root
+    mount: str  # the controller's mount point: limits are looked up from ``path`` up to here
 
 
 def _mounts(root: str) -> list[tuple[str, str, str, str]]:
@@ -110,6 +112,7 @@ def _int_file(path: str) -> int | None:
 @dataclass(frozen=True)
 class CgroupMemory:
     """A cgroup's limit, usage and OOM-kill counter."""
+
     limit: int | None
     usage: int | None
     oom_kills: int | None
@@ -136,6 +139,7 @@ def read_cgroup_memory(cg: Cgroup) -> CgroupMemory:
 @dataclass(frozen=True)
 class HostMemory:
     """The host's memory and swap, and its OOM-kill counter."""
+
     total: int
     available: int
     swap_total: int

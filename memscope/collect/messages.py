@@ -5,6 +5,7 @@ Anything else is refused before it reaches the recorder or the exit analysis: a 
 Probe kinds that carry many figures (allocator stats, index states) accept extra fields, but only plain JSON
 values of bounded size; the fields memscope reads are checked by type.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,10 +14,10 @@ from typing import Any
 
 from ..agent.protocol import all_kinds
 
-PID_MAX = 1 << 22          # Linux's PID_MAX_LIMIT: no real pid is larger
-INT_MAX = (1 << 63) - 1    # SQLite's INTEGER, and any byte count memscope could see
-MAX_STR = 200_000          # a traceback is cut at 100 000 characters by the agent
-MAX_ITEMS = 2_000          # entries of a list or an object
+PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT: no real pid is larger
+INT_MAX = (1 << 63) - 1  # SQLite's INTEGER, and any byte count memscope could see
+MAX_STR = 200_000  # a traceback is cut at 100 000 characters by the agent
+MAX_ITEMS = 2_000  # entries of a list or an object
 MAX_DEPTH = 6
 MAX_FIELDS = 200
 
@@ -104,6 +105,7 @@ def _plain(v: Any, depth: int) -> bool:
     if type(v) is list:
         return len(v) <= MAX_ITEMS and all(_plain(x, depth + 1) for x in v)
     if type(v) is dict:
-        return len(v) <= MAX_ITEMS and all(type(k) is str and len(k) <= 200 and _plain(x, depth + 1)
-                                           for k, x in v.items())
+        return len(v) <= MAX_ITEMS and all(
+            type(k) is str and len(k) <= 200 and _plain(x, depth + 1) for k, x in v.items()
+        )
     return False

@@ -6,6 +6,7 @@ stream (a character split across two reads stays whole), and a line is held only
 the rest of an overlong line is dropped and the line says so. A progress bar redrawn with carriage returns is
 kept as its latest state, so it never counts as long.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -13,7 +14,7 @@ import collections
 import threading
 from typing import Callable
 
-MAX_LINE = 64 * 1024   # characters of one line kept (in the tail and in the record)
+MAX_LINE = 64 * 1024  # characters of one line kept (in the tail and in the record)
 READ_SIZE = 65536
 
 
@@ -26,15 +27,16 @@ def last_state(line: str) -> str:
 class LineReader:
     """Turns one stream's bytes into text to record (``on_text``) and whole lines (appended to ``tail``)."""
 
-    def __init__(self, on_text: Callable[[str], None], tail: "collections.deque[str]",
-                 max_line: int = MAX_LINE) -> None:
+    def __init__(
+        self, on_text: Callable[[str], None], tail: "collections.deque[str]", max_line: int = MAX_LINE
+    ) -> None:
         self._on_text = on_text
         self._tail = tail
         self._max = max_line
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        self._line = ""         # the current line's visible state, at most max_line characters
-        self._dropped = 0       # characters of the current line past max_line, not kept
-        self.partial = ""       # the line being written (a progress bar), for live views
+        self._line = ""  # the current line's visible state, at most max_line characters
+        self._dropped = 0  # characters of the current line past max_line, not kept
+        self.partial = ""  # the line being written (a progress bar), for live views
 
     def feed(self, data: bytes, final: bool = False) -> None:
         """Take a chunk of output: complete lines go on, the line being written is kept as ``partial``."""
@@ -63,13 +65,13 @@ class LineReader:
         if "\r" in seg or self._line.endswith("\r"):
             idx = s.rstrip("\r").rfind("\r")
             if idx >= 0:  # a redraw: the terminal shows what follows the last carriage return
-                s = s[idx + 1:]
+                s = s[idx + 1 :]
                 self._dropped = 0
         if len(s) > self._max:
             over = len(s) - self._max
             self._dropped += over
-            s = s[:self._max]
-            kept = seg[:max(0, len(seg) - over)]
+            s = s[: self._max]
+            kept = seg[: max(0, len(seg) - over)]
         self._line = s
         return kept
 

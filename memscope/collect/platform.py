@@ -1,5 +1,6 @@
 """The platform, chosen once: ``procfs`` is /proc's reader on Linux and psutil's stand-in elsewhere (macOS), with
 the same functions; every other module takes it from here rather than choosing again."""
+
 from __future__ import annotations
 
 import sys

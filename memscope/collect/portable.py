@@ -3,6 +3,7 @@
 No PSS exists there: ``read_smaps_rollup`` reports USS as the proportional figure (the closest measure psutil
 has) so the tree total stays free of double counting.
 """
+
 from __future__ import annotations
 
 import psutil

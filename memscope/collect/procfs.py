@@ -3,6 +3,7 @@
 These are the hot path of the sampler: each reads one small file with one syscall and parses it by hand
 (psutil objects cost more than the read itself at 10 Hz over a 16-process tree).
 """
+
 from __future__ import annotations
 
 import errno
@@ -66,15 +67,16 @@ def list_pids() -> list[int]:
 @dataclass(frozen=True)
 class Stat:
     """The fields of /proc/PID/stat memscope reads."""
+
     pid: int
     comm: str
     state: str
     ppid: int
     pgid: int
     sid: int
-    starttime: int           # clock ticks since boot: (pid, starttime) identifies a process across pid reuse
-    exit_code: int | None    # wait status, meaningful for zombies (Linux >= 3.5)
-    flags: int = 0           # PF_* flags: PF_EXITING (0x4) while the process is on its way out
+    starttime: int  # clock ticks since boot: (pid, starttime) identifies a process across pid reuse
+    exit_code: int | None  # wait status, meaningful for zombies (Linux >= 3.5)
+    flags: int = 0  # PF_* flags: PF_EXITING (0x4) while the process is on its way out
 
 
 def parse_stat(data: bytes) -> Stat | None:
@@ -84,11 +86,12 @@ def parse_stat(data: bytes) -> Stat | None:
         text = data.decode("utf-8", "replace")
         lp, rp = text.index("("), text.rindex(")")
         pid = int(text[:lp])
-        comm = text[lp + 1:rp]
-        rest = text[rp + 2:].split()
+        comm = text[lp + 1 : rp]
+        rest = text[rp + 2 :].split()
         exit_code = int(rest[49]) if len(rest) > 49 else None
-        return Stat(pid, comm, rest[0], int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]), exit_code,
-                    int(rest[6]))
+        return Stat(
+            pid, comm, rest[0], int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]), exit_code, int(rest[6])
+        )
     except (ValueError, IndexError):
         return None
 

@@ -3,6 +3,7 @@
 Seed 004's monitor watched ``uv run`` (the wrapper) while the real training process leaked; memscope finds the
 Python process running the user's target through any chain of wrappers and names everything around it.
 """
+
 from __future__ import annotations
 
 import os
@@ -11,29 +12,50 @@ from dataclasses import dataclass
 from typing import Mapping
 
 # Python entry points that launch the user's code rather than being it.
-_LAUNCHER_MODULES = {"torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch",
-                     "accelerate", "deepspeed", "uv", "pip", "scalene", "memscope"}
+_LAUNCHER_MODULES = {
+    "torch.distributed.run",
+    "torch.distributed.launch",
+    "accelerate.commands.launch",
+    "accelerate",
+    "deepspeed",
+    "uv",
+    "pip",
+    "scalene",
+    "memscope",
+}
 _LAUNCHER_SCRIPTS = {"torchrun", "accelerate", "deepspeed", "scalene", "memscope", "python-m"}
-_RANK_LAUNCHERS = {"torch.distributed.run", "torch.distributed.launch", "torchrun", "accelerate",
-                   "accelerate.commands.launch", "deepspeed"}
-_HELPER_PATTERNS = ("multiprocessing.resource_tracker", "multiprocessing.semaphore_tracker",
-                    "multiprocessing.forkserver", "torch._inductor.autotune_process")
+_RANK_LAUNCHERS = {
+    "torch.distributed.run",
+    "torch.distributed.launch",
+    "torchrun",
+    "accelerate",
+    "accelerate.commands.launch",
+    "deepspeed",
+}
+_HELPER_PATTERNS = (
+    "multiprocessing.resource_tracker",
+    "multiprocessing.semaphore_tracker",
+    "multiprocessing.forkserver",
+    "torch._inductor.autotune_process",
+)
 _PY_EXE = re.compile(r"^(python|pypy)(\d+(\.\d+)?)?[a-z]?(\.exe)?$")
 
 
 @dataclass(frozen=True)
 class ProcInfo:
     """What the role of a process is decided from: its name, command line and parent."""
+
     pid: int
     ppid: int
-    name: str                 # comm: DataLoader workers rename themselves "pt_data_worker"
+    name: str  # comm: DataLoader workers rename themselves "pt_data_worker"
     cmdline: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class PyTarget:
     """What a Python command line runs: a script, a module, or code."""
-    kind: str   # "script" | "module" | "code" | "repl"
+
+    kind: str  # "script" | "module" | "code" | "repl"
     value: str
 
 
@@ -83,16 +105,18 @@ def _is_rank_launcher(p: ProcInfo) -> bool:
 
 def _is_scalene(p: ProcInfo) -> bool:
     t = python_target(p.cmdline)
-    return t is not None and ((t.kind == "module" and t.value == "scalene") or
-                              (t.kind == "script" and os.path.basename(t.value) == "scalene"))
+    return t is not None and (
+        (t.kind == "module" and t.value == "scalene") or (t.kind == "script" and os.path.basename(t.value) == "scalene")
+    )
 
 
 def _joined(p: ProcInfo) -> str:
     return " ".join(p.cmdline)
 
 
-def classify(procs: Mapping[int, ProcInfo], root: int, script: str | None = None,
-             agent_main: int | None = None) -> dict[int, str]:
+def classify(
+    procs: Mapping[int, ProcInfo], root: int, script: str | None = None, agent_main: int | None = None
+) -> dict[int, str]:
     """Role of every process in ``procs`` (the tree under ``root``, including adopted escapees).
 
     ``script``: the user's script when known; ``agent_main``: a pid the agent reported as running it.

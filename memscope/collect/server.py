@@ -9,6 +9,7 @@ Untrusted until the hello: at most ``MAX_PENDING`` such connections at once, eac
 after it opened; a line that is not a JSON object closes the connection. After the hello every message is checked
 against ``messages.KINDS``: a refused one is counted and skipped, never passed on.
 """
+
 from __future__ import annotations
 
 import errno
@@ -28,9 +29,9 @@ from ..agent.protocol import MAX_LINE
 from .messages import Refused, parse_line, validate
 
 OnMessage = Callable[[int, dict[str, Any]], None]
-MAX_PENDING = 32        # connections without a valid hello yet
-HELLO_TIMEOUT_S = 2.0   # an agent says hello at once; a silent connection is not one
-FD_RESERVE = 24          # descriptors kept free for /proc reads and the record: agents wait in the backlog instead
+MAX_PENDING = 32  # connections without a valid hello yet
+HELLO_TIMEOUT_S = 2.0  # an agent says hello at once; a silent connection is not one
+FD_RESERVE = 24  # descriptors kept free for /proc reads and the record: agents wait in the backlog instead
 ACCEPT_BACKOFF_S = (0.05, 2.0)
 
 
@@ -40,8 +41,9 @@ def peer_pid(conn: socket.socket) -> int | None:
     if not hasattr(socket, "SO_PEERCRED"):
         return None
     try:
-        pid, _uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                             struct.calcsize("3i")))
+        pid, _uid, _gid = struct.unpack(
+            "3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        )
     except OSError:
         return None
     return pid
@@ -63,6 +65,7 @@ def _open_fds() -> int:
 
 class AgentServer:
     """The agents' Unix socket: authenticates each connection, checks each message, passes it on."""
+
     def __init__(self, path: str, token: str, on_message: OnMessage) -> None:
         self.path = path
         self._token = token
@@ -77,17 +80,18 @@ class AgentServer:
         self._sel.register(self._listener, selectors.EVENT_READ, None)
         self._thread = threading.Thread(target=self._loop, name="memscope-agent-server", daemon=True)
         self.connections = 0
-        self.rejected = 0   # connections closed: no valid hello, garbage, too many waiting, timed out
-        self.refused = 0    # messages refused after the hello (unknown kind, bad fields)
+        self.rejected = 0  # connections closed: no valid hello, garbage, too many waiting, timed out
+        self.refused = 0  # messages refused after the hello (unknown kind, bad fields)
         self.last_refusal: str | None = None
         self._pending: dict[socket.socket, float] = {}  # unauthenticated connection -> when it opened
         self.accept_failures = 0
-        self.throttled = 0          # times the connection cap was reached (agents then wait in the backlog)
+        self.throttled = 0  # times the connection cap was reached (agents then wait in the backlog)
         self._listening = True
         self._resume_at = 0.0
         self._backoff = ACCEPT_BACKOFF_S[0]
-        self._max_conns = max(4, _fd_limit() - FD_RESERVE - _open_fds()) if sys.platform.startswith("linux") \
-            else 1 << 20
+        self._max_conns = (
+            max(4, _fd_limit() - FD_RESERVE - _open_fds()) if sys.platform.startswith("linux") else 1 << 20
+        )
         self.max_connections = self._max_conns
         self._by_pid: dict[int, socket.socket] = {}
 
@@ -130,7 +134,7 @@ class AgentServer:
         try:
             while data:
                 try:
-                    data = data[conn.send(data):]
+                    data = data[conn.send(data) :]
                 except (BlockingIOError, InterruptedError):
                     if time.monotonic() > deadline:
                         return False
@@ -141,13 +145,20 @@ class AgentServer:
 
     def stats(self) -> dict[str, Any]:
         """Counts of refused messages and rejected connections, and the last refusal."""
-        return {"connections": self.connections, "rejected_connections": self.rejected,
-                "refused_messages": self.refused, "last_refusal": self.last_refusal}
+        return {
+            "connections": self.connections,
+            "rejected_connections": self.rejected,
+            "refused_messages": self.refused,
+            "last_refusal": self.last_refusal,
+        }
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            if not self._listening and time.monotonic() >= self._resume_at and \
-                    len(self._sel.get_map()) <= self._max_conns:
+            if (
+                not self._listening
+                and time.monotonic() >= self._resume_at
+                and len(self._sel.get_map()) <= self._max_conns
+            ):
                 self._sel.register(self._listener, selectors.EVENT_READ, None)
                 self._listening = True
             for key, _ in self._sel.select(timeout=0.2 if self._listening else 0.05):
@@ -234,9 +245,12 @@ class AgentServer:
             if state["pid"] is None:
                 token = msg.pop("token", "")
                 try:
-                    ok = msg.get("t") == "hello" and isinstance(token, str) and \
-                        hmac.compare_digest(token.encode("utf-8", "replace"), self._token.encode()) and \
-                        validate(msg) is msg
+                    ok = (
+                        msg.get("t") == "hello"
+                        and isinstance(token, str)
+                        and hmac.compare_digest(token.encode("utf-8", "replace"), self._token.encode())
+                        and validate(msg) is msg
+                    )
                 except Refused:
                     ok = False
                 if not ok:

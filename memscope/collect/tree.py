@@ -9,6 +9,7 @@ smaps_rollup (0.5-14 ms a process) and runs every second or two on its own threa
 process's PSS at that moment (``estimate.py``): measured in PSS rounds, carried forward by the change of the
 process's private memory in RSS rounds. That fast series is what the chart, "now" and the leak verdict read.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,13 +25,14 @@ from .estimate import PssCarry
 from .platform import procfs
 from .roles import ProcInfo
 
-FOREIGN_RECHECK_S = 2.0   # how often discovery reads again the processes it found not to be ours
-_KEEP_BASES_ROUNDS = 3    # torn PSS rounds in a row whose readings are not taken as bases (then one is)
+FOREIGN_RECHECK_S = 2.0  # how often discovery reads again the processes it found not to be ours
+_KEEP_BASES_ROUNDS = 3  # torn PSS rounds in a row whose readings are not taken as bases (then one is)
 
 
 @dataclass
 class Tracked:
     """A process of the run as the sampler knows it."""
+
     pid: int
     start: int
     info: ProcInfo
@@ -38,8 +40,8 @@ class Tracked:
     create_time: float = 0.0
     alive: bool = True
     exit_known: bool = False
-    forked: bool = False     # a fork of a tracked parent that did not exec: it shares the parent's pages
-    proof: str = ""          # how it was found to be the run's (supervise.Membership.proof)
+    forked: bool = False  # a fork of a tracked parent that did not exec: it shares the parent's pages
+    proof: str = ""  # how it was found to be the run's (supervise.Membership.proof)
 
 
 class MembershipRule(Protocol):
@@ -62,9 +64,17 @@ KEEP_ROLES = ("main", "wrapper", "rank")
 
 class TreeSampler:
     """Finds every process of the run and measures it, round after round (see the module's docstring)."""
-    def __init__(self, root: int, emit: Callable[[Record], None], clock: Callable[[], float],
-                 marker: bytes | None = None, script: str | None = None, membership: MembershipRule | None = None,
-                 reap: Callable[[int], int | None] | None = None) -> None:
+
+    def __init__(
+        self,
+        root: int,
+        emit: Callable[[Record], None],
+        clock: Callable[[], float],
+        marker: bytes | None = None,
+        script: str | None = None,
+        membership: MembershipRule | None = None,
+        reap: Callable[[int], int | None] | None = None,
+    ) -> None:
         self.root = root
         self._emit = emit
         self._clock = clock
@@ -74,10 +84,10 @@ class TreeSampler:
         self._reap = reap
         self._lock = threading.RLock()
         self.procs: dict[int, Tracked] = {}
-        self._foreign: dict[int, int] = {}   # pid -> start time of processes checked and found not ours
-        self._gone: dict[int, int] = {}      # pid -> start time of members exited, recorded and dropped
-        self._listed: set[int] = set()       # the pids in /proc at the last discovery
-        self._foreign_checked = -1e18         # time.monotonic() of the last full check of foreign pids
+        self._foreign: dict[int, int] = {}  # pid -> start time of processes checked and found not ours
+        self._gone: dict[int, int] = {}  # pid -> start time of members exited, recorded and dropped
+        self._listed: set[int] = set()  # the pids in /proc at the last discovery
+        self._foreign_checked = -1e18  # time.monotonic() of the last full check of foreign pids
         self.agent_main: int | None = None
         self._hints: dict[int, str] = {}
         self._dirty = False
@@ -85,8 +95,8 @@ class TreeSampler:
         self._boot = procfs.boot_time()
         self._carry = PssCarry()
         self._carry_lock = threading.Lock()
-        self.pss_wanted = False                # a PSS round should come as soon as the budget allows
-        self._pss_kept = 0                     # torn PSS rounds in a row whose bases were not committed
+        self.pss_wanted = False  # a PSS round should come as soon as the budget allows
+        self._pss_kept = 0  # torn PSS rounds in a row whose bases were not committed
         with self._lock:
             self._add(root)
             self._reclassify()
@@ -99,9 +109,14 @@ class TreeSampler:
         cmd = procfs.read_cmdline(pid) or []
         parent = self.procs.get(stat.ppid)
         forked = parent is not None and parent.alive and bool(cmd) and tuple(cmd) == parent.info.cmdline
-        self.procs[pid] = Tracked(pid, stat.starttime, ProcInfo(pid, stat.ppid, stat.comm, tuple(cmd)),
-                                  create_time=self._boot + stat.starttime / procfs.CLK_TCK, forked=forked,
-                                  proof=proof)
+        self.procs[pid] = Tracked(
+            pid,
+            stat.starttime,
+            ProcInfo(pid, stat.ppid, stat.comm, tuple(cmd)),
+            create_time=self._boot + stat.starttime / procfs.CLK_TCK,
+            forked=forked,
+            proof=proof,
+        )
         return True
 
     def _is_member(self, pid: int) -> bool:
@@ -157,8 +172,13 @@ class TreeSampler:
                             changed |= self._add(pid, st)
                             del new[pid]
                             grew = True
-                found = {pid: how for pid in new if pid not in tried
-                         for how in [self._proof(pid, new[pid], parent_only=False)] if how}
+                found = {
+                    pid: how
+                    for pid in new
+                    if pid not in tried
+                    for how in [self._proof(pid, new[pid], parent_only=False)]
+                    if how
+                }
                 tried.update(new)
                 for pid, how in found.items():
                     changed |= self._add(pid, new.pop(pid), how)
@@ -213,9 +233,12 @@ class TreeSampler:
             proof: str | None = "known"
             if known is not None and known.alive:
                 # Discovery may have caught it between fork and exec (still "bash"): take what it is now.
-                known.info = ProcInfo(pid, known.info.ppid,
-                                      known.info.name if known.info.cmdline == tuple(argv) else "python",
-                                      tuple(argv))
+                known.info = ProcInfo(
+                    pid,
+                    known.info.ppid,
+                    known.info.name if known.info.cmdline == tuple(argv) else "python",
+                    tuple(argv),
+                )
             elif pid in self._gone:
                 return "known"
             else:
@@ -223,8 +246,7 @@ class TreeSampler:
                 if st is None:
                     if known is None:
                         parent = ppid if ppid in self.procs else 0
-                        self.procs[pid] = Tracked(pid, -1, ProcInfo(pid, parent, "python", tuple(argv)),
-                                                  alive=False)
+                        self.procs[pid] = Tracked(pid, -1, ProcInfo(pid, parent, "python", tuple(argv)), alive=False)
                     proof = "gone"
                 else:
                     proof = self._proof(pid, st, parent_only=False)
@@ -263,8 +285,11 @@ class TreeSampler:
         ``Membership.signal_orphans``)."""
         signal_orphans = self._membership is None or self._membership.signal_orphans
         with self._lock:
-            return {p: t.start for p, t in self.procs.items() if t.alive and t.start >= 0
-                    and (signal_orphans or t.proof != "reparented")}
+            return {
+                p: t.start
+                for p, t in self.procs.items()
+                if t.alive and t.start >= 0 and (signal_orphans or t.proof != "reparented")
+            }
 
     def unsignalled(self) -> list[int]:
         """Live processes watched as the run's but never signalled (orphans not proven to be the run's)."""
@@ -283,8 +308,9 @@ class TreeSampler:
             if role != t.role or not getattr(t, "_announced", False):
                 t.role = role
                 t._announced = True  # type: ignore[attr-defined]
-                self._emit(ProcessSeen(t_now, pid, t.info.ppid, role, t.info.name,
-                                       " ".join(t.info.cmdline), t.create_time))
+                self._emit(
+                    ProcessSeen(t_now, pid, t.info.ppid, role, t.info.name, " ".join(t.info.cmdline), t.create_time)
+                )
 
     def alive_pids(self) -> list[int]:
         """The pids of the run's live processes."""
@@ -393,10 +419,20 @@ class TreeSampler:
                 # USS = Private_Clean + Private_Dirty; anonymous private pages are dirty ones.
                 uss = d.get("Private_Clean", 0) + d.get("Private_Dirty", 0)
                 anon_own = min(anon, d.get("Private_Dirty", anon))
-                bases.append((pid, self._clock(), pss, anon, swap, private, max(0, pss - uss),
-                              max(0, anon - anon_own)))
-            out.append(ProcMem(pid, d.get("Rss", 0), pss, anon, file_, d.get("Swap", 0), private=private,
-                               est_pss=pss, est_private=anon + swap))
+                bases.append((pid, self._clock(), pss, anon, swap, private, max(0, pss - uss), max(0, anon - anon_own)))
+            out.append(
+                ProcMem(
+                    pid,
+                    d.get("Rss", 0),
+                    pss,
+                    anon,
+                    file_,
+                    d.get("Swap", 0),
+                    private=private,
+                    est_pss=pss,
+                    est_private=anon + swap,
+                )
+            )
         # All bases at once: an RSS round in the middle of this one would otherwise add processes already re-read
         # to processes not yet re-read. When a fork appears, the parent's PSS falls by what the children now
         # share, and the children's rises by it: half of that change is a dip (seen: -120 MiB on a HF Trainer).

@@ -3,6 +3,7 @@
 Uses PyTorch (CPU) when it is installed, else plain Python allocations that look alike. It keeps a slowly
 growing list of validation outputs (the seed-001 mistake) so the record has something to show.
 """
+
 import argparse
 import sys
 import time

@@ -18,6 +18,7 @@ that has none inherits its parent's, so a rank's DataLoader workers carry the ra
 There is no pid label: the number of series stays bounded however many workers come and go. Label values (the
 command line above all) are escaped by prometheus_client's exposition.
 """
+
 from __future__ import annotations
 
 import math
@@ -55,14 +56,14 @@ if TYPE_CHECKING:
 
 __all__ = ["Exporter", "PrometheusSink", "attach", "parse_listen", "check_pushgateway", "COMMAND_MAX"]
 
-COMMAND_MAX = 512          # characters of the command kept in memscope_run_info's label
-LEAK_EVERY_S = 5.0         # the live leak slope is refitted at most this often (on a scrape), not per scrape
-LEAK_CPU_BUDGET = 0.002    # ... and further apart when the fits would take more than this share of a core
-PHASES_MAX = 2048          # train/eval switches kept per rank
-SERIES_MAX = 256           # points kept per (rank, role) for the fit (~4 ms each; 512 points cost ~40 ms): past
-                           # it, pairs fold to their minimum
+COMMAND_MAX = 512  # characters of the command kept in memscope_run_info's label
+LEAK_EVERY_S = 5.0  # the live leak slope is refitted at most this often (on a scrape), not per scrape
+LEAK_CPU_BUDGET = 0.002  # ... and further apart when the fits would take more than this share of a core
+PHASES_MAX = 2048  # train/eval switches kept per rank
+SERIES_MAX = 256  # points kept per (rank, role) for the fit (~4 ms each; 512 points cost ~40 ms): past
+# it, pairs fold to their minimum
 PUSH_TIMEOUT_S = 10.0
-REREAD_ROUNDS = 10         # sampling rounds in which an unreadable environment is tried again
+REREAD_ROUNDS = 10  # sampling rounds in which an unreadable environment is tried again
 PUSH_JOB = "memscope"
 
 
@@ -128,8 +129,15 @@ class Exporter:
     """The latest state of one run, for Prometheus. ``serve((host, port))`` opens the endpoint, ``push(url)``
     sends the state to a Pushgateway; ``on_record`` is the Run subscriber and ``collect`` the registry's hook."""
 
-    def __init__(self, run_id: str, command: Iterable[str], hostname: str | None = None, *,
-                 limit_from_flag: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        command: Iterable[str],
+        hostname: str | None = None,
+        *,
+        limit_from_flag: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         from prometheus_client import CollectorRegistry
 
         self.run_id = run_id
@@ -138,15 +146,15 @@ class Exporter:
         self.limit_from_flag = limit_from_flag
         self._clock = clock
         self._lock = threading.Lock()
-        self._procs: dict[int, dict[str, Any]] = {}   # live pid -> rank, role, rss, pss, private
+        self._procs: dict[int, dict[str, Any]] = {}  # live pid -> rank, role, rss, pss, private
         self._rank_of: dict[int, str] = {}
         self._parent: dict[int, int] = {}
-        self._unread: dict[int, int] = {}    # pid -> rounds left to read its environment again
-        self._gone: dict[int, float] = {}    # pid -> create time, of the processes that have exited
+        self._unread: dict[int, int] = {}  # pid -> rounds left to read its environment again
+        self._gone: dict[int, float] = {}  # pid -> create time, of the processes that have exited
         self._groups: dict[tuple[str, str], _Group] = {}
         self._host: HostSample | None = None
-        self._gpu_used: dict[tuple[str, str], int] = {}              # (rank, gpu) -> NVML bytes, last round
-        self._alloc: dict[tuple[int, str], dict[str, int]] = {}      # (pid, gpu) -> allocated, reserved
+        self._gpu_used: dict[tuple[str, str], int] = {}  # (rank, gpu) -> NVML bytes, last round
+        self._alloc: dict[tuple[int, str], dict[str, int]] = {}  # (pid, gpu) -> allocated, reserved
         self._exit: dict[str, Any] | None = None
         self._leak_at = -math.inf
         self._leak_dirty = False
@@ -193,7 +201,9 @@ class Exporter:
             elif isinstance(rec, HostSample):
                 self._host = rec
             elif isinstance(rec, Event):
-                if self._train_start is None and (rec.kind == "epoch" or (rec.kind == "phase" and rec.data.get("auto"))):
+                if self._train_start is None and (
+                    rec.kind == "epoch" or (rec.kind == "phase" and rec.data.get("auto"))
+                ):
                     self._train_start = rec.t  # the leak fit starts here: imports and set-up are no leak
                 if rec.kind == "phase" and rec.data.get("auto") and rec.pid in self._procs:
                     d = self._procs[rec.pid]
@@ -205,7 +215,8 @@ class Exporter:
                 elif rec.kind == "torch_alloc" and rec.pid is not None and rec.data.get("backend", "cuda") == "cuda":
                     self._alloc[(rec.pid, str(rec.data.get("device", 0)))] = {
                         "allocated": int(rec.data.get("allocated") or 0),
-                        "reserved": int(rec.data.get("reserved") or 0)}
+                        "reserved": int(rec.data.get("reserved") or 0),
+                    }
             elif isinstance(rec, RunEnded):
                 ex = rec.summary.get("exit") or {}
                 self._exit = {"cause": str(ex.get("cause") or "unknown"), "signal": str(ex.get("signal") or "")}
@@ -227,8 +238,7 @@ class Exporter:
     def _on_seen(self, rec: ProcessSeen) -> None:
         if self._gone.get(rec.pid) == rec.create_time:
             return  # a late role update of a process that has exited (a new one under the same pid is not)
-        d = self._procs.setdefault(rec.pid, {"rss": 0, "pss": None, "private": None,
-                                             "create_time": rec.create_time})
+        d = self._procs.setdefault(rec.pid, {"rss": 0, "pss": None, "private": None, "create_time": rec.create_time})
         d["role"] = rec.role
         d["rank"] = self._rank(rec.pid, rec.ppid)  # read again: a role change can follow an exec
 
@@ -297,20 +307,35 @@ class Exporter:
 
         base = ["run", "hostname"]
         ids = [self.run_id, self.hostname]
-        mem = GaugeMetricFamily(METRIC_MEMORY, "Memory of the run's processes by rank and role (bytes): "
-                                "PSS, private (anonymous, never shared), and RSS summed", labels=base + ["rank", "role", "kind"])
-        nproc = GaugeMetricFamily(METRIC_PROCESSES, "Live processes of the run by rank and role",
-                                  labels=base + ["rank", "role"])
+        mem = GaugeMetricFamily(
+            METRIC_MEMORY,
+            "Memory of the run's processes by rank and role (bytes): "
+            "PSS, private (anonymous, never shared), and RSS summed",
+            labels=base + ["rank", "role", "kind"],
+        )
+        nproc = GaugeMetricFamily(
+            METRIC_PROCESSES, "Live processes of the run by rank and role", labels=base + ["rank", "role"]
+        )
         avail = GaugeMetricFamily(METRIC_HOST_AVAILABLE, "The host's available memory (bytes)", labels=base)
-        limit = GaugeMetricFamily(METRIC_LIMIT, "The memory limit the run is held to (bytes), and where it "
-                                  "comes from", labels=base + ["source"])
-        leak = GaugeMetricFamily(METRIC_LEAK_SLOPE, "Slope of the memory floor (private memory)"
-                                 " by rank and role, with memscope's verdict", labels=base + ["rank", "role", "verdict"])
-        gpu = GaugeMetricFamily(METRIC_GPU_MEMORY, "GPU memory by rank and device: used (NVML), allocated "
-                                "and reserved (PyTorch's allocator)", labels=base + ["rank", "gpu", "kind"])
+        limit = GaugeMetricFamily(
+            METRIC_LIMIT,
+            "The memory limit the run is held to (bytes), and where it comes from",
+            labels=base + ["source"],
+        )
+        leak = GaugeMetricFamily(
+            METRIC_LEAK_SLOPE,
+            "Slope of the memory floor (private memory) by rank and role, with memscope's verdict",
+            labels=base + ["rank", "role", "verdict"],
+        )
+        gpu = GaugeMetricFamily(
+            METRIC_GPU_MEMORY,
+            "GPU memory by rank and device: used (NVML), allocated and reserved (PyTorch's allocator)",
+            labels=base + ["rank", "gpu", "kind"],
+        )
         info = GaugeMetricFamily(METRIC_RUN_INFO, "The run and its command", labels=base + ["command"])
-        exit_ = GaugeMetricFamily(METRIC_EXIT_INFO, "Why the run ended (present once it has)",
-                                  labels=base + ["cause", "signal"])
+        exit_ = GaugeMetricFamily(
+            METRIC_EXIT_INFO, "Why the run ended (present once it has)", labels=base + ["cause", "signal"]
+        )
         with self._lock:
             self.scrapes += 1
             self._refit_leak()
@@ -363,8 +388,12 @@ class Exporter:
         for key, g in self._groups.items():
             t, y = g.t, g.y
             # Fitted as the summary fits: an ended run's teardown (it frees what leaked) is left out the same way.
-            plan = fit_plan(self._phases.get(key[0], ()), t[-1] if t else 0.0, ended=self._exit is not None,
-                            start_s=self._train_start)
+            plan = fit_plan(
+                self._phases.get(key[0], ()),
+                t[-1] if t else 0.0,
+                ended=self._exit is not None,
+                start_s=self._train_start,
+            )
             v = plan.verdict(t, y, limit)
             g.verdict, g.slope = v.verdict, v.slope_bytes_per_s
         self._leak_at, self._leak_dirty = now, False
@@ -398,8 +427,9 @@ class Exporter:
         bound = self._server.server_address[1]
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{bound}/metrics"
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
-                         name="memscope-prometheus", daemon=True).start()
+        threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.5}, name="memscope-prometheus", daemon=True
+        ).start()
         return self.url
 
     def push(self, gateway: str) -> None:
@@ -407,8 +437,13 @@ class Exporter:
         push). Raises OSError (URLError) on failure."""
         from prometheus_client import push_to_gateway
 
-        push_to_gateway(gateway, job=PUSH_JOB, registry=self.registry, timeout=PUSH_TIMEOUT_S,
-                        grouping_key={"run": self.run_id, "hostname": self.hostname})
+        push_to_gateway(
+            gateway,
+            job=PUSH_JOB,
+            registry=self.registry,
+            timeout=PUSH_TIMEOUT_S,
+            grouping_key={"run": self.run_id, "hostname": self.hostname},
+        )
 
     def close(self) -> None:
         """Unsubscribe and stop serving."""
@@ -441,7 +476,6 @@ class Exporter:
             t.start()
 
 
-
 class PrometheusSink:
     """The exporter as a run's attachment (``wiring.Attachment``): serves from the run's start, pushes and lingers
     at its end. The run never imports this module: ``memscope/__init__`` registers ``attach``."""
@@ -461,8 +495,9 @@ class PrometheusSink:
             try:
                 self.exporter.serve(host, port)
             except OSError as exc:
-                raise LaunchError(f"--prometheus {o.prometheus}: cannot listen on {host}:{port}: "
-                                  f"{exc.strerror or exc}") from None
+                raise LaunchError(
+                    f"--prometheus {o.prometheus}: cannot listen on {host}:{port}: {exc.strerror or exc}"
+                ) from None
         exporter = self.exporter
         run.on_end(lambda _run: exporter.finish(o.pushgateway, o.prometheus_linger_s, run.say))
 

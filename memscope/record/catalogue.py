@@ -1,4 +1,5 @@
 """The catalogue of runs: where records are kept, which runs a directory holds, and finding one by id."""
+
 from __future__ import annotations
 
 import os
@@ -11,6 +12,7 @@ from .reader import RunData
 @dataclass
 class RunInfo:
     """One recorded run, as ``memscope ls`` lists it."""
+
     run_id: str
     path: str
     command: list[str]
@@ -43,9 +45,18 @@ def list_runs(record_dir: str) -> list[RunInfo]:
         except (sqlite3.Error, ValueError):
             continue
         s = r["summary"] or {}
-        peak = (s.get("peak") or {})
-        out.append(RunInfo(r["id"], path, r["command"], r["started_at"], r["duration_s"], r["exit_cause"],
-                           peak.get("tree_pss_bytes") or peak.get("tree_rss_bytes")))
+        peak = s.get("peak") or {}
+        out.append(
+            RunInfo(
+                r["id"],
+                path,
+                r["command"],
+                r["started_at"],
+                r["duration_s"],
+                r["exit_cause"],
+                peak.get("tree_pss_bytes") or peak.get("tree_rss_bytes"),
+            )
+        )
     return out
 
 

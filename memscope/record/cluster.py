@@ -6,6 +6,7 @@ by role, its host's available memory and limit, the latest leak verdict of each 
 Views (``memscope/ui/cluster.py``) draw them; nothing here imports a UI. Every failure is a ``ClusterError`` whose
 message is one line: a bad URL, Prometheus down or not Prometheus, a refused query, no memscope data.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,21 +31,22 @@ from ..model import (
 __all__ = ["ClusterError", "Panel", "Job", "load_job", "check_url", "selector", "parse_duration"]
 
 TIMEOUT_S = 10.0
-FINE_POINTS = 1000     # points per series in the chart's window (Prometheus answers at most 11,000)
-COARSE_POINTS = 250    # the first pass that finds when the job ran
+FINE_POINTS = 1000  # points per series in the chart's window (Prometheus answers at most 11,000)
+COARSE_POINTS = 250  # the first pass that finds when the job ran
 
 
 @dataclass
 class Panel:
     """One (hostname, rank): ``rank`` is "" for the processes without a RANK (the launcher, wrappers)."""
+
     hostname: str
     rank: str
-    roles: dict[str, dict[str, list[float]]] = field(default_factory=dict)   # role -> {"t", "y"} PSS
+    roles: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # role -> {"t", "y"} PSS
     host_available: dict[str, list[float]] = field(default_factory=lambda: {"t": [], "y": []})
     limit: dict[str, list[float]] = field(default_factory=lambda: {"t": [], "y": []})
     limit_source: str | None = None
-    leak: dict[str, dict[str, Any]] = field(default_factory=dict)            # role -> {"verdict", "slope"}
-    exit: dict[str, str] | None = None                                       # the node's: {"cause", "signal"}
+    leak: dict[str, dict[str, Any]] = field(default_factory=dict)  # role -> {"verdict", "slope"}
+    exit: dict[str, str] | None = None  # the node's: {"cause", "signal"}
     run: str = ""
     command: str = ""
 
@@ -65,16 +67,23 @@ class Panel:
     def chart_data(self, version: int = 0) -> dict[str, Any]:
         """What ``MemoryChart`` and ``report.memory_figure`` draw (a ``RunSeries.snapshot()``'s shape)."""
         ends = [s["t"][-1] for s in self.roles.values() if s["t"]]
-        return {"tree_pss_by_role": self.roles, "host_available": self.host_available, "limit": self.limit,
-                "t_last": max(ends, default=0.0), "ended": self.exit is not None, "version": version}
+        return {
+            "tree_pss_by_role": self.roles,
+            "host_available": self.host_available,
+            "limit": self.limit,
+            "t_last": max(ends, default=0.0),
+            "ended": self.exit is not None,
+            "version": version,
+        }
 
 
 @dataclass
 class Job:
     """A multi-node job as Prometheus holds it: a panel per hostname/rank."""
+
     url: str
     selector: str
-    t0: float              # unix time of the chart's 0 (the job's first scrape in the window)
+    t0: float  # unix time of the chart's 0 (the job's first scrape in the window)
     end: float
     step_s: float
     panels: list[Panel]
@@ -143,8 +152,9 @@ def _get(base: str, path: str, params: dict[str, Any], timeout: float) -> Any:
             detail = exc.reason
         if exc.code == 404:
             raise ClusterError(f"{base} has no Prometheus API (HTTP 404 on {path})") from None
-        raise ClusterError(f"Prometheus at {base} refused the query (HTTP {exc.code}): "
-                           f"{str(detail).splitlines()[0] if detail else ''}") from None
+        raise ClusterError(
+            f"Prometheus at {base} refused the query (HTTP {exc.code}): {str(detail).splitlines()[0] if detail else ''}"
+        ) from None
     except urllib.error.URLError as exc:
         raise ClusterError(f"cannot reach Prometheus at {base}: {_one_line(exc.reason)}") from None
     except (OSError, ValueError) as exc:  # timeouts, resets, a malformed URL past check_url
@@ -154,7 +164,9 @@ def _get(base: str, path: str, params: dict[str, Any], timeout: float) -> Any:
     except ValueError:
         raise ClusterError(f"{base} did not answer like Prometheus (not JSON)") from None
     if not isinstance(doc, dict) or doc.get("status") != "success" or not isinstance(doc.get("data"), dict):
-        raise ClusterError(f"{base} did not answer like Prometheus: {_one_line(doc.get('error') if isinstance(doc, dict) else doc)}")
+        raise ClusterError(
+            f"{base} did not answer like Prometheus: {_one_line(doc.get('error') if isinstance(doc, dict) else doc)}"
+        )
     return doc["data"]
 
 
@@ -163,11 +175,16 @@ def _one_line(x: Any) -> str:
     return text.splitlines()[0] if text.strip() else type(x).__name__
 
 
-def query_range(base: str, promql: str, start: float, end: float, step: float,
-                timeout: float = TIMEOUT_S) -> list[dict[str, Any]]:
+def query_range(
+    base: str, promql: str, start: float, end: float, step: float, timeout: float = TIMEOUT_S
+) -> list[dict[str, Any]]:
     """A PromQL range query's series (ClusterError, one line, when Prometheus cannot answer)."""
-    data = _get(base, "/api/v1/query_range",
-                {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}, timeout)
+    data = _get(
+        base,
+        "/api/v1/query_range",
+        {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"},
+        timeout,
+    )
     result = data.get("result")
     return result if isinstance(result, list) else []
 
@@ -187,8 +204,15 @@ def _points(series: dict[str, Any]) -> tuple[list[float], list[float]]:
     return t, y
 
 
-def load_job(url: str, *, run: str | None = None, job: str | None = None, since: str | float = "6h",
-             now: float | None = None, timeout: float = TIMEOUT_S) -> Job:
+def load_job(
+    url: str,
+    *,
+    run: str | None = None,
+    job: str | None = None,
+    since: str | float = "6h",
+    now: float | None = None,
+    timeout: float = TIMEOUT_S,
+) -> Job:
     """Read the job from Prometheus: the last ``since`` (default 6 h), narrowed to when memscope reported."""
     base = check_url(url)
     try:
@@ -199,18 +223,21 @@ def load_job(url: str, *, run: str | None = None, job: str | None = None, since:
     now = time.time() if now is None else now
     # Pass 1, coarse: when did the job run? (max_over_time covers each whole step: a short run is not missed.)
     coarse = max(1.0, since_s / COARSE_POINTS)
-    found = query_range(base, f"max(max_over_time({METRIC_RUN_INFO}{sel}[{_window(coarse)}]))",
-                        now - since_s, now, coarse, timeout)
+    found = query_range(
+        base, f"max(max_over_time({METRIC_RUN_INFO}{sel}[{_window(coarse)}]))", now - since_s, now, coarse, timeout
+    )
     times = [t for s in found for t in _points(s)[0]]
     if not times:
         what = " and ".join(f"{k}={v!r}" for k, v in (("run", run), ("job", job)) if v) or "any run"
-        raise ClusterError(f"no memscope data for {what} in Prometheus at {base} over the last "
-                           f"{_human(since_s)} (is each node's `memscope run --prometheus` scraped?)")
+        raise ClusterError(
+            f"no memscope data for {what} in Prometheus at {base} over the last "
+            f"{_human(since_s)} (is each node's `memscope run --prometheus` scraped?)"
+        )
     start, end = min(times) - coarse, min(now, max(times) + coarse)
     step = max(1.0, (end - start) / FINE_POINTS)
     q = lambda promql: query_range(base, promql, start, end, step, timeout)  # noqa: E731
     w = _window(step)
-    mem = q(f'sum by (hostname, rank, role) ({METRIC_MEMORY}{selector(run, job, {"kind": "pss"})})')
+    mem = q(f"sum by (hostname, rank, role) ({METRIC_MEMORY}{selector(run, job, {'kind': 'pss'})})")
     avail = q(f"max by (hostname) ({METRIC_HOST_AVAILABLE}{sel})")
     limit = q(f"max by (hostname, source) ({METRIC_LIMIT}{sel})")
     leak = q(f"last_over_time({METRIC_LEAK_SLOPE}{sel}[{w}])")
@@ -235,13 +262,17 @@ def load_job(url: str, *, run: str | None = None, job: str | None = None, since:
     for key, by_role in raw.items():
         # One time axis per panel (the chart stacks roles on it): a role absent at a point holds nothing there.
         grid = sorted({t for pts in by_role.values() for t in pts})
-        panels[key].roles = {role: {"t": [t - t0 for t in grid], "y": [pts.get(t, 0.0) for t in grid]}
-                             for role, pts in sorted(by_role.items())}
+        panels[key].roles = {
+            role: {"t": [t - t0 for t in grid], "y": [pts.get(t, 0.0) for t in grid]}
+            for role, pts in sorted(by_role.items())
+        }
     per_host: dict[str, dict[str, Any]] = {}
     for s in avail:
         t, y = _points(s)
-        per_host.setdefault((s.get("metric") or {}).get("hostname", ""), {})["available"] = \
-            {"t": [x - t0 for x in t], "y": y}
+        per_host.setdefault((s.get("metric") or {}).get("hostname", ""), {})["available"] = {
+            "t": [x - t0 for x in t],
+            "y": y,
+        }
     for s in limit:
         m = s.get("metric") or {}
         t, y = _points(s)
@@ -250,8 +281,10 @@ def load_job(url: str, *, run: str | None = None, job: str | None = None, since:
             h["limit"], h["source"] = {"t": [x - t0 for x in t], "y": y}, m.get("source")
     for s in exits:
         m = s.get("metric") or {}
-        per_host.setdefault(m.get("hostname", ""), {})["exit"] = {"cause": m.get("cause", "unknown"),
-                                                                   "signal": m.get("signal", "")}
+        per_host.setdefault(m.get("hostname", ""), {})["exit"] = {
+            "cause": m.get("cause", "unknown"),
+            "signal": m.get("signal", ""),
+        }
     for s in info:
         m = s.get("metric") or {}
         t, _ = _points(s)
@@ -269,8 +302,10 @@ def load_job(url: str, *, run: str | None = None, job: str | None = None, since:
         # The verdict is a label: when it changed, the series last seen is the current one.
         if t[-1] >= newest.get(k, -math.inf):
             newest[k] = t[-1]
-            p.leak[role] = {"verdict": m.get("verdict", "insufficient_data"),
-                            "slope": None if math.isnan(y[-1]) else y[-1]}
+            p.leak[role] = {
+                "verdict": m.get("verdict", "insufficient_data"),
+                "slope": None if math.isnan(y[-1]) else y[-1],
+            }
     for p in panels.values():
         h = per_host.get(p.hostname, {})
         p.host_available = h.get("available", p.host_available)

@@ -3,6 +3,7 @@
 A record is read while it is written (WAL) and long after: the schema below only ever gains columns, and a
 record written by an older memscope opens with this reader (``has_fast`` tells what it lacks).
 """
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,10 @@ class RunData:
 
     def run_row(self) -> dict[str, Any]:
         """The run's row: id, command, cwd, times, root pid, exit cause, summary, meta (JSON decoded)."""
-        cur = self.con.execute("SELECT id, command, cwd, started_at, t0_epoch, root_pid, ended_at, duration_s, "
-                               "exit_cause, summary, meta FROM run")
+        cur = self.con.execute(
+            "SELECT id, command, cwd, started_at, t0_epoch, root_pid, ended_at, duration_s, "
+            "exit_cause, summary, meta FROM run"
+        )
         row = cur.fetchone()
         if row is None:
             raise ValueError(f"{self.path} holds no run")
@@ -74,8 +77,9 @@ class RunData:
     def peaks_by_pid(self) -> dict[int, tuple[int, int | None]]:
         """pid -> (peak RSS, peak PSS); PSS at every round where the record has the fast series."""
         # A process whose PSS was never readable (another user's) has no PSS peak, only RSS rounds' guesses.
-        col = "CASE WHEN MAX(pss) IS NULL THEN NULL ELSE MAX(COALESCE(est_pss, pss)) END" if self.has_fast else \
-            "MAX(pss)"
+        col = (
+            "CASE WHEN MAX(pss) IS NULL THEN NULL ELSE MAX(COALESCE(est_pss, pss)) END" if self.has_fast else "MAX(pss)"
+        )
         out: dict[int, tuple[int, int | None]] = {}
         for pid, rss, pss in self.con.execute(f"SELECT pid, MAX(rss), {col} FROM samples GROUP BY pid"):
             out[pid] = (rss or 0, pss)
@@ -88,10 +92,12 @@ class RunData:
         out: dict[int, dict[str, Any]] = {}
         # SQLite takes the bare columns from the row that holds MAX(t).
         for pid, t, rss, private, pss in self.con.execute(
-                "SELECT pid, MAX(t), rss, private, est_pss FROM samples WHERE kind=0 AND rss>0 GROUP BY pid"):
+            "SELECT pid, MAX(t), rss, private, est_pss FROM samples WHERE kind=0 AND rss>0 GROUP BY pid"
+        ):
             out[pid] = {"t": t, "rss": rss, "private": private, "pss": pss}
         for pid, t, swap in self.con.execute(
-                "SELECT pid, MAX(t), swap FROM samples WHERE kind=1 AND pss IS NOT NULL GROUP BY pid"):
+            "SELECT pid, MAX(t), swap FROM samples WHERE kind=1 AND pss IS NOT NULL GROUP BY pid"
+        ):
             if pid in out:
                 out[pid].update(pss_t=t, swap=swap)
         return out
@@ -101,16 +107,17 @@ class RunData:
         ``private`` (PSS rounds): anonymous PSS plus swap, without the file-backed pages that move with what
         other processes map."""
         col = _column(kind, private)
-        yield from self.con.execute(f"SELECT t, SUM({col}) FROM samples WHERE kind=? GROUP BY t ORDER BY t",
-                                    (kind,))
+        yield from self.con.execute(f"SELECT t, SUM({col}) FROM samples WHERE kind=? GROUP BY t ORDER BY t", (kind,))
 
     def role_totals(self, kind: int, private: bool = False) -> dict[str, tuple[list[float], list[float]]]:
         """Per role, (t, sum over that role's processes) per round."""
         col = _column(kind, private)
         out: dict[str, tuple[list[float], list[float]]] = {}
         for t, role, v in self.con.execute(
-                f"SELECT s.t, COALESCE(p.role, 'other'), SUM({col}) FROM samples s LEFT JOIN processes p "
-                "ON p.pid = s.pid WHERE s.kind=? GROUP BY s.t, 2 ORDER BY s.t", (kind,)):
+            f"SELECT s.t, COALESCE(p.role, 'other'), SUM({col}) FROM samples s LEFT JOIN processes p "
+            "ON p.pid = s.pid WHERE s.kind=? GROUP BY s.t, 2 ORDER BY s.t",
+            (kind,),
+        ):
             ts, ys = out.setdefault(role, ([], []))
             ts.append(t)
             ys.append(v or 0)
@@ -124,8 +131,9 @@ class RunData:
         col = "est_private" if private else "est_pss"
         return self.con.execute(f"SELECT t, SUM({col}) FROM samples WHERE kind=0 GROUP BY t ORDER BY t").fetchall()
 
-    def role_fast_totals(self, private: bool = False,
-                         column: str | None = None) -> dict[str, tuple[list[float], list[float]]]:
+    def role_fast_totals(
+        self, private: bool = False, column: str | None = None
+    ) -> dict[str, tuple[list[float], list[float]]]:
         """Per role, (t, sum of the fast series over that role's processes) at every RSS round. ``column``
         "private" gives the raw statm private memory instead (not proportional: copy-on-write pages count in
         every process that maps them, so a parent's own growth stays its own)."""
@@ -134,8 +142,9 @@ class RunData:
         if not self.has_fast:
             return out
         for t, role, v in self.con.execute(
-                f"SELECT s.t, COALESCE(p.role, 'other'), SUM(s.{col}) FROM samples s LEFT JOIN processes p "
-                "ON p.pid = s.pid WHERE s.kind=0 GROUP BY s.t, 2 ORDER BY s.t"):
+            f"SELECT s.t, COALESCE(p.role, 'other'), SUM(s.{col}) FROM samples s LEFT JOIN processes p "
+            "ON p.pid = s.pid WHERE s.kind=0 GROUP BY s.t, 2 ORDER BY s.t"
+        ):
             ts, ys = out.setdefault(role, ([], []))
             ts.append(t)
             ys.append(v or 0)
@@ -145,27 +154,32 @@ class RunData:
         """(t, tree PSS) at the fast series' peak, None for records without it."""
         if not self.has_fast:
             return None
-        row = self.con.execute("SELECT t, SUM(est_pss) AS s FROM samples WHERE kind=0 GROUP BY t "
-                               "ORDER BY s DESC LIMIT 1").fetchone()
+        row = self.con.execute(
+            "SELECT t, SUM(est_pss) AS s FROM samples WHERE kind=0 GROUP BY t ORDER BY s DESC LIMIT 1"
+        ).fetchone()
         return (row[0], row[1]) if row and row[1] is not None else None
 
     def tree_peak(self, kind: int) -> tuple[float, int] | None:
         """(t, tree total) at the peak of the rounds of ``kind``, None when there are none."""
         col = "pss" if kind == KIND_PSS else "rss"
-        row = self.con.execute(f"SELECT t, SUM({col}) AS s FROM samples WHERE kind=? GROUP BY t "
-                               "ORDER BY s DESC LIMIT 1", (kind,)).fetchone()
+        row = self.con.execute(
+            f"SELECT t, SUM({col}) AS s FROM samples WHERE kind=? GROUP BY t ORDER BY s DESC LIMIT 1", (kind,)
+        ).fetchone()
         return (row[0], row[1]) if row and row[1] is not None else None
 
     def last_tree_total(self) -> tuple[float, int] | None:
         """(t, tree RSS) at the last RSS round, None when there is none."""
-        row = self.con.execute("SELECT t, SUM(rss) FROM samples WHERE kind=0 AND t=(SELECT MAX(t) FROM samples "
-                               "WHERE kind=0 AND rss>0)").fetchone()
+        row = self.con.execute(
+            "SELECT t, SUM(rss) FROM samples WHERE kind=0 AND t=(SELECT MAX(t) FROM samples WHERE kind=0 AND rss>0)"
+        ).fetchone()
         return (row[0], row[1]) if row and row[0] is not None else None
 
     def host_rows(self) -> list[tuple]:
         """Every host sample, in time order, as stored."""
-        return self.con.execute("SELECT t, total, available, swap_total, swap_used, lim, cgroup_usage, host_oom, "
-                                "cgroup_oom FROM host ORDER BY t").fetchall()
+        return self.con.execute(
+            "SELECT t, total, available, swap_total, swap_used, lim, cgroup_usage, host_oom, "
+            "cgroup_oom FROM host ORDER BY t"
+        ).fetchall()
 
     def tables_missing(self) -> set[str]:
         """The memscope tables this file lacks (all five: not a memscope record)."""
@@ -189,7 +203,8 @@ class RunData:
         """(t, processes alive, their PSS, their RSS) at the fast round where ``role``'s processes held most."""
         return self.con.execute(
             "SELECT s.t, COUNT(*) AS n, SUM(s.est_pss), SUM(s.rss) FROM samples s JOIN processes p ON p.pid = s.pid "
-            "WHERE s.kind=0 AND p.role=? GROUP BY s.t ORDER BY SUM(s.est_pss) DESC LIMIT 1", (role,)
+            "WHERE s.kind=0 AND p.role=? GROUP BY s.t ORDER BY SUM(s.est_pss) DESC LIMIT 1",
+            (role,),
         ).fetchone()
 
     def role_count(self, role: str) -> int:
@@ -199,8 +214,9 @@ class RunData:
     def role_alive_counts(self, role: str) -> Iterator[int]:
         """How many processes of ``role`` each fast round saw."""
         for (n,) in self.con.execute(
-                "SELECT COUNT(*) FROM samples s JOIN processes p ON p.pid = s.pid WHERE s.kind=0 AND "
-                "p.role=? GROUP BY s.t", (role,)):
+            "SELECT COUNT(*) FROM samples s JOIN processes p ON p.pid = s.pid WHERE s.kind=0 AND p.role=? GROUP BY s.t",
+            (role,),
+        ):
             yield n
 
     def output_data(self) -> Iterator[str]:
@@ -224,8 +240,9 @@ class RunData:
 
     def last_events(self, n: int) -> list[tuple[float, int | None, str, str]]:
         """The latest ``n`` events other than output, newest first, as stored (data is JSON text)."""
-        return self.con.execute("SELECT t, pid, kind, data FROM events WHERE kind != 'output' "
-                                "ORDER BY t DESC LIMIT ?", (n,)).fetchall()
+        return self.con.execute(
+            "SELECT t, pid, kind, data FROM events WHERE kind != 'output' ORDER BY t DESC LIMIT ?", (n,)
+        ).fetchall()
 
     def ended(self) -> bool:
         """Whether the run's end was recorded."""
@@ -237,8 +254,10 @@ class RunData:
         sql, args = "SELECT t, pid, kind, data FROM events", ()
         if kind:
             sql, args = sql + " WHERE kind=?", (kind,)
-        return [{"t": t, "pid": pid, "kind": k, "data": json.loads(d)}
-                for t, pid, k, d in self.con.execute(sql + " ORDER BY t", args)]
+        return [
+            {"t": t, "pid": pid, "kind": k, "data": json.loads(d)}
+            for t, pid, k, d in self.con.execute(sql + " ORDER BY t", args)
+        ]
 
 
 def _json_or(text: str | None, default: Any) -> Any:

@@ -4,6 +4,7 @@ WAL mode with synchronous=FULL and a commit at least every ``flush_s``: if memsc
 dies, the file keeps everything up to the last commit and opens cleanly. The schema is ``reader.SCHEMA``:
 records written by any earlier memscope open with the same reader.
 """
+
 from __future__ import annotations
 
 import collections
@@ -21,6 +22,7 @@ from .reader import SCHEMA, connect
 
 class _Sql:
     """A statement of the recorder's own (the run row). Private: no Record, nothing from outside, can be one."""
+
     __slots__ = ("sql", "args")
 
     def __init__(self, sql: str, args: tuple) -> None:
@@ -29,6 +31,7 @@ class _Sql:
 
 class _Barrier:
     """Commit what came before, then set ``done``."""
+
     __slots__ = ("done",)
 
     def __init__(self) -> None:
@@ -64,10 +67,10 @@ class Recorder:
         self.bad_records = 0
         self.lost_records = 0
         self.first_error: str | None = None
-        self.lost: list[Any] = []      # what the file refused but sample rounds, oldest first (at most KEEP_LOST)
+        self.lost: list[Any] = []  # what the file refused but sample rounds, oldest first (at most KEEP_LOST)
         self._lost_samples: collections.deque[TreeSample] = collections.deque(maxlen=KEEP_SAMPLES)
         self._lost_peaks: dict[str, tuple[int, TreeSample]] = {}  # kind -> (tree total, its round)
-        self._batch: list[Any] = []    # written since the last commit: lost with it if the commit fails
+        self._batch: list[Any] = []  # written since the last commit: lost with it if the commit fails
         self._lost_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="memscope-recorder", daemon=True)
         self._thread.start()
@@ -81,12 +84,24 @@ class Recorder:
         """What went wrong while recording, for the summary (all zero when nothing did)."""
         return {"bad_records": self.bad_records, "lost_records": self.lost_records, "first_error": self.first_error}
 
-    def begin(self, run_id: str, command: list[str], cwd: str, started_at: str, t0_epoch: float,
-              root_pid: int, meta: dict[str, Any]) -> None:
+    def begin(
+        self,
+        run_id: str,
+        command: list[str],
+        cwd: str,
+        started_at: str,
+        t0_epoch: float,
+        root_pid: int,
+        meta: dict[str, Any],
+    ) -> None:
         """Write the run's row (once, at the start)."""
-        self._q.put(_Sql("INSERT OR REPLACE INTO run (id, command, cwd, started_at, t0_epoch, root_pid, meta) "
-                         "VALUES (?,?,?,?,?,?,?)",
-                         (run_id, json.dumps(command), cwd, started_at, t0_epoch, root_pid, json.dumps(meta))))
+        self._q.put(
+            _Sql(
+                "INSERT OR REPLACE INTO run (id, command, cwd, started_at, t0_epoch, root_pid, meta) "
+                "VALUES (?,?,?,?,?,?,?)",
+                (run_id, json.dumps(command), cwd, started_at, t0_epoch, root_pid, json.dumps(meta)),
+            )
+        )
 
     def put(self, rec: Record) -> None:
         """Queue a record for the writer thread (never blocks the collectors)."""
@@ -115,8 +130,10 @@ class Recorder:
             src.close()
         mem.executescript(SCHEMA)
         with self._lost_lock:
-            lost = list(self.lost) + sorted({id(r): r for r in [*self._lost_samples, *(
-                r for _, r in self._lost_peaks.values())]}.values(), key=lambda r: r.t)
+            lost = list(self.lost) + sorted(
+                {id(r): r for r in [*self._lost_samples, *(r for _, r in self._lost_peaks.values())]}.values(),
+                key=lambda r: r.t,
+            )
         for rec in lost:
             try:
                 _apply(mem, rec)
@@ -192,8 +209,11 @@ class Recorder:
                     self.lost.append(rec)
         if first:
             self.first_error = self.first_error or str(exc)
-            self._warn(f"memscope: cannot write the record {self.path} ({exc}); what follows is kept in memory "
-                       "for the summary, not in the file")
+            self._warn(
+                f"memscope: cannot write the record {self.path} ({exc}); what follows is kept in memory "
+                "for the summary, not in the file"
+            )
+
 
 def _apply(c: sqlite3.Connection, rec: Any) -> None:
     """Write one record (or one of the recorder's own statements) on ``c``."""
@@ -201,31 +221,52 @@ def _apply(c: sqlite3.Connection, rec: Any) -> None:
         c.execute(rec.sql, rec.args)
     elif isinstance(rec, TreeSample):
         kind = KIND_RSS if rec.kind == "rss" else KIND_PSS
-        c.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                      [(rec.t, kind, p.pid, p.rss, p.pss, p.anon, p.file, p.swap, p.private, p.est_pss,
-                        p.est_private) for p in rec.procs])
+        c.executemany(
+            "INSERT INTO samples VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            [
+                (rec.t, kind, p.pid, p.rss, p.pss, p.anon, p.file, p.swap, p.private, p.est_pss, p.est_private)
+                for p in rec.procs
+            ],
+        )
     elif isinstance(rec, HostSample):
-        c.execute("INSERT INTO host VALUES (?,?,?,?,?,?,?,?,?)",
-                  (rec.t, rec.total, rec.available, rec.swap_total, rec.swap_used, rec.limit,
-                   rec.cgroup_usage, rec.host_oom_kills, rec.cgroup_oom_kills))
+        c.execute(
+            "INSERT INTO host VALUES (?,?,?,?,?,?,?,?,?)",
+            (
+                rec.t,
+                rec.total,
+                rec.available,
+                rec.swap_total,
+                rec.swap_used,
+                rec.limit,
+                rec.cgroup_usage,
+                rec.host_oom_kills,
+                rec.cgroup_oom_kills,
+            ),
+        )
     elif isinstance(rec, ProcessSeen):
-        c.execute("INSERT INTO processes (pid, ppid, role, name, cmdline, create_time, first_t) "
-                  "VALUES (?,?,?,?,?,?,?) ON CONFLICT(pid) DO UPDATE SET role=excluded.role, "
-                  "name=excluded.name, cmdline=excluded.cmdline, ppid=excluded.ppid",
-                  (rec.pid, rec.ppid, rec.role, rec.name, rec.cmdline, rec.create_time, rec.t))
+        c.execute(
+            "INSERT INTO processes (pid, ppid, role, name, cmdline, create_time, first_t) "
+            "VALUES (?,?,?,?,?,?,?) ON CONFLICT(pid) DO UPDATE SET role=excluded.role, "
+            "name=excluded.name, cmdline=excluded.cmdline, ppid=excluded.ppid",
+            (rec.pid, rec.ppid, rec.role, rec.name, rec.cmdline, rec.create_time, rec.t),
+        )
     elif isinstance(rec, ProcessExited):
-        c.execute("UPDATE processes SET exit_t=?, exit_code=COALESCE(?, exit_code), "
-                  "exit_signal=COALESCE(?, exit_signal) WHERE pid=?",
-                  (rec.t, rec.exit_code, rec.exit_signal, rec.pid))
+        c.execute(
+            "UPDATE processes SET exit_t=?, exit_code=COALESCE(?, exit_code), "
+            "exit_signal=COALESCE(?, exit_signal) WHERE pid=?",
+            (rec.t, rec.exit_code, rec.exit_signal, rec.pid),
+        )
     elif isinstance(rec, Event):
         # Every Event is data, whatever its kind: nothing in one is ever executed or acted on here.
-        c.execute("INSERT INTO events VALUES (?,?,?,?)",
-                  (rec.t, rec.pid, str(rec.kind), json.dumps(rec.data, default=repr)))
+        c.execute(
+            "INSERT INTO events VALUES (?,?,?,?)", (rec.t, rec.pid, str(rec.kind), json.dumps(rec.data, default=repr))
+        )
     elif isinstance(rec, RunEnded):
         s = rec.summary
-        c.execute("UPDATE run SET ended_at=?, duration_s=?, exit_cause=?, summary=?",
-                  (time.strftime("%Y-%m-%dT%H:%M:%S%z"), s.get("duration_s"), s["exit"]["cause"],
-                   json.dumps(s)))
+        c.execute(
+            "UPDATE run SET ended_at=?, duration_s=?, exit_cause=?, summary=?",
+            (time.strftime("%Y-%m-%dT%H:%M:%S%z"), s.get("duration_s"), s["exit"]["cause"], json.dumps(s)),
+        )
 
 
 def record_health(recorder: Recorder, server: Any = None) -> dict[str, Any] | None:
@@ -234,8 +275,11 @@ def record_health(recorder: Recorder, server: Any = None) -> dict[str, Any] | No
     out: dict[str, Any] = dict(recorder.health())
     if server is not None:
         st = server.stats()
-        out.update(refused_messages=st["refused_messages"], rejected_connections=st["rejected_connections"],
-                   last_refusal=st["last_refusal"])
+        out.update(
+            refused_messages=st["refused_messages"],
+            rejected_connections=st["rejected_connections"],
+            last_refusal=st["last_refusal"],
+        )
     if not any(v for k, v in out.items() if k not in ("first_error", "last_refusal")):
         return None
     return out

@@ -1,6 +1,7 @@
 """A run's agents: the socket server and the environment that leads each Python process of the run to it, the
 messages they send, the census asked of the main process, and the crash files they leave behind.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,12 +59,25 @@ class Agents:
             # namespace it is not a host pid, and a token holder could name any process.
             argv = msg.get("orig_argv") or msg.get("argv") or []
             ppid = msg.get("ppid") if isinstance(msg.get("ppid"), int) else 0
-            proof = run.tree.adopt(pid, ppid, [str(a) for a in argv] if isinstance(argv, list) else [],
-                                   bool(msg.get("runs_script")) and not msg.get("forked"))
+            proof = run.tree.adopt(
+                pid,
+                ppid,
+                [str(a) for a in argv] if isinstance(argv, list) else [],
+                bool(msg.get("runs_script")) and not msg.get("forked"),
+            )
             if proof is None:
-                run.publish(Event(t, pid, "agent_refused", {
-                    "claimed_pid": msg.get("pid"), "reason": "not proven part of the run (not a descendant of "
-                    "its root, not in its session, no marker in its environment)"}))
+                run.publish(
+                    Event(
+                        t,
+                        pid,
+                        "agent_refused",
+                        {
+                            "claimed_pid": msg.get("pid"),
+                            "reason": "not proven part of the run (not a descendant of "
+                            "its root, not in its session, no marker in its environment)",
+                        },
+                    )
+                )
                 return
             run.publish(Event(t, pid, "agent_hello", dict(msg, membership=proof)))
             if not msg.get("forked"):  # a Python main says hello at once: catch a move before it can be OOM-killed
@@ -96,8 +110,10 @@ class Agents:
             self._census_waiting[req] = (done, box)
             try:
                 if not self.server.request(pid, {"t": "census", "id": req}):
-                    raise CensusError(f"the main process (pid {pid}) has no memscope agent to ask "
-                                      "(not Python, or started with python -I)")
+                    raise CensusError(
+                        f"the main process (pid {pid}) has no memscope agent to ask "
+                        "(not Python, or started with python -I)"
+                    )
                 if not done.wait(timeout):
                     raise CensusError(f"the main process (pid {pid}) did not answer within {timeout:g} s")
             finally:
@@ -118,9 +134,18 @@ class Agents:
             return
         self.server.close()
         if self.server.throttled or self.server.accept_failures:
-            self.run.publish(Event(self.run.elapsed(), None, "collector_degraded", {
-                "what": "agent_connections", "max": self.server.max_connections,
-                "accept_failures": self.server.accept_failures}))
+            self.run.publish(
+                Event(
+                    self.run.elapsed(),
+                    None,
+                    "collector_degraded",
+                    {
+                        "what": "agent_connections",
+                        "max": self.server.max_connections,
+                        "accept_failures": self.server.accept_failures,
+                    },
+                )
+            )
 
     def collect_crash_files(self) -> None:
         """The faulthandler dumps, exceptions and CUDA snapshots the agents left in ``dir``, into the record."""
@@ -133,19 +158,25 @@ class Agents:
             path = os.path.join(self.dir, name)
             try:
                 if name.startswith(protocol.FAULT_PREFIX) and os.path.getsize(path) > 0:
-                    pid = int(name[len(protocol.FAULT_PREFIX):].split(".")[0])
+                    pid = int(name[len(protocol.FAULT_PREFIX) :].split(".")[0])
                     with open(path, errors="replace") as f:
                         text = f.read(200000)
                     run.publish(Event(run.elapsed(), pid, "fault", {"text": text}))
                     if protocol.FAULT_ECHO + "." in name:
                         self._echo_stderr(text)
                 elif name.startswith(protocol.EXC_PREFIX) and name.endswith(".json"):
-                    pid = int(name[len(protocol.EXC_PREFIX):].split(".")[0])
+                    pid = int(name[len(protocol.EXC_PREFIX) :].split(".")[0])
                     with open(path) as f:
                         run.publish(Event(run.elapsed(), pid, "exception", json.load(f)))
                 elif name.startswith("cuda_snapshot_") and name.endswith(".pickle"):
-                    run.publish(Event(run.elapsed(), None, "cuda_snapshot",
-                                      {"name": name, "path": keep_snapshot(path, run.record_path)}))
+                    run.publish(
+                        Event(
+                            run.elapsed(),
+                            None,
+                            "cuda_snapshot",
+                            {"name": name, "path": keep_snapshot(path, run.record_path)},
+                        )
+                    )
             except (OSError, ValueError):
                 continue
 

@@ -1,6 +1,7 @@
 """A run's end: what is left of the tree cleaned up, the output read to its end, the crash files collected, the
 summary written, and every thread and file let go. Whatever fails in here, the run still reaches "ended".
 """
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,10 @@ def finish(run: Run) -> None:
         _finish_steps(run)
     except Exception as exc:
         run._summary = run._summary or {
-            "schema": "memscope.summary/1", "run_id": run.run_id,
-            "exit": dict(exit_info(run, "unknown", f"memscope failed while finishing: {exc!r}"), code=run.returncode)}
+            "schema": "memscope.summary/1",
+            "run_id": run.run_id,
+            "exit": dict(exit_info(run, "unknown", f"memscope failed while finishing: {exc!r}"), code=run.returncode),
+        }
         run.exit = run._summary["exit"]
         if run.options.summary_json:
             try:
@@ -100,9 +103,19 @@ def _finish_steps(run: Run) -> None:
         pass
     run.agents.collect_crash_files()
     run.agents.close()
-    run.publish(Event(t, run.pid, "exit_status", {
-        "returncode": run.returncode, "maxrss_bytes": run._maxrss, "stop_requested": run._stop_requested,
-        "detached": run._detached}))
+    run.publish(
+        Event(
+            t,
+            run.pid,
+            "exit_status",
+            {
+                "returncode": run.returncode,
+                "maxrss_bytes": run._maxrss,
+                "stop_requested": run._stop_requested,
+                "detached": run._detached,
+            },
+        )
+    )
     summary = summarize_record(run)
     if run._detached:
         summary["exit"] = exit_info(run, "detached", f"memscope stopped watching; pid {run.pid} is still running.")
@@ -124,16 +137,43 @@ def _clean_leftovers(run: Run) -> None:
     tree = run.tree
     tree.all_marked()  # one last full discovery: escapees, orphans re-parented to memscope
     left = run._sup.clean_leftovers(
-        {p: st for p, st in tree.members().items() if p != run.pid}, run._stop_requested,
-        lambda pids: run.publish(Event(run.elapsed(), None, "leftovers", {"pids": pids, "processes": [
-            {"pid": p, "name": tree.procs[p].info.name,
-             "cmdline": " ".join(tree.procs[p].info.cmdline)[:200]} for p in pids if p in tree.procs]})))
+        {p: st for p, st in tree.members().items() if p != run.pid},
+        run._stop_requested,
+        lambda pids: run.publish(
+            Event(
+                run.elapsed(),
+                None,
+                "leftovers",
+                {
+                    "pids": pids,
+                    "processes": [
+                        {
+                            "pid": p,
+                            "name": tree.procs[p].info.name,
+                            "cmdline": " ".join(tree.procs[p].info.cmdline)[:200],
+                        }
+                        for p in pids
+                        if p in tree.procs
+                    ],
+                },
+            )
+        ),
+    )
     for pid, status in left.items():
         tree.mark_exited(pid, *decode_wait_status(status))
     kept = [p for p in tree.unsignalled() if p != run.pid]
     if kept:
-        run.publish(Event(run.elapsed(), None, "left_running", {"pids": kept, "processes": [
-            {"pid": p, "cmdline": " ".join(tree.procs[p].info.cmdline)[:200]} for p in kept]}))
+        run.publish(
+            Event(
+                run.elapsed(),
+                None,
+                "left_running",
+                {
+                    "pids": kept,
+                    "processes": [{"pid": p, "cmdline": " ".join(tree.procs[p].info.cmdline)[:200]} for p in kept],
+                },
+            )
+        )
 
 
 def summarize_record(run: Run) -> dict[str, Any]:
@@ -150,8 +190,11 @@ def summarize_record(run: Run) -> dict[str, Any]:
         rd.close()
     health = record_health(run._recorder, run.agents.server)
     if not synced:
-        health = dict(health or {}, unsynced=f"the record's writer was still behind after {SUMMARY_SYNC_S:g} s: "
-                                             "this summary may miss the run's last records")
+        health = dict(
+            health or {},
+            unsynced=f"the record's writer was still behind after {SUMMARY_SYNC_S:g} s: "
+            "this summary may miss the run's last records",
+        )
     if health:
         s["record_errors"] = health
     return s
@@ -164,6 +207,7 @@ def exit_info(run: Run, cause: str, message: str) -> dict[str, Any]:
 
 def read_output(run: Run, path: str, name: str) -> None:
     """A reader thread (capture mode): the run's output file ``path`` as "output" events and the live tail."""
+
     def on_text(text: str) -> None:
         run.publish(Event(run.elapsed(), run.pid, "output", {"stream": name, "text": text}))
 

@@ -2,6 +2,7 @@
 
 A slow subscriber never slows the collectors: each has its own thread and a bounded queue that drops its oldest.
 """
+
 from __future__ import annotations
 
 import collections
@@ -12,14 +13,15 @@ from typing import Any, Callable
 
 from ..model import HostSample, ProcessExited, ProcessSeen, Record, TreeSample
 
-SNAPSHOT_EXITED = 200   # exited processes the live snapshot keeps (the record keeps them all)
+SNAPSHOT_EXITED = 200  # exited processes the live snapshot keeps (the record keeps them all)
 
 
 @dataclass
 class Snapshot:
     """The latest of everything, for views that poll instead of subscribing."""
+
     t: float = 0.0
-    procs: dict[int, dict[str, Any]] = field(default_factory=dict)   # pid -> role, name, rss, pss, alive
+    procs: dict[int, dict[str, Any]] = field(default_factory=dict)  # pid -> role, name, rss, pss, alive
     tree_rss: int = 0
     tree_pss: int | None = None
     peak_rss: int = 0
@@ -91,6 +93,7 @@ class Subscribers:
                 if sub in self._subs:
                     self._subs.remove(sub)
             sub.close()
+
         return unsubscribe
 
     def put(self, rec: Record) -> None:

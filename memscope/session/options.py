@@ -3,6 +3,7 @@
 ``Options`` is what ``memscope.run(..., **options)``, ``memscope run`` and ``%memscope`` all fill in; the checks
 raise ``LaunchError`` with one line for the user.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,13 +22,14 @@ _SECONDS = ("interval_s", "pss_interval_s", "host_interval_s", "discover_interva
 @dataclass
 class Options:
     """How a run is watched and recorded (the same options as ``memscope run``'s flags)."""
+
     record_dir: str | None = None
-    interval_s: float = 0.2        # RSS rounds (statm): cheap
-    pss_interval_s: float = 2.0    # PSS rounds (smaps_rollup): 0.5-14 ms a process
+    interval_s: float = 0.2  # RSS rounds (statm): cheap
+    pss_interval_s: float = 2.0  # PSS rounds (smaps_rollup): 0.5-14 ms a process
     host_interval_s: float = 1.0
     discover_interval_s: float = 0.5
-    grace_s: float = 5.0           # SIGINT -> SIGTERM -> SIGKILL
-    output: str = "inherit"        # "inherit" (CLI), "capture" (notebook: kept as a tail and recorded)
+    grace_s: float = 5.0  # SIGINT -> SIGTERM -> SIGKILL
+    output: str = "inherit"  # "inherit" (CLI), "capture" (notebook: kept as a tail and recorded)
     agent: bool = True
     limit_bytes: int | None = None  # a budget to compare against, instead of the container's limit
     summary_json: str | None = None
@@ -37,7 +39,7 @@ class Options:
     scalene: str | bool | None = None  # None, "cpu" or "memory": the script runs under Scalene, profiling off
     cuda_history: int | None = None  # entries of CUDA allocation history kept for the OOM snapshot (None: none)
     prometheus: str | None = None  # "[HOST:]PORT": serve the run's state to Prometheus (export/prometheus.py)
-    hostname: str | None = None    # the hostname label (default: this machine's)
+    hostname: str | None = None  # the hostname label (default: this machine's)
     pushgateway: str | None = None  # push the final state to this Pushgateway at the end
     prometheus_linger_s: float = 0.0  # keep the endpoint up this long after the end, for a last scrape
 

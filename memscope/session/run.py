@@ -6,6 +6,7 @@ sampler, the agent server, the recorder, and one dispatcher per subscriber. This
 the work is in ``options``, ``sampling``, ``agents``, ``finish`` and ``scalene`` beside it. Exporters and views
 attach from outside through ``subscribe``, ``on_end`` and ``elapsed`` (``wiring.RUN_ATTACHMENTS``).
 """
+
 from __future__ import annotations
 
 import collections
@@ -42,8 +43,14 @@ if TYPE_CHECKING:
 class Run:
     """A command running under memscope (or a tree it attached to)."""
 
-    def __init__(self, command: Sequence[str] | None = None, *, attach: int | None = None,
-                 options: Options | None = None, say: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        command: Sequence[str] | None = None,
+        *,
+        attach: int | None = None,
+        options: Options | None = None,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
         self.options = o = options or Options()
         # Where memscope's own lines about this run go (warnings, the summary's path, the exporter's word): stderr
         # in a terminal; in a notebook, the view of the cell that started the run (a print from a background
@@ -121,36 +128,64 @@ class Run:
             self.pid = self._proc.pid
         self.t0 = time.monotonic()
         self.started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        self._recorder.begin(self.run_id, list(self.command), os.path.abspath(o.cwd or os.getcwd()),
-                             self.started_at, time.time(), self.pid,
-                             {"attached": self.attached, "script": self.script, "agent": o.agent,
-                              "limit_bytes": o.limit_bytes, "interval_s": o.interval_s,
-                              "pss_interval_s": o.pss_interval_s,
-                              "scalene": self.scalene.mode if self.scalene else None})
+        self._recorder.begin(
+            self.run_id,
+            list(self.command),
+            os.path.abspath(o.cwd or os.getcwd()),
+            self.started_at,
+            time.time(),
+            self.pid,
+            {
+                "attached": self.attached,
+                "script": self.script,
+                "agent": o.agent,
+                "limit_bytes": o.limit_bytes,
+                "interval_s": o.interval_s,
+                "pss_interval_s": o.pss_interval_s,
+                "scalene": self.scalene.mode if self.scalene else None,
+            },
+        )
         marker = None if self.attached else f"{protocol.ENV_RUN}={self.run_id}".encode()
         root_stat = _stat(self.pid)
         # A process we launched owns its session; one we attached to may share its shell's: no session proof then.
         membership = supervise.Membership(
-            self.pid, session=None if self.attached else self.pid, marker=marker,
+            self.pid,
+            session=None if self.attached else self.pid,
+            marker=marker,
             started_ticks=root_stat.starttime if root_stat else None,
-            reparented=self._subreaper and not self.attached)
-        self.tree = TreeSampler(self.pid, self.publish, self.elapsed, marker=marker, script=self.script,
-                                membership=membership, reap=supervise.reap)
-        self._sup = supervise.Supervisor(self.pid, self.attached, self.tree.members,
-                                         lambda: self.returncode is not None or self._proc is None,
-                                         on_sent=self._signal_sent)
+            reparented=self._subreaper and not self.attached,
+        )
+        self.tree = TreeSampler(
+            self.pid,
+            self.publish,
+            self.elapsed,
+            marker=marker,
+            script=self.script,
+            membership=membership,
+            reap=supervise.reap,
+        )
+        self._sup = supervise.Supervisor(
+            self.pid,
+            self.attached,
+            self.tree.members,
+            lambda: self.returncode is not None or self._proc is None,
+            on_sent=self._signal_sent,
+        )
         self.status = "running"
         self._spawn(self.sampler.rss_loop, "memscope-rss")
         self._spawn(self.sampler.pss_loop, "memscope-pss")
         self._spawn(lambda: finish_mod.wait_loop(self), "memscope-waiter")
         nvml = gpu_mod.Nvml.open()  # None without a driver: no thread, nothing recorded
         if nvml is not None:
-            self._spawn(lambda: gpu_mod.sample_loop(nvml, self.publish, self.elapsed, self.tree.alive_pids,
-                                                    self.sampler.done, o.host_interval_s), "memscope-gpu")
+            self._spawn(
+                lambda: gpu_mod.sample_loop(
+                    nvml, self.publish, self.elapsed, self.tree.alive_pids, self.sampler.done, o.host_interval_s
+                ),
+                "memscope-gpu",
+            )
         if self._proc is not None and self.output_files:
             for name, path in zip(("stdout", "stderr"), self.output_files):
-                self._spawn(lambda name=name, path=path: finish_mod.read_output(self, path, name),
-                            f"memscope-{name}")
+                self._spawn(lambda name=name, path=path: finish_mod.read_output(self, path, name), f"memscope-{name}")
         return self
 
     @property
@@ -315,8 +350,9 @@ class Run:
 
     def _signal_sent(self, sig: int, pids: list[int], to: str = "tree") -> None:
         # What was really sent, for the verdict's words (SIGINT alone often ends a run).
-        self.publish(Event(self.elapsed(), None, "signal_sent", {"signal": signal_name(sig), "to": to,
-                                                                 "pids": list(pids)}))
+        self.publish(
+            Event(self.elapsed(), None, "signal_sent", {"signal": signal_name(sig), "to": to, "pids": list(pids)})
+        )
 
     def _root_gone(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -1,6 +1,7 @@
 """A run's sampling loops: RSS rounds with discovery and host reads, PSS rounds within a CPU budget, and the
 cgroup the main process lives in. When /proc cannot be read the loops say so once per episode, never per round.
 """
+
 from __future__ import annotations
 
 import threading
@@ -27,7 +28,7 @@ class Sampler:
         self.done = threading.Event()  # set at the end: the loops return
         self.cg: host_mod.Cgroup | None = None
         self._cgf = host_mod.CgroupFollower()
-        self._warned: set[str] = set()   # degradations already said once (descriptors, unreadable PSS)
+        self._warned: set[str] = set()  # degradations already said once (descriptors, unreadable PSS)
         self._episodes = 0
 
     def rss_loop(self) -> None:
@@ -74,11 +75,19 @@ class Sampler:
         self._episodes += 1
         if self._episodes > 10:
             return  # a limit that flaps: the first ten episodes tell the story
-        self.run.publish(Event(self.run.elapsed(), None, "collector_degraded", {
-            "what": what, "error": f"{exc.strerror or exc} ({exc.filename})" if exc.filename else str(exc)}))
+        self.run.publish(
+            Event(
+                self.run.elapsed(),
+                None,
+                "collector_degraded",
+                {"what": what, "error": f"{exc.strerror or exc} ({exc.filename})" if exc.filename else str(exc)},
+            )
+        )
         if self._episodes == 1:
-            self.run.say(f"memscope: warning: cannot read /proc: {exc.strerror or exc}; samples are missing "
-                         "until it can again (live processes are not taken for exited)")
+            self.run.say(
+                f"memscope: warning: cannot read /proc: {exc.strerror or exc}; samples are missing "
+                "until it can again (live processes are not taken for exited)"
+            )
 
     def _degraded_over(self, what: str) -> None:
         if what in self._warned:
@@ -93,8 +102,19 @@ class Sampler:
             return  # /proc/meminfo unreadable (out of descriptors): no sample rather than "0 bytes available"
         cm = host_mod.read_cgroup_memory(cg) if cg else None
         limit = self.run.options.limit_bytes or (cm.limit if cm else None)
-        self.run.publish(HostSample(self.run.elapsed(), h.total, h.available, h.swap_total, h.swap_used,
-                                    limit, cm.usage if cm else None, h.oom_kills, cm.oom_kills if cm else None))
+        self.run.publish(
+            HostSample(
+                self.run.elapsed(),
+                h.total,
+                h.available,
+                h.swap_total,
+                h.swap_used,
+                limit,
+                cm.usage if cm else None,
+                h.oom_kills,
+                cm.oom_kills if cm else None,
+            )
+        )
 
     def pss_loop(self) -> None:
         """PSS rounds, spaced so that they take at most PSS_CPU_BUDGET of a core."""
@@ -134,6 +154,15 @@ class Sampler:
             return
         self._warned.add("pss_unreadable")
         msg = f"PSS of pid {pid} is unreadable: permission denied (another user's process)"
-        run.publish(Event(run.elapsed(), pid, "pss_unreadable", {
-            "reason": "permission", "message": msg + "; run memscope as that user or as root. RSS is shown instead."}))
+        run.publish(
+            Event(
+                run.elapsed(),
+                pid,
+                "pss_unreadable",
+                {
+                    "reason": "permission",
+                    "message": msg + "; run memscope as that user or as root. RSS is shown instead.",
+                },
+            )
+        )
         run.say(f"memscope: warning: {msg}; showing RSS")

@@ -16,6 +16,7 @@ Reading: each "off" makes Scalene rewrite its JSON with everything since the sta
 of its total CPU sample time. The agent reports that total with each write, so each line's seconds are exact and
 a snapshot is the difference from the previous one.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -39,8 +40,10 @@ from ..model import Event
 Run = Any
 
 MODES = {"cpu": "--cpu-only", "memory": "--memory"}
-HOW_TO = ("start the run under Scalene: %memscope --scalene train.py (memscope run --scalene train.py, "
-          "or memscope.run(cmd, scalene=True)); --scalene=memory adds memory figures")
+HOW_TO = (
+    "start the run under Scalene: %memscope --scalene train.py (memscope run --scalene train.py, "
+    "or memscope.run(cmd, scalene=True)); --scalene=memory adds memory figures"
+)
 
 
 def available() -> bool:
@@ -64,8 +67,18 @@ def wrap_command(command: list[str], script: str | None, mode: str, outfile: str
     if not script or len(command) < 2 or os.path.abspath(command[1]) != script:
         raise ValueError("--scalene needs a Python script: script.py [args] or python script.py [args]")
     args = command[2:]
-    return [command[0], "-m", "scalene", "run", "--off", MODES[mode], "-o", outfile, command[1],
-            *(["---", *args] if args else [])]
+    return [
+        command[0],
+        "-m",
+        "scalene",
+        "run",
+        "--off",
+        MODES[mode],
+        "-o",
+        outfile,
+        command[1],
+        *(["---", *args] if args else []),
+    ]
 
 
 def catches(pid: int, *signals: int) -> bool:
@@ -83,21 +96,23 @@ def catches(pid: int, *signals: int) -> bool:
 
 # -- a run's snapshots -----------------------------------------------------------------------------------------
 
+
 @dataclass
 class ScaleneSnapshot:
     """One Scalene window: when, how long, the hottest lines, and where Scalene's own report is."""
+
     index: int
     pid: int
     mode: str
-    seconds: float                 # asked for
-    window_s: float                # profiled wall time, as Scalene measured it
-    cpu_s: float                   # CPU time Scalene sampled in the window
+    seconds: float  # asked for
+    window_s: float  # profiled wall time, as Scalene measured it
+    cpu_s: float  # CPU time Scalene sampled in the window
     top: list[dict[str, Any]] = field(default_factory=list)
-    json_path: str = ""            # Scalene's cumulative JSON as of this snapshot
-    html_path: str = ""            # Scalene's full report from it (written a few seconds after the snapshot)
+    json_path: str = ""  # Scalene's cumulative JSON as of this snapshot
+    html_path: str = ""  # Scalene's full report from it (written a few seconds after the snapshot)
     note: str = ""
-    started_at: float = 0.0        # epoch seconds
-    t_s: float | None = None       # on the run's clock (seconds since it started)
+    started_at: float = 0.0  # epoch seconds
+    t_s: float | None = None  # on the run's clock (seconds since it started)
 
     def to_dict(self) -> dict[str, Any]:
         """The snapshot as the recorded event's data."""
@@ -147,8 +162,11 @@ class ScaleneSession:
         deadline = time.monotonic() + wait_ready_s
         while not self._ready.wait(0.1):
             if ended() or time.monotonic() > deadline:
-                raise ScaleneError("Scalene has not started the script (no word from memscope's agent in it)"
-                                   if not ended() else "the run has ended")
+                raise ScaleneError(
+                    "Scalene has not started the script (no word from memscope's agent in it)"
+                    if not ended()
+                    else "the run has ended"
+                )
         pid, (on, off) = self.pid, self._signals  # type: ignore[misc]
         assert pid is not None
         with self._cond:
@@ -187,8 +205,19 @@ class ScaleneSession:
         shutil.copyfile(self.outfile, json_path)
         if write.get("total_cpu_s") is None:
             note = "; ".join(x for x in (note, "CPU shares approximate (Scalene's total was not reported)") if x)
-        snap = ScaleneSnapshot(index, pid, self.mode, float(seconds), window_s, cpu_s, rows, json_path,
-                               start_html(json_path, self.python), note, started)
+        snap = ScaleneSnapshot(
+            index,
+            pid,
+            self.mode,
+            float(seconds),
+            window_s,
+            cpu_s,
+            rows,
+            json_path,
+            start_html(json_path, self.python),
+            note,
+            started,
+        )
         self.snapshots.append(snap)
         return snap
 
@@ -232,9 +261,15 @@ def start_html(json_path: str, python: str = sys.executable) -> str:
     except OSError:
         return final
     try:
-        subprocess.Popen([python, "-c", _RENDER, json_path, work, final], cwd=folder, env=env,
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)
+        subprocess.Popen(
+            [python, "-c", _RENDER, json_path, work, final],
+            cwd=folder,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     except OSError:
         shutil.rmtree(work, ignore_errors=True)
     return final

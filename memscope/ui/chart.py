@@ -10,6 +10,7 @@ server, no IFrame. Its text travels once per kernel, in the state of a single hi
 chart references; the browser injects it at most once per window (``chart.js``). Works with anywidget >= 0.9 and
 ipywidgets 7.7 or 8.
 """
+
 from __future__ import annotations
 
 import threading
@@ -38,6 +39,7 @@ def bokeh_version() -> str:
 def _bokehjs_dir() -> Path:
     try:
         from bokeh.util.paths import bokehjs_path  # bokeh >= 3.1
+
         return Path(bokehjs_path()) / "js"
     except ImportError:  # pragma: no cover - older bokeh
         from importlib.resources import files
@@ -154,10 +156,17 @@ class MemoryChart(anywidget.AnyWidget):
     _bokeh_version = traitlets.Unicode("").tag(sync=True)
     _bokehjs = traitlets.Instance(_BokehJS, allow_none=True).tag(sync=True, **widget_serialization)
 
-    def __init__(self, data: Mapping[str, Any] | None = None, *, title: str = "", height: int = 320,
-                 **kwargs: Any) -> None:
-        super().__init__(data=dict(data or {}), title=title, height=height, _bokeh_version=bokeh_version(),
-                         _bokehjs=bokehjs_loader(), **kwargs)
+    def __init__(
+        self, data: Mapping[str, Any] | None = None, *, title: str = "", height: int = 320, **kwargs: Any
+    ) -> None:
+        super().__init__(
+            data=dict(data or {}),
+            title=title,
+            height=height,
+            _bokeh_version=bokeh_version(),
+            _bokehjs=bokehjs_loader(),
+            **kwargs,
+        )
         self.on_msg(self._on_custom_msg)
 
     @traitlets.validate("data")
@@ -172,5 +181,4 @@ class MemoryChart(anywidget.AnyWidget):
         # A host that exposes no widget manager to the module and never instantiated the loader asks for BokehJS.
         if isinstance(content, Mapping) and content.get("type") == "memscope-bokehjs?":
             src = bokehjs_source()
-            self.send({"type": "memscope-bokehjs", "version": src["version"], "core": src["core"],
-                       "api": src["api"]})
+            self.send({"type": "memscope-bokehjs", "version": src["version"], "core": src["core"], "api": src["api"]})

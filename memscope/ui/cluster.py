@@ -6,6 +6,7 @@ by role, the host's available memory and the limit), refreshed from Prometheus e
 until every node has ended or the view is closed. ``write_html`` writes the same as one standalone page (Bokeh,
 like ``memscope report --html``). Everything shown comes from Prometheus labels (hostnames, commands): escaped.
 """
+
 from __future__ import annotations
 
 import html
@@ -20,7 +21,7 @@ from ..record.cluster import Job, Panel, load_job
 __all__ = ["ClusterView", "cluster", "render_html", "write_html", "job_table", "text_table"]
 
 REFRESH_S = 5.0
-STALE_S = 600.0   # the live view stops refreshing after this long without new data
+STALE_S = 600.0  # the live view stops refreshing after this long without new data
 CHART_HEIGHT = 240
 
 
@@ -49,30 +50,45 @@ def job_table(job: Job) -> str:
     for p in job.panels:
         leaks = "<br>".join(
             f"<span style='color:{'#c62828' if v.get('verdict') == 'leak' else 'inherit'}'>{_esc(role)}: "
-            f"{_esc(_leak_text(v))}</span>" for role, v in sorted(p.leak.items()))
-        rows.append(f"<tr><td>{_esc(p.hostname)}</td><td>{_esc(p.rank or '-')}</td>"
-                    f"<td>{_esc(', '.join(p.roles) or '-')}</td><td style='text-align:right'>"
-                    f"{_esc(fmt_bytes(p.now_bytes()) if p.roles else '-')}</td><td style='text-align:right'>"
-                    f"{_esc(fmt_bytes(p.peak_bytes()) if p.roles else '-')}</td><td>{leaks or '-'}</td>"
-                    f"<td>{_esc(_exit_text(p))}</td></tr>")
-    return ("<style>.memscope-cluster td, .memscope-cluster th {padding: 2px 10px 2px 0; text-align: left;"
-            " vertical-align: top}</style>"
-            "<table class='memscope-cluster' style='border-collapse:collapse;font-size:12px'>"
-            "<tr><th>hostname</th><th>rank</th><th>roles</th><th>PSS (last)</th><th>PSS (peak)</th>"
-            "<th>leak (floor slope)</th>"
-            "<th>exit</th></tr>" + "".join(rows) + "</table>")
+            f"{_esc(_leak_text(v))}</span>"
+            for role, v in sorted(p.leak.items())
+        )
+        rows.append(
+            f"<tr><td>{_esc(p.hostname)}</td><td>{_esc(p.rank or '-')}</td>"
+            f"<td>{_esc(', '.join(p.roles) or '-')}</td><td style='text-align:right'>"
+            f"{_esc(fmt_bytes(p.now_bytes()) if p.roles else '-')}</td><td style='text-align:right'>"
+            f"{_esc(fmt_bytes(p.peak_bytes()) if p.roles else '-')}</td><td>{leaks or '-'}</td>"
+            f"<td>{_esc(_exit_text(p))}</td></tr>"
+        )
+    return (
+        "<style>.memscope-cluster td, .memscope-cluster th {padding: 2px 10px 2px 0; text-align: left;"
+        " vertical-align: top}</style>"
+        "<table class='memscope-cluster' style='border-collapse:collapse;font-size:12px'>"
+        "<tr><th>hostname</th><th>rank</th><th>roles</th><th>PSS (last)</th><th>PSS (peak)</th>"
+        "<th>leak (floor slope)</th>"
+        "<th>exit</th></tr>" + "".join(rows) + "</table>"
+    )
 
 
 def _status(job: Job, note: str = "") -> str:
     ended = sum(1 for h in job.hostnames if any(p.exit for p in job.panels if p.hostname == h))
-    ranks = sorted({p.rank for p in job.panels if p.rank}, key=lambda r: (not r.isdigit(), int(r) if r.isdigit() else 0, r))
+    ranks = sorted(
+        {p.rank for p in job.panels if p.rank}, key=lambda r: (not r.isdigit(), int(r) if r.isdigit() else 0, r)
+    )
     leaking = [f"{p.title}" for p in job.panels if any(v.get("verdict") == "leak" for v in p.leak.values())]
     span = max((p.chart_data()["t_last"] for p in job.panels), default=0.0)
-    parts = [f"{len(job.hostnames)} node(s), {len(ranks)} rank(s)", f"{ended} ended",
-             f"{span:.0f} s of data from {job.url} {job.selector}",
-             f"leak on {', '.join(leaking)}" if leaking else "no leak seen"]
-    return ("<div class='memscope-status' style='font-family:monospace;font-size:12px'>" +
-            _esc(" · ".join(parts)) + (f" · <i>{_esc(note)}</i>" if note else "") + "</div>")
+    parts = [
+        f"{len(job.hostnames)} node(s), {len(ranks)} rank(s)",
+        f"{ended} ended",
+        f"{span:.0f} s of data from {job.url} {job.selector}",
+        f"leak on {', '.join(leaking)}" if leaking else "no leak seen",
+    ]
+    return (
+        "<div class='memscope-status' style='font-family:monospace;font-size:12px'>"
+        + _esc(" · ".join(parts))
+        + (f" · <i>{_esc(note)}</i>" if note else "")
+        + "</div>"
+    )
 
 
 def text_table(job: Job) -> str:
@@ -88,8 +104,16 @@ def text_table(job: Job) -> str:
 class ClusterView:
     """The job view in a notebook; ``view.widget`` is what is displayed, ``view.close()`` stops refreshing."""
 
-    def __init__(self, url: str, *, run: str | None = None, job: str | None = None, since: str | float = "6h",
-                 refresh_s: float = REFRESH_S, first: Job | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        run: str | None = None,
+        job: str | None = None,
+        since: str | float = "6h",
+        refresh_s: float = REFRESH_S,
+        first: Job | None = None,
+    ) -> None:
         import ipywidgets as w
 
         self._args = {"run": run, "job": job, "since": since}
@@ -130,7 +154,8 @@ class ClusterView:
     def ended(self) -> bool:
         """Whether every node's run has ended."""
         return bool(self.job.hostnames) and all(
-            any(p.exit for p in self.job.panels if p.hostname == h) for h in self.job.hostnames)
+            any(p.exit for p in self.job.panels if p.hostname == h) for h in self.job.hostnames
+        )
 
     def _loop(self) -> None:
         last_t, since = self._t_last(), time.monotonic()
@@ -168,8 +193,9 @@ class ClusterView:
         return self.widget._repr_mimebundle_(**kwargs)
 
 
-def cluster(url: str, *, run: str | None = None, job: str | None = None, since: str | float = "6h",
-            refresh_s: float = REFRESH_S) -> ClusterView:
+def cluster(
+    url: str, *, run: str | None = None, job: str | None = None, since: str | float = "6h", refresh_s: float = REFRESH_S
+) -> ClusterView:
     """``memscope.cluster``: the job's view in a notebook, refreshed until every node has ended."""
     return ClusterView(url, run=run, job=job, since=since, refresh_s=refresh_s)
 
@@ -187,13 +213,21 @@ def render_html(job: Job) -> str:
         fig = memory_figure(p.chart_data(), title=p.title)
         fig.height = CHART_HEIGHT + 60
         figs.append(fig)
-    top = (f"<h1>memscope job view</h1>{_status(job)}"
-           f"<div class='memscope-meta'>{_esc(time.strftime('%Y-%m-%d %H:%M:%S %Z', time.localtime(job.t0)))} "
-           f"(0 s on the charts) to {_esc(time.strftime('%H:%M:%S', time.localtime(job.end)))}</div>"
-           + "".join(f"<div class='memscope-cmd'>{_esc(h)}: $ {_esc(_command(job, h))}</div>" for h in job.hostnames)
-           + job_table(job) + "<h2>Memory by hostname and rank (PSS stacked by role)</h2>")
-    return file_html(column(*figs, sizing_mode="stretch_width"), resources=INLINE, title="memscope job view",
-                     template=_TEMPLATE, template_variables={"page_css": _CSS, "page_top": top, "page_bottom": ""})
+    top = (
+        f"<h1>memscope job view</h1>{_status(job)}"
+        f"<div class='memscope-meta'>{_esc(time.strftime('%Y-%m-%d %H:%M:%S %Z', time.localtime(job.t0)))} "
+        f"(0 s on the charts) to {_esc(time.strftime('%H:%M:%S', time.localtime(job.end)))}</div>"
+        + "".join(f"<div class='memscope-cmd'>{_esc(h)}: $ {_esc(_command(job, h))}</div>" for h in job.hostnames)
+        + job_table(job)
+        + "<h2>Memory by hostname and rank (PSS stacked by role)</h2>"
+    )
+    return file_html(
+        column(*figs, sizing_mode="stretch_width"),
+        resources=INLINE,
+        title="memscope job view",
+        template=_TEMPLATE,
+        template_variables={"page_css": _CSS, "page_top": top, "page_bottom": ""},
+    )
 
 
 def _command(job: Job, hostname: str) -> str:

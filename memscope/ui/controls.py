@@ -12,6 +12,7 @@ every click back to the busy main shell. These buttons await no reply, so their 
 (:func:`keep_frontend_subshell`). Elsewhere (Colab, VS Code, an older ipykernel) the click waits for the busy cell,
 and the button says so.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -96,10 +97,11 @@ def keep_frontend_subshell(comm: Any) -> bool:
 
 class Controls(anywidget.AnyWidget):
     """The dashboard's buttons (stop, kill, census, Scalene snapshot) as one small widget."""
+
     _esm = _ESM
-    ack = traitlets.Int(0).tag(sync=True)              # bumped by the kernel for every click it handled
-    acked = traitlets.Dict({}).tag(sync=True)          # action -> the last click id the kernel handled
-    labels = traitlets.Dict({}).tag(sync=True)         # action -> label override ("stopping…")
+    ack = traitlets.Int(0).tag(sync=True)  # bumped by the kernel for every click it handled
+    acked = traitlets.Dict({}).tag(sync=True)  # action -> the last click id the kernel handled
+    labels = traitlets.Dict({}).tag(sync=True)  # action -> label override ("stopping…")
     tips = traitlets.Dict({}).tag(sync=True)
     disabled = traitlets.List([]).tag(sync=True)
     note = traitlets.Unicode("").tag(sync=True)

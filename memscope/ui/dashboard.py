@@ -5,6 +5,7 @@ It owns no data: it subscribes to the run's records (or reads a finished run's r
 and pushes at most 4 updates a second to the browser. One updater thread per dashboard, which ends with the run
 or when the dashboard is closed (re-running a cell closes the dashboard it made before).
 """
+
 from __future__ import annotations
 
 import html
@@ -27,13 +28,13 @@ from .terminal import limit_text, verdict_text
 if TYPE_CHECKING:
     from ..session.run import Run
 
-PUSH_PERIOD_S = 0.25      # at most 4 updates a second reach the browser
+PUSH_PERIOD_S = 0.25  # at most 4 updates a second reach the browser
 # Each push sends the whole (decimated) window: on a long run that is ~15,000 points and ~300 KiB. The browser
 # redraws it all each time, so a big window is pushed less often: one second more per 8,000 points, 2 s at most.
 POINTS_PER_S = 8000
 MAX_PUSH_PERIOD_S = 2.0
-LEAK_PERIOD_S = 5.0       # the live leak verdict is recomputed this often
-SCALENE_SECONDS = 10.0    # what the "Scalene snapshot" button profiles
+LEAK_PERIOD_S = 5.0  # the live leak verdict is recomputed this often
+SCALENE_SECONDS = 10.0  # what the "Scalene snapshot" button profiles
 _by_cell: dict[str, "Dashboard"] = {}
 last: "Dashboard | None" = None  # the most recent dashboard shown (for tests and for the curious)
 _CAUSE_COLOR = {"ok": "#2e7d32", "stopped_by_user": "#555", "exit_nonzero": "#b26a00", "running": "#1565c0"}
@@ -74,24 +75,31 @@ def process_table(procs: dict[int, dict[str, Any]]) -> str:
             state = "exited"
         style = "" if alive else ' style="color:#999"'
         t, pss_t = d.get("t"), d.get("pss_t")
-        age = (f"measured {t - pss_t:.1f} s before this row's round, carried forward by the change of private "
-               "memory" if t is not None and pss_t is not None and t > pss_t else "measured in this round")
+        age = (
+            f"measured {t - pss_t:.1f} s before this row's round, carried forward by the change of private memory"
+            if t is not None and pss_t is not None and t > pss_t
+            else "measured in this round"
+        )
         cmd = _esc(d.get("cmdline") or d.get("name") or "")
-        rows.append(f"<tr{style}><td>{pid}</td><td>{_esc(d.get('role', 'other'))}</td>"
-                    f"<td>{fmt_bytes(d.get('rss'))}</td><td>{fmt_bytes(d.get('private'))}</td>"
-                    f"<td title='{_esc(age)}'>{fmt_bytes(d.get('pss'))}</td>"
-                    f"<td>{fmt_bytes(d.get('swap'))}</td>"
-                    + (f"<td>{fmt_bytes(d.get('gpu')) if d.get('gpu') else ''}</td>" if gpu else "")
-                    + f"<td>{fmt_bytes(d.get('peak_rss'))}</td>"
-                    f"<td>{fmt_bytes(d.get('peak_pss'))}</td><td>{_esc(state)}</td>"
-                    f"<td class='memscope-cmd' title='{cmd}' style='{_CMD_STYLE}'>{cmd}</td></tr>")
+        rows.append(
+            f"<tr{style}><td>{pid}</td><td>{_esc(d.get('role', 'other'))}</td>"
+            f"<td>{fmt_bytes(d.get('rss'))}</td><td>{fmt_bytes(d.get('private'))}</td>"
+            f"<td title='{_esc(age)}'>{fmt_bytes(d.get('pss'))}</td>"
+            f"<td>{fmt_bytes(d.get('swap'))}</td>"
+            + (f"<td>{fmt_bytes(d.get('gpu')) if d.get('gpu') else ''}</td>" if gpu else "")
+            + f"<td>{fmt_bytes(d.get('peak_rss'))}</td>"
+            f"<td>{fmt_bytes(d.get('peak_pss'))}</td><td>{_esc(state)}</td>"
+            f"<td class='memscope-cmd' title='{cmd}' style='{_CMD_STYLE}'>{cmd}</td></tr>"
+        )
     columns = TABLE_COLUMNS[:6] + (("GPU",) if gpu else ()) + TABLE_COLUMNS[6:]
     head = "".join(f"<th style='text-align:left;padding-right:10px'>{h}</th>" for h in columns)
-    return (f"<table class='memscope-procs' style='font-size:12px;font-family:monospace;width:100%;"
-            f"white-space:nowrap'><tr>{head}</tr>"
-            f"{''.join(rows)}</table><div style='font-size:11px;color:#666'>RSS, private (anonymous resident) "
-            "and PSS are of one moment; PSS is read every few seconds and carried to each round by the change "
-            "of private memory (hover a PSS cell for its age).</div>")
+    return (
+        f"<table class='memscope-procs' style='font-size:12px;font-family:monospace;width:100%;"
+        f"white-space:nowrap'><tr>{head}</tr>"
+        f"{''.join(rows)}</table><div style='font-size:11px;color:#666'>RSS, private (anonymous resident) "
+        "and PSS are of one moment; PSS is read every few seconds and carried to each round by the change "
+        "of private memory (hover a PSS cell for its age).</div>"
+    )
 
 
 # The command takes what the other columns leave (max-width:0 lets a cell shrink below its text) and ends in an
@@ -109,8 +117,10 @@ def with_gpu(procs: dict[int, dict[str, Any]], gpu_by_pid: dict[int, int]) -> di
 
 def output_tail(lines: list[str], partial: str = "") -> str:
     text = "\n".join(lines[-200:] + ([partial] if partial else []))
-    return (f"<pre class='memscope-output' style='max-height:220px;overflow:auto;font-size:11px;white-space:pre-wrap;"
-            f"overflow-wrap:anywhere;background:#f8f8f8;padding:4px;margin:0'>{_esc(text)}</pre>")
+    return (
+        f"<pre class='memscope-output' style='max-height:220px;overflow:auto;font-size:11px;white-space:pre-wrap;"
+        f"overflow-wrap:anywhere;background:#f8f8f8;padding:4px;margin:0'>{_esc(text)}</pre>"
+    )
 
 
 def verdict_card(summary: dict[str, Any]) -> str:
@@ -119,22 +129,25 @@ def verdict_card(summary: dict[str, Any]) -> str:
     peak = summary.get("peak") or {}
     leak = summary.get("leak") or {}
     tb = ex.get("traceback")
-    tb_html = (f"<details><summary>stack</summary><pre style='font-size:11px'>{_esc(tb[-6000:])}</pre></details>"
-               if tb else "")
+    tb_html = (
+        f"<details><summary>stack</summary><pre style='font-size:11px'>{_esc(tb[-6000:])}</pre></details>" if tb else ""
+    )
     leak_html = f"<div>memory: {_esc(leak_line(leak))}</div>" if leak else ""
     advice = summary.get("advice") or []
     if advice:
         items = "".join(f"<li>{_esc(a['text'])}</li>" for a in advice[:6])
         leak_html += f"<div style='margin-top:4px'>what to do next:<ul style='margin:2px 0'>{items}</ul></div>"
     leak_html += snapshot_link(summary)
-    return (f"<div class='memscope-verdict' style='border-left:6px solid {color};padding:6px 10px;margin:6px 0;"
-            f"background:#fafafa;overflow-wrap:anywhere'>"
-            f"<div style='font-weight:bold;color:{color}'>{_esc(ex['cause'])}</div>"
-            f"<div>{_esc(ex['message'])}</div>"
-            f"<div>peak tree PSS {fmt_bytes(peak.get('tree_pss_bytes'))}, RSS {fmt_bytes(peak.get('tree_rss_bytes'))}"
-            f" at {peak.get('at_s', 0):.1f} s; {_plural(len(summary.get('processes', [])), 'process')}</div>{leak_html}"
-            f"<div style='font-size:11px;color:#666'>record: {_esc(summary.get('record', ''))} "
-            f"(memscope.reopen('{_esc(summary.get('run_id', ''))}'))</div>{tb_html}</div>")
+    return (
+        f"<div class='memscope-verdict' style='border-left:6px solid {color};padding:6px 10px;margin:6px 0;"
+        f"background:#fafafa;overflow-wrap:anywhere'>"
+        f"<div style='font-weight:bold;color:{color}'>{_esc(ex['cause'])}</div>"
+        f"<div>{_esc(ex['message'])}</div>"
+        f"<div>peak tree PSS {fmt_bytes(peak.get('tree_pss_bytes'))}, RSS {fmt_bytes(peak.get('tree_rss_bytes'))}"
+        f" at {peak.get('at_s', 0):.1f} s; {_plural(len(summary.get('processes', [])), 'process')}</div>{leak_html}"
+        f"<div style='font-size:11px;color:#666'>record: {_esc(summary.get('record', ''))} "
+        f"(memscope.reopen('{_esc(summary.get('run_id', ''))}'))</div>{tb_html}</div>"
+    )
 
 
 def snapshot_link(summary: dict[str, Any]) -> str:
@@ -142,13 +155,16 @@ def snapshot_link(summary: dict[str, Any]) -> str:
     import shlex
 
     path = (summary.get("cuda_oom") or {}).get("snapshot") or next(
-        (o["snapshot"] for o in (summary.get("allocator") or {}).get("ooms") or [] if o.get("snapshot")), None)
+        (o["snapshot"] for o in (summary.get("allocator") or {}).get("ooms") or [] if o.get("snapshot")), None
+    )
     if not path:
         return ""
-    return (f"<div class='memscope-snapshot-link' style='margin-top:4px'>CUDA memory snapshot at the OOM: "
-            f"<a href='{_esc(path)}' download><code>{_esc(path)}</code></a>; open it with "
-            f"<code>memscope.open_snapshot({_esc(repr(path))})</code> or "
-            f"<code>memscope snapshot {_esc(shlex.quote(path))} --html snapshot.html</code></div>")
+    return (
+        f"<div class='memscope-snapshot-link' style='margin-top:4px'>CUDA memory snapshot at the OOM: "
+        f"<a href='{_esc(path)}' download><code>{_esc(path)}</code></a>; open it with "
+        f"<code>memscope.open_snapshot({_esc(repr(path))})</code> or "
+        f"<code>memscope snapshot {_esc(shlex.quote(path))} --html snapshot.html</code></div>"
+    )
 
 
 def leak_line(leak: dict[str, Any], spikes: list[dict[str, Any]] | None = None) -> str:
@@ -158,9 +174,16 @@ def leak_line(leak: dict[str, Any], spikes: list[dict[str, Any]] | None = None) 
 class Dashboard:
     """Widgets for one run. ``Dashboard(run)`` follows a live run; ``reopen(ref)`` shows a finished one."""
 
-    def __init__(self, run: "Run | None" = None, *, series: RunSeries | None = None,
-                 summary: dict[str, Any] | None = None, procs: dict[int, dict[str, Any]] | None = None,
-                 title: str = "", gpu: GpuSeries | None = None) -> None:
+    def __init__(
+        self,
+        run: "Run | None" = None,
+        *,
+        series: RunSeries | None = None,
+        summary: dict[str, Any] | None = None,
+        procs: dict[int, dict[str, Any]] | None = None,
+        title: str = "",
+        gpu: GpuSeries | None = None,
+    ) -> None:
         self.run = run
         self.gpu = gpu or GpuSeries()  # before the subscription below feeds it
         self._gpu_version = -1
@@ -205,8 +228,7 @@ class Dashboard:
         parts += [self.chart, w.Accordion(children=[self.table, self.output, self.scalene, self.probes])]
         self.widget = w.VBox(parts)
         acc = parts[-1]
-        for i, name in enumerate(("Processes", "Output (last 200 lines)", "Scalene snapshots",
-                                  "Loads and indexes")):
+        for i, name in enumerate(("Processes", "Output (last 200 lines)", "Scalene snapshots", "Loads and indexes")):
             try:
                 acc.set_title(i, name)
             except Exception:
@@ -272,12 +294,14 @@ class Dashboard:
         snap = self.series.snapshot()
         end = (final_summary or {}).get("duration_s") or (self.run.elapsed() if self.run else 0.0)
         if final_summary and final_summary.get("phases") is not None:
-            snap["phases"] = [{"name": p["name"], "start_s": p["start_s"], "end_s": p["end_s"]}
-                              for p in final_summary["phases"]]
+            snap["phases"] = [
+                {"name": p["name"], "start_s": p["start_s"], "end_s": p["end_s"]} for p in final_summary["phases"]
+            ]
         else:
             main, events = self._main_events()
-            snap["phases"] = [{"name": n, "start_s": a, "end_s": b}
-                              for n, a, b in phases_mod.intervals(events, end, main)]
+            snap["phases"] = [
+                {"name": n, "start_s": a, "end_s": b} for n, a, b in phases_mod.intervals(events, end, main)
+            ]
         self.chart.data = snap
         if self.gpu.has_data and self.gpu.version != self._gpu_version:
             self._gpu_version = self.gpu.version
@@ -321,7 +345,8 @@ class Dashboard:
         if summary is not None:
             state, elapsed = summary["exit"]["cause"], summary.get("duration_s") or 0.0
             peak = (summary.get("peak") or {}).get("tree_pss_bytes") or (summary.get("peak") or {}).get(
-                "tree_rss_bytes")
+                "tree_rss_bytes"
+            )
             cur = None
             limit = summary.get("limit")
             leak, spikes = summary.get("leak") or {}, summary.get("spikes") or []
@@ -337,9 +362,11 @@ class Dashboard:
         lim = limit["bytes"] if limit else None
         head = f"{fmt_bytes(lim - cur)} headroom to the {limit_text(limit)}" if lim and cur else limit_text(limit)
         now = f"now {fmt_bytes(cur)} · " if cur is not None else ""
-        return (f"<div class='memscope-status' style='font-family:monospace;font-size:13px'>"
-                f"<b style='color:{color}'>● {_esc(state)}</b> {fmt_elapsed(elapsed)} · {now}"
-                f"peak {fmt_bytes(peak)} · {_esc(head)} · {_esc(leak_line(leak, spikes))}</div>")
+        return (
+            f"<div class='memscope-status' style='font-family:monospace;font-size:13px'>"
+            f"<b style='color:{color}'>● {_esc(state)}</b> {fmt_elapsed(elapsed)} · {now}"
+            f"peak {fmt_bytes(peak)} · {_esc(head)} · {_esc(leak_line(leak, spikes))}</div>"
+        )
 
     def _main_events(self) -> tuple[int | None, list[dict[str, Any]]]:
         """The main process's pid, and the phase and epoch events in time order."""
@@ -376,8 +403,10 @@ class Dashboard:
         if action == "stop":
             run.stop(wait=False)
             self.controls.labels = {"stop": "stopping…"}
-            return (f"SIGINT sent, as Ctrl-C; if the run is still there {run.options.grace_s:g} s later, SIGTERM, "
-                    f"then SIGKILL")
+            return (
+                f"SIGINT sent, as Ctrl-C; if the run is still there {run.options.grace_s:g} s later, SIGTERM, "
+                f"then SIGKILL"
+            )
         if action == "kill":
             run.kill(wait=False)
             self.controls.labels = {"kill": "killing…"}
@@ -426,8 +455,9 @@ class Dashboard:
         assert self.run is not None
         c = self.run.census()
         self.census.value = census_html(c.to_dict())
-        return f"census taken in {c.duration_s:.2f} s" + ("" if c.diff.get("since") is not None else
-                                                           "; take another later to see what grows")
+        return f"census taken in {c.duration_s:.2f} s" + (
+            "" if c.diff.get("since") is not None else "; take another later to see what grows"
+        )
 
     def _take_scalene(self) -> str:
         from .scalene import snapshots_html
@@ -437,9 +467,14 @@ class Dashboard:
         self._scalene_snaps.append(snap.to_dict())
         self.scalene.value = snapshots_html(self._scalene_snaps)
         top = snap.top[0] if snap.top else None
-        return (f"Scalene snapshot #{snap.index}: hottest line {top['file'].rsplit('/', 1)[-1]}:{top['line']} "
-                f"({top['cpu_percent']:.0f}% CPU); see “Scalene snapshots” below") if top else \
-            f"Scalene snapshot #{snap.index}: no line of the script was busy"
+        return (
+            (
+                f"Scalene snapshot #{snap.index}: hottest line {top['file'].rsplit('/', 1)[-1]}:{top['line']} "
+                f"({top['cpu_percent']:.0f}% CPU); see “Scalene snapshots” below"
+            )
+            if top
+            else f"Scalene snapshot #{snap.index}: no line of the script was busy"
+        )
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -485,8 +520,11 @@ def _recorded_phases(path: str) -> list[dict[str, Any]]:
     try:
         rd = RunData(path)
         try:
-            return [{"t": e["t"], "pid": e["pid"], "kind": kind, "data": e["data"]}
-                    for kind in ("phase", "epoch") for e in rd.events(kind)]
+            return [
+                {"t": e["t"], "pid": e["pid"], "kind": kind, "data": e["data"]}
+                for kind in ("phase", "epoch")
+                for e in rd.events(kind)
+            ]
         finally:
             rd.close()
     except Exception:
@@ -525,8 +563,16 @@ def _cell_id() -> str | None:
 def record_procs(rd: Any) -> dict[int, dict[str, Any]]:
     """The process table's rows of a recorded run (a ``store.RunData``): each process's last round and its
     peaks, in the live table's columns."""
-    procs = {p["pid"]: {"role": p["role"], "cmdline": p["cmdline"], "alive": False,
-                        "exit_code": p["exit_code"], "exit_signal": p["exit_signal"]} for p in rd.processes()}
+    procs = {
+        p["pid"]: {
+            "role": p["role"],
+            "cmdline": p["cmdline"],
+            "alive": False,
+            "exit_code": p["exit_code"],
+            "exit_signal": p["exit_signal"],
+        }
+        for p in rd.processes()
+    }
     for pid, last in rd.last_by_pid().items():
         procs.setdefault(pid, {"alive": False}).update(last)
     for pid, (rss, pss) in rd.peaks_by_pid().items():
@@ -550,7 +596,12 @@ def reopen(ref: str, record_dir: str | None = None) -> Dashboard:
         procs = record_procs(rd)
     finally:
         rd.close()
-    d = Dashboard(series=RunSeries.from_record(path), summary=summary, procs=procs,
-                  title=" ".join(row["command"])[-120:], gpu=GpuSeries.from_record(path))
+    d = Dashboard(
+        series=RunSeries.from_record(path),
+        summary=summary,
+        procs=procs,
+        title=" ".join(row["command"])[-120:],
+        gpu=GpuSeries.from_record(path),
+    )
     display(d.widget)
     return d

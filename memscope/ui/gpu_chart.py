@@ -5,6 +5,7 @@ memory (NVML per process; PyTorch's reserved bytes per process where NVML's pids
 PyTorch's allocated and reserved bytes summed over the tree (the agent's ``torch_alloc``), the devices' free memory
 and their total. Fed from the run's records (``add``) or read back from a record (``from_record``).
 """
+
 from __future__ import annotations
 
 import threading
@@ -12,10 +13,15 @@ from typing import Any, Mapping
 
 from ..record.reader import RunData
 
-MAX_POINTS = 2000      # per series: the chart holds the whole run, thinned evenly past this
+MAX_POINTS = 2000  # per series: the chart holds the whole run, thinned evenly past this
 
-LABELS = {"tree_pss": "GPU used by the tree", "main_rss": "PyTorch allocated", "tree_rss": "PyTorch reserved",
-          "host_available": "device free", "limit": "device total"}
+LABELS = {
+    "tree_pss": "GPU used by the tree",
+    "main_rss": "PyTorch allocated",
+    "tree_rss": "PyTorch reserved",
+    "host_available": "device free",
+    "limit": "device total",
+}
 
 
 class GpuSeries:
@@ -23,7 +29,7 @@ class GpuSeries:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._rounds: list[tuple[float, dict[str, Any]]] = []             # NVML rounds
+        self._rounds: list[tuple[float, dict[str, Any]]] = []  # NVML rounds
         self._alloc: list[tuple[float, int, str, int, dict[str, Any]]] = []  # (t, pid, backend, device, stats)
         self._tree_on_gpu = False
         self.version = 0
@@ -40,8 +46,7 @@ class GpuSeries:
                 self._rounds.append((t, dict(data)))
                 self._tree_on_gpu = self._tree_on_gpu or bool(data.get("procs"))
             elif kind == "torch_alloc" and pid is not None:
-                self._alloc.append((t, pid, str(data.get("backend", "cuda")), int(data.get("device") or 0),
-                                    dict(data)))
+                self._alloc.append((t, pid, str(data.get("backend", "cuda")), int(data.get("device") or 0), dict(data)))
             else:
                 return
             # A long run: halve what is kept (evenly), so a snapshot stays cheap for the kernel.
@@ -82,7 +87,7 @@ class GpuSeries:
         with self._lock:
             rounds, alloc = list(self._rounds), list(self._alloc)
         out: dict[int, int] = {}
-        for _, d in (rounds if peak else rounds[-1:]):
+        for _, d in rounds if peak else rounds[-1:]:
             now: dict[int, int] = {}
             for p in d.get("procs") or []:
                 if p.get("used") is not None:
@@ -129,10 +134,8 @@ class GpuSeries:
                 for (p, _, _), s in last.items():
                     per_pid[p] = per_pid.get(p, 0) + int(s.get("reserved") or s.get("driver") or 0)
                 _stack(by_role, t, roles, per_pid.items())
-        out: dict[str, Any] = {"tree_pss_by_role": {r: _thin(s) for r, s in by_role.items()},
-                               "labels": dict(LABELS)}
-        for key, s in (("main_rss", allocated), ("tree_rss", reserved), ("host_available", free),
-                       ("limit", total)):
+        out: dict[str, Any] = {"tree_pss_by_role": {r: _thin(s) for r, s in by_role.items()}, "labels": dict(LABELS)}
+        for key, s in (("main_rss", allocated), ("tree_rss", reserved), ("host_available", free), ("limit", total)):
             if s["t"]:
                 out[key] = _thin(s)
         return out

@@ -6,6 +6,7 @@ bucket width doubles and neighbouring buckets merge (memory O(max_points) howeve
 * ``AlignedMinMax``: several lines on one shared time axis (for a stacked chart): per bucket it keeps the rounds
   that hold the min or the max of any column or of their sum, with every column's value at those rounds.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,8 +23,21 @@ class MinMaxSeries:
     being filled also shows its latest sample, so a live line ends at "now"; the budget accounts for it.
     """
 
-    __slots__ = ("max_points", "bucket_s", "_max_buckets", "_closed", "_k", "_end", "_tmin", "_ymin", "_tmax",
-                 "_ymax", "_tlast", "_ylast", "_count")
+    __slots__ = (
+        "max_points",
+        "bucket_s",
+        "_max_buckets",
+        "_closed",
+        "_k",
+        "_end",
+        "_tmin",
+        "_ymin",
+        "_tmax",
+        "_ymax",
+        "_tlast",
+        "_ylast",
+        "_count",
+    )
 
     def __init__(self, max_points: int = 2000, bucket_s: float = 0.2) -> None:
         if max_points < 3:
@@ -35,10 +49,10 @@ class MinMaxSeries:
         # Buckets (closed + the open one) so that 2 points each, plus the open bucket's latest sample, fit.
         self._max_buckets = (max_points - 1) // 2
         self._closed: list[tuple[int, float, float, float, float]] = []  # (k, tmin, ymin, tmax, ymax)
-        self._k: int | None = None   # open bucket
-        self._end = 0.0              # t at which the open bucket ends
+        self._k: int | None = None  # open bucket
+        self._end = 0.0  # t at which the open bucket ends
         self._tmin = self._ymin = self._tmax = self._ymax = self._tlast = self._ylast = 0.0
-        self._count = 0              # samples appended
+        self._count = 0  # samples appended
 
     def append(self, t: float, y: float) -> None:
         """Add one point (time order)."""
@@ -78,8 +92,9 @@ class MinMaxSeries:
                     merged.append((k, b[1], b[2], b[3], b[4]))
             self._k = ok = self._k // 2  # type: ignore[operator]
             if merged and merged[-1][0] == ok:
-                _, tmin, ymin, tmax, ymax = _merge(merged.pop(), (ok, self._tmin, self._ymin, self._tmax,
-                                                                   self._ymax), ok)
+                _, tmin, ymin, tmax, ymax = _merge(
+                    merged.pop(), (ok, self._tmin, self._ymin, self._tmax, self._ymax), ok
+                )
                 self._tmin, self._ymin, self._tmax, self._ymax = tmin, ymin, tmax, ymax
             self._closed = merged
             self._end = (ok + 1) * self.bucket_s
@@ -156,7 +171,7 @@ class AlignedMinMax:
         self.max_points = max_points
         self.bucket_s = float(bucket_s)
         self.columns: list[str] = []
-        self._index: dict[str, int] = {}   # column name -> position in a row's values (0 is the sum)
+        self._index: dict[str, int] = {}  # column name -> position in a row's values (0 is the sum)
         # closed buckets: [k, rows kept (time order), min row per position, max row per position]
         self._closed: list[list[Any]] = []
         self._closed_rows = 0

@@ -5,6 +5,7 @@ verdict card, the memory chart (BokehJS inline, no CDN, no server), the process 
 the program's output. Everything that comes from the user's program (command line, output, exception messages,
 tracebacks, command lines, phase names) is escaped: the page runs no script but Bokeh's and its own.
 """
+
 from __future__ import annotations
 
 import html
@@ -30,8 +31,15 @@ LINE_MAX = 4000  # a single "line" longer than this (a log dumped without newlin
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 
 # The notebook chart's colours (chart.js), so the two views read the same.
-ROLE_COLORS = {"main": "#4c78a8", "dataloader_worker": "#f58518", "compile_worker": "#b279a2", "rank": "#54a24b",
-               "wrapper": "#9d755d", "helper": "#72b7b2", "other": "#bab0ac"}
+ROLE_COLORS = {
+    "main": "#4c78a8",
+    "dataloader_worker": "#f58518",
+    "compile_worker": "#b279a2",
+    "rank": "#54a24b",
+    "wrapper": "#9d755d",
+    "helper": "#72b7b2",
+    "other": "#bab0ac",
+}
 LINES = (  # key, legend label, style
     ("tree_pss", "tree PSS (total)", {"line_color": "#1f2d3d", "line_width": 1.2}),
     ("main_rss", "main RSS", {"line_color": "#e45756", "line_width": 2}),
@@ -43,6 +51,7 @@ PHASE_COLORS = {"train": "#54a24b", "eval": "#f58518"}
 PHASE_OTHER = "#7b61ff"
 HIDE_ABOVE = 4  # host available / limit start hidden when they exceed the run's own peak this many times
 CMD_MAX = 2000  # characters of the command line shown at the top
+
 
 def _esc(s: Any) -> str:
     return html.escape(str(s), quote=True)
@@ -64,9 +73,9 @@ def output_lines(chunks: Iterable[tuple[str, str]], keep: int = TAIL_LINES) -> l
     from collections import deque
 
     out: deque[str] = deque(maxlen=keep)
-    total = 0                      # lines ended so far (all streams)
-    partial: dict[str, str] = {}   # per stream, the line not ended yet
-    at: dict[str, int] = {}        # per stream, ``total`` when its unfinished line was last written
+    total = 0  # lines ended so far (all streams)
+    partial: dict[str, str] = {}  # per stream, the line not ended yet
+    at: dict[str, int] = {}  # per stream, ``total`` when its unfinished line was last written
     for stream, text in chunks:
         buf = partial.get(stream, "") + _ANSI.sub("", text)
         *lines, rest = buf.split("\n")
@@ -75,7 +84,7 @@ def output_lines(chunks: Iterable[tuple[str, str]], keep: int = TAIL_LINES) -> l
         total += len(lines)
         if "\r" in rest:  # a progress bar being redrawn: keep its latest state (and a pending \r)
             rest = _last_state(rest) + ("\r" if rest.endswith("\r") else "")
-        partial[stream] = rest[-LINE_MAX * 4:]
+        partial[stream] = rest[-LINE_MAX * 4 :]
         at[stream] = total
     # A line left unfinished when the run ended (a progress bar, a prompt) goes where it was last written.
     tail = list(out)
@@ -119,16 +128,24 @@ def memory_figure(snap: dict[str, Any], phases: list[dict[str, Any]] | None = No
     from bokeh.models.tickers import AdaptiveTicker
     from bokeh.plotting import figure
 
-    fig = figure(height=380, sizing_mode="stretch_width", title=title or None, name="memscope-chart",
-                 x_range=DataRange1d(range_padding=0.02, only_visible=True),
-                 y_range=DataRange1d(start=0, only_visible=True),
-                 x_axis_label="elapsed (s)", y_axis_label="memory",
-                 tools="xpan,xwheel_zoom,box_zoom,reset,save", toolbar_location="above")
+    fig = figure(
+        height=380,
+        sizing_mode="stretch_width",
+        title=title or None,
+        name="memscope-chart",
+        x_range=DataRange1d(range_padding=0.02, only_visible=True),
+        y_range=DataRange1d(start=0, only_visible=True),
+        x_axis_label="elapsed (s)",
+        y_axis_label="memory",
+        tools="xpan,xwheel_zoom,box_zoom,reset,save",
+        toolbar_location="above",
+    )
     fig.xgrid.grid_line_alpha = fig.ygrid.grid_line_alpha = 0.4
     fig.xaxis.formatter = NumeralTickFormatter(format="0,0.[0]")
     # Ticks at binary-round sizes (64 MiB, 256 MiB, 1 GiB...), shown as MiB or GiB.
-    fig.yaxis.ticker = AdaptiveTicker(base=1024, mantissas=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
-                                      min_interval=1, num_minor_ticks=4)
+    fig.yaxis.ticker = AdaptiveTicker(
+        base=1024, mantissas=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512], min_interval=1, num_minor_ticks=4
+    )
     fig.yaxis.formatter = CustomJSTickFormatter(code=_TICK_JS)
 
     items: list[Any] = []
@@ -140,8 +157,13 @@ def memory_figure(snap: dict[str, Any], phases: list[dict[str, Any]] | None = No
         for r in roles:
             data[r] = list(by_role[r]["y"])
         src = ColumnDataSource(data)
-        areas = fig.varea_stack(stackers=roles, x="t", source=src, fill_alpha=0.6,
-                                color=[ROLE_COLORS.get(r, ROLE_COLORS["other"]) for r in roles])
+        areas = fig.varea_stack(
+            stackers=roles,
+            x="t",
+            source=src,
+            fill_alpha=0.6,
+            color=[ROLE_COLORS.get(r, ROLE_COLORS["other"]) for r in roles],
+        )
         for r, area in zip(roles, areas):
             area.name = f"pss:{r}"
         items += [LegendItem(label=r, renderers=[a]) for r, a in reversed(list(zip(roles, areas)))]
@@ -155,8 +177,7 @@ def memory_figure(snap: dict[str, Any], phases: list[dict[str, Any]] | None = No
             lines[key] = {"t": list(s["t"]), "y": list(s["y"])}
     # The host's available memory (and a generous limit) can dwarf the run: they start hidden then, so that the
     # run's own curves fill the plot; a click on their legend entry shows them (the y axis follows).
-    own = max((v or 0 for k in ("tree_pss", "main_rss", "tree_rss") for v in lines.get(k, {}).get("y", [])),
-              default=0)
+    own = max((v or 0 for k in ("tree_pss", "main_rss", "tree_rss") for v in lines.get(k, {}).get("y", [])), default=0)
     renderers, hidden = [], []
     for key, label, style in LINES:
         if key not in lines:
@@ -169,12 +190,28 @@ def memory_figure(snap: dict[str, Any], phases: list[dict[str, Any]] | None = No
         if key != "tree_pss":
             items.append(LegendItem(label=label, renderers=[r]))
     if renderers:
-        fig.add_tools(HoverTool(renderers=renderers, line_policy="nearest",
-                                tooltips=[("", "$name"), ("elapsed", "@t{0,0.0} s"), ("memory", "@y{bytes}")],
-                                formatters={"@y": CustomJSHover(code=_HOVER_JS)}))
+        fig.add_tools(
+            HoverTool(
+                renderers=renderers,
+                line_policy="nearest",
+                tooltips=[("", "$name"), ("elapsed", "@t{0,0.0} s"), ("memory", "@y{bytes}")],
+                formatters={"@y": CustomJSHover(code=_HOVER_JS)},
+            )
+        )
     if items:
-        fig.add_layout(Legend(items=items, click_policy="hide", label_text_font_size="11px", spacing=0,
-                              glyph_height=14, glyph_width=18, padding=6, border_line_alpha=0), "right")
+        fig.add_layout(
+            Legend(
+                items=items,
+                click_policy="hide",
+                label_text_font_size="11px",
+                spacing=0,
+                glyph_height=14,
+                glyph_width=18,
+                padding=6,
+                border_line_alpha=0,
+            ),
+            "right",
+        )
 
     ends = [s["t"][-1] for s in lines.values() if s["t"]]
     span = max(ends) if ends else 0.0
@@ -184,14 +221,33 @@ def memory_figure(snap: dict[str, Any], phases: list[dict[str, Any]] | None = No
             continue
         b = p.get("end_s") if p.get("end_s") is not None else span
         name = str(p.get("name", ""))
-        fig.add_layout(BoxAnnotation(left=a, right=b, level="underlay", fill_alpha=0.10, line_alpha=0,
-                                     fill_color=PHASE_COLORS.get(name, PHASE_OTHER)))
+        fig.add_layout(
+            BoxAnnotation(
+                left=a,
+                right=b,
+                level="underlay",
+                fill_alpha=0.10,
+                line_alpha=0,
+                fill_color=PHASE_COLORS.get(name, PHASE_OTHER),
+            )
+        )
         if span and (b - a) >= 0.04 * span:
-            fig.add_layout(Label(x=a, y=4, y_units="screen", x_offset=3, text=name[:60], text_font_size="10px",
-                                 text_color="#555555", text_alpha=0.9))
+            fig.add_layout(
+                Label(
+                    x=a,
+                    y=4,
+                    y_units="screen",
+                    x_offset=3,
+                    text=name[:60],
+                    text_font_size="10px",
+                    text_color="#555555",
+                    text_alpha=0.9,
+                )
+            )
     if not lines:
-        fig.add_layout(Label(x=10, y=10, x_units="screen", y_units="screen", text="no samples recorded",
-                             text_color="#999999"))
+        fig.add_layout(
+            Label(x=10, y=10, x_units="screen", y_units="screen", text="no samples recorded", text_color="#999999")
+        )
     fig.tags = [{"hidden": hidden}]
     return fig
 
@@ -258,8 +314,11 @@ def _procs(record_path: str, summary: dict[str, Any]) -> dict[int, dict[str, Any
 
 def gpu_peaks(summary: dict[str, Any]) -> dict[int, int]:
     """pid -> the process's GPU peak (NVML's, else PyTorch's reserved) from the summary."""
-    return {p["pid"]: p.get("peak_used_bytes") for p in (summary.get("gpu") or {}).get("processes") or []
-            if p.get("pid") is not None}
+    return {
+        p["pid"]: p.get("peak_used_bytes")
+        for p in (summary.get("gpu") or {}).get("processes") or []
+        if p.get("pid") is not None
+    }
 
 
 def render_html(record_path: str) -> str:
@@ -275,19 +334,29 @@ def render_html(record_path: str) -> str:
     command = " ".join(str(a) for a in (row.get("command") or summary.get("command") or []))
     peak = summary.get("peak") or {}
     duration = summary.get("duration_s") or 0.0
-    status = (f"<div class='memscope-status' style='font-family:monospace;font-size:13px'>"
-              f"<b>{_esc(cause)}</b> after {fmt_elapsed(duration)} ({duration:.1f} s) · "
-              f"peak {fmt_bytes(peak.get('tree_pss_bytes') or peak.get('tree_rss_bytes'))} at "
-              f"{peak.get('at_s') or 0:.1f} s · {_esc(limit_text(summary.get('limit')))} · "
-              f"{_esc(leak_line(summary.get('leak') or {}, summary.get('spikes')))}</div>")
-    top = (f"<h1>memscope report: {_esc(summary.get('run_id') or row.get('id') or '')}</h1>"
-           f"<div class='memscope-cmd'>$ {_esc(_cut(command, CMD_MAX))}</div>"
-           f"<div class='memscope-meta'>started {_esc(row.get('started_at') or '')} in "
-           f"{_esc(row.get('cwd') or '')}</div>{status}{verdict_card(summary)}<h2>Memory</h2>")
-    bottom = (f"<h2>Processes (each one's last round and its peaks)</h2>{process_table(_procs(record_path, summary))}"
-              f"<h2>Output (last {TAIL_LINES} lines)</h2>"
-              + (output_tail(lines) if lines else "<div class='memscope-meta'>no output recorded (the run's "
-                                                  "output was not captured, or it printed nothing)</div>"))
+    status = (
+        f"<div class='memscope-status' style='font-family:monospace;font-size:13px'>"
+        f"<b>{_esc(cause)}</b> after {fmt_elapsed(duration)} ({duration:.1f} s) · "
+        f"peak {fmt_bytes(peak.get('tree_pss_bytes') or peak.get('tree_rss_bytes'))} at "
+        f"{peak.get('at_s') or 0:.1f} s · {_esc(limit_text(summary.get('limit')))} · "
+        f"{_esc(leak_line(summary.get('leak') or {}, summary.get('spikes')))}</div>"
+    )
+    top = (
+        f"<h1>memscope report: {_esc(summary.get('run_id') or row.get('id') or '')}</h1>"
+        f"<div class='memscope-cmd'>$ {_esc(_cut(command, CMD_MAX))}</div>"
+        f"<div class='memscope-meta'>started {_esc(row.get('started_at') or '')} in "
+        f"{_esc(row.get('cwd') or '')}</div>{status}{verdict_card(summary)}<h2>Memory</h2>"
+    )
+    bottom = (
+        f"<h2>Processes (each one's last round and its peaks)</h2>{process_table(_procs(record_path, summary))}"
+        f"<h2>Output (last {TAIL_LINES} lines)</h2>"
+        + (
+            output_tail(lines)
+            if lines
+            else "<div class='memscope-meta'>no output recorded (the run's "
+            "output was not captured, or it printed nothing)</div>"
+        )
+    )
     censuses = summary.get("census") or []
     if censuses:
         bottom = f"<h2>Tensor census ({len(censuses)} taken; the last)</h2>{census_html(censuses[-1])}" + bottom
@@ -296,12 +365,18 @@ def render_html(record_path: str) -> str:
     fig = memory_figure(snap, phases)
     hidden = hidden_lines(fig)
     if hidden:
-        bottom = (f"<div class='memscope-meta'>{_esc(' and '.join(hidden))}: far above the run's own memory, "
-                  f"hidden at first; click {'their legend entries' if len(hidden) > 1 else 'its legend entry'} "
-                  f"to show {'them' if len(hidden) > 1 else 'it'}.</div>") + bottom
-    return file_html(fig, resources=INLINE, title=f"memscope {summary.get('run_id', '')}: {cause}",
-                     template=_TEMPLATE,
-                     template_variables={"page_css": _CSS, "page_top": top, "page_bottom": bottom})
+        bottom = (
+            f"<div class='memscope-meta'>{_esc(' and '.join(hidden))}: far above the run's own memory, "
+            f"hidden at first; click {'their legend entries' if len(hidden) > 1 else 'its legend entry'} "
+            f"to show {'them' if len(hidden) > 1 else 'it'}.</div>"
+        ) + bottom
+    return file_html(
+        fig,
+        resources=INLINE,
+        title=f"memscope {summary.get('run_id', '')}: {cause}",
+        template=_TEMPLATE,
+        template_variables={"page_css": _CSS, "page_top": top, "page_bottom": bottom},
+    )
 
 
 def write_html(record_path: str, out_path: str) -> str:

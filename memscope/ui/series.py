@@ -9,6 +9,7 @@ neighbouring buckets merge, so memory stays O(max_points) for as long as a run l
 * ``RunSeries``: everything a memory chart needs, fed record by record (live through ``Run.subscribe``) or from
   a record file (``RunSeries.from_record``); ``snapshot()`` is JSON-able.
 """
+
 from __future__ import annotations
 
 import json

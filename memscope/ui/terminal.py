@@ -4,6 +4,7 @@ The command keeps the real terminal for its own output, byte for byte (progress 
 confines it to a scroll region above the footer (DECSTBM, as apt does) and redraws the footer with one write()
 each time, which the tty layer never interleaves with the child's writes. Rendering is rich's.
 """
+
 from __future__ import annotations
 
 import io
@@ -23,8 +24,15 @@ if TYPE_CHECKING:
     from ..session.run import Run
 
 FOOTER_LINES = 7
-ROLE_STYLE = {"main": "bold cyan", "dataloader_worker": "green", "compile_worker": "magenta", "rank": "cyan",
-              "wrapper": "dim", "helper": "dim", "other": "white"}
+ROLE_STYLE = {
+    "main": "bold cyan",
+    "dataloader_worker": "green",
+    "compile_worker": "magenta",
+    "rank": "cyan",
+    "wrapper": "dim",
+    "helper": "dim",
+    "other": "white",
+}
 
 
 LIMIT_SOURCES = {"flag": "--limit", "cgroup": "the container's cgroup", "host": "the host's memory"}
@@ -82,17 +90,23 @@ def render_lines(run: "Run", width: int, note: str = "") -> list[str]:
     table.add_column("command", no_wrap=True, overflow="ellipsis", ratio=1)
     alive = [(pid, d) for pid, d in list(snap.procs.items()) if d.get("alive", True) and "rss" in d]
     alive.sort(key=lambda x: -x[1].get("rss", 0))
-    for pid, d in alive[:FOOTER_LINES - 3]:
+    for pid, d in alive[: FOOTER_LINES - 3]:
         role = d.get("role", "other")
-        table.add_row(str(pid), Text(role, style=ROLE_STYLE.get(role, "")), fmt_bytes(d.get("rss")),
-                      fmt_bytes(d.get("pss")), Text((d.get("cmdline") or d.get("name") or "")[:200]))  # not markup
+        table.add_row(
+            str(pid),
+            Text(role, style=ROLE_STYLE.get(role, "")),
+            fmt_bytes(d.get("rss")),
+            fmt_bytes(d.get("pss")),
+            Text((d.get("cmdline") or d.get("name") or "")[:200]),
+        )  # not markup
     more = len(alive) - (FOOTER_LINES - 3)
     tail = Text(f" +{more} more processes" if more > 0 else "", style="dim")
     if note:
         tail.append(f"  {note}", style="yellow")
     buf = io.StringIO()
-    con = Console(file=buf, force_terminal=True, width=width, color_system="standard", legacy_windows=False,
-                  force_jupyter=False)
+    con = Console(
+        file=buf, force_terminal=True, width=width, color_system="standard", legacy_windows=False, force_jupyter=False
+    )
     con.print(head, no_wrap=True, overflow="ellipsis", crop=True)
     con.print(table)
     con.print(tail, no_wrap=True, overflow="ellipsis", crop=True)
@@ -171,16 +185,28 @@ def print_final(summary: dict, file=None, plain: bool = False) -> None:
     peak = summary["peak"]
     # force_jupyter=False: in a kernel rich would otherwise display() these lines into whichever cell is
     # executing when the run ends, whatever file it was given.
-    con = Console(file=f, highlight=False, soft_wrap=True, force_jupyter=False,
-                  **({"color_system": None, "force_terminal": False} if plain else {}))
+    con = Console(
+        file=f,
+        highlight=False,
+        soft_wrap=True,
+        force_jupyter=False,
+        **({"color_system": None, "force_terminal": False} if plain else {}),
+    )
     style = "green" if ex["cause"] == "ok" else "bold red"
     con.print(Text.assemble(("memscope: ", "bold"), (ex["cause"], style), f" — {ex['message']}"))
     # markup=False: a path such as rec[/x] is text, not a closing tag.
-    con.print(f"memscope: peak tree PSS {fmt_bytes(peak['tree_pss_bytes'])}, RSS {fmt_bytes(peak['tree_rss_bytes'])}"
-              f" at {peak['at_s']:.1f} s; {len(summary['processes'])} processes; record {summary.get('record')}",
-              markup=False)
-    con.print(Text.assemble(("memscope: memory: ", "bold"), verdict_text(summary.get("leak"), summary.get("spikes")),
-                            f"; {limit_text(summary.get('limit'))}"))
+    con.print(
+        f"memscope: peak tree PSS {fmt_bytes(peak['tree_pss_bytes'])}, RSS {fmt_bytes(peak['tree_rss_bytes'])}"
+        f" at {peak['at_s']:.1f} s; {len(summary['processes'])} processes; record {summary.get('record')}",
+        markup=False,
+    )
+    con.print(
+        Text.assemble(
+            ("memscope: memory: ", "bold"),
+            verdict_text(summary.get("leak"), summary.get("spikes")),
+            f"; {limit_text(summary.get('limit'))}",
+        )
+    )
     if ex.get("traceback") and ex["cause"] in ("segfault", "abort", "bus_error", "worker_crash"):
         con.print("memscope: stack at the crash:\n" + ex["traceback"].rstrip()[-4000:], markup=False)
     for w in (summary.get("warnings") or [])[:6]:

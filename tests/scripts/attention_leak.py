@@ -1,4 +1,5 @@
 """Seed 003 at small scale: attention maps kept for logging, without .detach(), hold each step's graph."""
+
 import sys
 import time
 

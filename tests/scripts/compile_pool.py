@@ -3,6 +3,7 @@
 On a CPU-only torch, inductor starts its pool only for Triton (not installed): this script starts the same pool
 with the calls torch makes itself when Triton is there (torch._dynamo.backends.inductor -> maybe_warm_pool:
 AsyncCompile.warm_pool() then wakeup()). With TORCHINDUCTOR_COMPILE_THREADS=1 torch starts no pool."""
+
 import sys
 import time
 

@@ -3,6 +3,7 @@ clone_index, serialize/deserialize, write/read_index. Prints one TRUTH line per 
 measured here by the script (the probe itself never serializes).
 
 argv: a directory to write an index file into."""
+
 import json
 import os
 import sys
@@ -20,17 +21,17 @@ flat = faiss.IndexFlatL2(d)
 flat.add(x)
 truth["flat"] = int(faiss.serialize_index(flat).nbytes)
 
-ivfpq = faiss.index_factory(d, "IVF32,PQ8x4")   # 4-bit PQ: trains in a second (8-bit PQ takes ~30 s here)
+ivfpq = faiss.index_factory(d, "IVF32,PQ8x4")  # 4-bit PQ: trains in a second (8-bit PQ takes ~30 s here)
 ivfpq.train(x[:1000])
-for i in range(0, n, 2500):            # several adds: the last ntotal must be the one reported
-    ivfpq.add(x[i:i + 2500])
+for i in range(0, n, 2500):  # several adds: the last ntotal must be the one reported
+    ivfpq.add(x[i : i + 2500])
 truth["ivfpq"] = int(faiss.serialize_index(ivfpq).nbytes)
 
 hnsw = faiss.index_factory(d, "HNSW16")
 hnsw.add(x)
 truth["hnsw"] = int(faiss.serialize_index(hnsw).nbytes)
 
-quantizer = faiss.IndexFlatL2(d)       # the user's own quantizer: inside the IVF index, not counted twice
+quantizer = faiss.IndexFlatL2(d)  # the user's own quantizer: inside the IVF index, not counted twice
 ivfflat = faiss.IndexIVFFlat(quantizer, d, 16)
 ivfflat.train(x[:2000])
 ivfflat.add(x[:5000])
@@ -41,7 +42,7 @@ path = os.path.join(sys.argv[1], "hnsw.index")
 faiss.write_index(hnsw, path)
 loaded = faiss.read_index(path)
 
-tmp = faiss.IndexFlatIP(d)             # a temporary index, freed before the end
+tmp = faiss.IndexFlatIP(d)  # a temporary index, freed before the end
 tmp.add(x[:1000])
 del tmp
 

@@ -23,15 +23,15 @@ def send(s, msg):
 s = conn()
 forged = [
     {"t": "__sql__", "sql": "DROP TABLE samples", "args": []},
-    {"t": "__barrier__", "event": None, "pid": 2 ** 70},
+    {"t": "__barrier__", "event": None, "pid": 2**70},
     {"t": "fault", "text": "Fatal Python error: Segmentation fault\n\nCurrent thread 0x1 (most recent call first):\n"},
     {"t": "exit_status", "returncode": -9, "stop_requested": None},
-    {"t": "exception", "type": "ValueError", "traceback": "x", "pid": 2 ** 70},   # pid out of range
+    {"t": "exception", "type": "ValueError", "traceback": "x", "pid": 2**70},  # pid out of range
     {"t": "mark", "text": "forged", "pid": -1},
     {"t": "mark", "text": ["not", "a", "string"]},
-    {"t": "phase", "name": "x", "state": "nope", "auto": "yes"},                   # a bool that is not one
-    {"t": "np_load", "ev": "open", "id": "1", "path": "/x", "nbytes": 2 ** 80},    # beyond any INTEGER
-    {"t": "hello", "token": token, "pid": 1},                                       # a second hello
+    {"t": "phase", "name": "x", "state": "nope", "auto": "yes"},  # a bool that is not one
+    {"t": "np_load", "ev": "open", "id": "1", "path": "/x", "nbytes": 2**80},  # beyond any INTEGER
+    {"t": "hello", "token": token, "pid": 1},  # a second hello
 ]
 for msg in forged:
     send(s, msg)
@@ -43,7 +43,7 @@ time.sleep(0.3)
 # A hello whose pid no process can have: refused, the connection closed.
 bad = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 bad.connect(sock_path)
-send(bad, {"t": "hello", "token": token, "pid": 2 ** 70})
+send(bad, {"t": "hello", "token": token, "pid": 2**70})
 closed = bad.recv(1) == b""
 # Garbage after a valid hello closes that connection.
 g = conn()

@@ -32,9 +32,9 @@ for epoch in range(epochs):
             end = time.monotonic() + seconds / epochs
             i = 0
             while time.monotonic() < end:
-                buf = np.ones((8 + 6 * k) * MIB // 8)      # a batch
+                buf = np.ones((8 + 6 * k) * MIB // 8)  # a batch
                 lo = (i * MIB // 8) % data.size
-                data[lo:lo + MIB // 8] += 1               # copy-on-write: 1 MiB more of the dataset becomes private
+                data[lo : lo + MIB // 8] += 1  # copy-on-write: 1 MiB more of the dataset becomes private
                 time.sleep(0.15 + 0.05 * k)
                 del buf
                 time.sleep(0.1)

@@ -56,17 +56,35 @@ class TimedTrainer(Trainer):
 
 
 if __name__ == "__main__":
-    cfg = BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=128, max_position_embeddings=64, num_labels=2)
+    cfg = BertConfig(
+        vocab_size=100,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=64,
+        num_labels=2,
+    )
     model = BertForSequenceClassification(cfg)
     watch = Watch()
     with tempfile.TemporaryDirectory() as out:
-        args = TrainingArguments(output_dir=out, num_train_epochs=1000, per_device_train_batch_size=16,
-                                 per_device_eval_batch_size=16, eval_strategy="steps", eval_steps=10,
-                                 dataloader_num_workers=2, report_to=[], use_cpu=True, save_strategy="no",
-                                 logging_strategy="no", disable_tqdm=True)
-        trainer = TimedTrainer(model=model, args=args, train_dataset=Tokens(4096), eval_dataset=Tokens(160),
-                          callbacks=[watch])
+        args = TrainingArguments(
+            output_dir=out,
+            num_train_epochs=1000,
+            per_device_train_batch_size=16,
+            per_device_eval_batch_size=16,
+            eval_strategy="steps",
+            eval_steps=10,
+            dataloader_num_workers=2,
+            report_to=[],
+            use_cpu=True,
+            save_strategy="no",
+            logging_strategy="no",
+            disable_tqdm=True,
+        )
+        trainer = TimedTrainer(
+            model=model, args=args, train_dataset=Tokens(4096), eval_dataset=Tokens(160), callbacks=[watch]
+        )
         t0 = time.monotonic()
         trainer.train()
         total = time.monotonic() - t0

@@ -1,5 +1,6 @@
 """A tiny torch training as a Kaggle notebook would start one: DataLoader(num_workers=2), train and eval phases.
 It prints which meta-path finders each process has, so the test sees Kaggle's sitecustomize ran in all of them."""
+
 import sys
 
 import torch

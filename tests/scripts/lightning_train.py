@@ -61,8 +61,16 @@ if __name__ == "__main__":
     val = DataLoader(TensorDataset(x[:320], y[:320]), batch_size=32, num_workers=2, persistent_workers=True)
     model = Tiny()
     t0 = time.monotonic()
-    trainer = L.Trainer(max_epochs=1000, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, callbacks=[Deadline()])
+    trainer = L.Trainer(
+        max_epochs=1000,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[Deadline()],
+    )
     trainer.fit(model, train, val)
     total = time.monotonic() - t0
     print(f"TRUTH fit_s={total:.2f} val_s={model.val_time:.2f} kept={len(model.kept)}", flush=True)

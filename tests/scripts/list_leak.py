@@ -1,4 +1,5 @@
 """Seed 001 at small scale, without torch: validation outputs appended to a list that is never cleared."""
+
 import time
 
 history = []

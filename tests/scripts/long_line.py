@@ -9,7 +9,7 @@ out = sys.stdout.buffer
 out.write(b"x" * (40 << 20))
 out.flush()
 blocked_s = time.perf_counter() - t0
-out.write("\nsplit \u00e9".encode()[:-1])   # é is 0xC3 0xA9: the first byte alone
+out.write("\nsplit \u00e9".encode()[:-1])  # é is 0xC3 0xA9: the first byte alone
 out.flush()
 time.sleep(0.2)
 out.write(b"\xa9 done\n")

@@ -1,4 +1,5 @@
 """A process that never imports numpy, torch or faiss: the probes must not load them, nor start a thread."""
+
 import sys
 import threading
 

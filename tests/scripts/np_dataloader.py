@@ -2,6 +2,7 @@
 every item reads the whole member again, in two forked workers that leave by os._exit.
 
 argv: a directory holding pairs.npz (X_train, Y_train)."""
+
 import os
 import sys
 

@@ -1,5 +1,6 @@
 """A numpy-only training with two multiprocessing workers that make its batches (the shape of a DataLoader, with
 no torch: Colab's Python 3.13 replica has none). argv: seconds (default 4), then an optional exit code."""
+
 import multiprocessing as mp
 import sys
 import time

@@ -5,6 +5,7 @@ discards, so each figure includes building and sending the message. Each figure 
 batches of this thread's CPU time (user + system), wrapped minus unwrapped (the original is the wrapper's
 ``__wrapped__``); batches alternate between the two.
 """
+
 import os
 import socket
 import statistics
@@ -61,18 +62,19 @@ def main():
     ch = Channel(sock, "x")
     ch.connect({})
     t = time.thread_time()
-    numpy_load.install(ch)   # numpy is imported: attaches now
+    numpy_load.install(ch)  # numpy is imported: attaches now
     malloc.install(ch)
     t_np = time.thread_time() - t
     import faiss
+
     t = time.thread_time()
     faiss_index.install(ch)  # wraps every Index class's constructor and add
     t_faiss = time.thread_time() - t
     print(f"attach, once: numpy + malloc {t_np * 1e3:.2f} ms, faiss {t_faiss * 1e3:.2f} ms CPU")
 
     small, big = os.path.join(d, "small.npy"), os.path.join(d, "big.npy")
-    np.save(small, np.zeros(128, np.float32))                  # 512 B
-    np.save(big, np.zeros(1 << 20, np.float32))               # 4 MiB
+    np.save(small, np.zeros(128, np.float32))  # 512 B
+    np.save(big, np.zeros(1 << 20, np.float32))  # 4 MiB
     np.savez(os.path.join(d, "m.npz"), s=np.zeros(128, np.float32), b=np.zeros(1 << 20, np.float32))
     orig_load = np.load.__wrapped__
     npz = np.load(os.path.join(d, "m.npz"))
@@ -82,8 +84,12 @@ def main():
     for name, wrapped, plain, n in [
         ("np.load small .npy (512 B)", lambda: np.load(small), lambda: orig_load(small), 3000),
         ("np.load 4 MiB .npy", lambda: np.load(big), lambda: orig_load(big), 300),
-        ("np.load mmap_mode='r' 4 MiB .npy", lambda: np.load(big, mmap_mode="r"),
-         lambda: orig_load(big, mmap_mode="r"), 1000),
+        (
+            "np.load mmap_mode='r' 4 MiB .npy",
+            lambda: np.load(big, mmap_mode="r"),
+            lambda: orig_load(big, mmap_mode="r"),
+            1000,
+        ),
         ("NpzFile member read, small", lambda: npz["s"], lambda: orig_get(npz, "s"), 2000),
         ("NpzFile member read, 4 MiB", lambda: npz["b"], lambda: orig_get(npz, "b"), 200),
     ]:
@@ -112,10 +118,16 @@ def main():
     parts = [
         ("path + os.stat (every load)", lambda: numpy_load._describe(big)),
         ("statm pread (x2 per load >= 1 MiB)", numpy_load._statm),
-        ("record + send one load message", lambda: numpy_load._after_load(
-            arr, (big,), {}, big, True, (0, 0), 0.001, type(npz), np.memmap, np.ndarray)),
-        ("count one small load (no message)", lambda: numpy_load._after_load(
-            arr[:4], (small,), {}, small, False, None, 0.001, type(npz), np.memmap, np.ndarray)),
+        (
+            "record + send one load message",
+            lambda: numpy_load._after_load(arr, (big,), {}, big, True, (0, 0), 0.001, type(npz), np.memmap, np.ndarray),
+        ),
+        (
+            "count one small load (no message)",
+            lambda: numpy_load._after_load(
+                arr[:4], (small,), {}, small, False, None, 0.001, type(npz), np.memmap, np.ndarray
+            ),
+        ),
     ]
     for name, fn in parts:
         print(f"  step: {name:40s} {per_call_ns(fn, 2000, batches=9) / 1e3:7.1f} us")
@@ -135,18 +147,22 @@ def main():
         for fn in tasks:
             fn()
     per_round = (time.thread_time() - t0) / 200
-    print(f"periodic round ({len(tasks)} tasks, 20 indexes, no smaps read): {per_round * 1e6:.0f} us CPU -> "
-          f"{per_round / 2.0 * 100:.4f}% of one core at one round per 2 s")
+    print(
+        f"periodic round ({len(tasks)} tasks, 20 indexes, no smaps read): {per_round * 1e6:.0f} us CPU -> "
+        f"{per_round / 2.0 * 100:.4f}% of one core at one round per 2 s"
+    )
     numpy_load._resident_next[0] = 0.0
     t0 = time.thread_time()
     n = 200
     for _ in range(n):
-        numpy_load._resident_next[0] = 0.0   # force the smaps read each time (the real thread backs off)
+        numpy_load._resident_next[0] = 0.0  # force the smaps read each time (the real thread backs off)
         for fn in tasks:
             fn()
     per_round = (time.thread_time() - t0) / n
-    print(f"periodic round ({len(tasks)} tasks, smaps read forced, 20 indexes, 1 memmap): "
-          f"{per_round * 1e6:.0f} us CPU -> {per_round / 2.0 * 100:.4f}% of one core at one round per 2 s")
+    print(
+        f"periodic round ({len(tasks)} tasks, smaps read forced, 20 indexes, 1 memmap): "
+        f"{per_round * 1e6:.0f} us CPU -> {per_round / 2.0 * 100:.4f}% of one core at one round per 2 s"
+    )
     t0 = time.thread_time()
     for _ in range(n):
         malloc._report()

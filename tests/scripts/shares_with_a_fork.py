@@ -1,5 +1,6 @@
 """Fills 200 MiB and forks a child that shares it and waits (with --on-cue, once a line comes on stdin); prints
 the child's pid, reaps it when it dies, prints "reaped" and sleeps. The child exits when its parent does."""
+
 import os
 import sys
 import time

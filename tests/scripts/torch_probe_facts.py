@@ -1,4 +1,5 @@
 """Prints, as JSON, what the torch probe did inside this process (run under memscope with the agent)."""
+
 import json
 import sys
 import threading
@@ -11,8 +12,9 @@ if "--import" in sys.argv:
     import torch
     import torch._dynamo
 
-    facts["queued_on_cuda_init"] = any(getattr(c, "__name__", "") == "_on_cuda_init"
-                                       for c, _ in torch.cuda._queued_calls)
+    facts["queued_on_cuda_init"] = any(
+        getattr(c, "__name__", "") == "_on_cuda_init" for c, _ in torch.cuda._queued_calls
+    )
     facts["cuda_initialized"] = torch.cuda.is_initialized()
     cls = torch._dynamo.callback.CompilationCallbackHandler
     facts["dynamo_patched"] = hasattr(cls.run_start_callbacks, "__wrapped__")

@@ -2,6 +2,7 @@
 found through the registry in ``agent/protocol.PROBES``. Each section is pure: ``summarize(events_by_kind)``
 returns what the summary keeps under the probe's key.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -15,8 +16,11 @@ from ...record.reader import RunData
 def sections() -> list[tuple[str, tuple[str, ...], ModuleType]]:
     """(summary key, message kinds, section module) of every probe that has a section, in registry order."""
     # Imported by name from the registry: a new probe adds its line there and its file here, nothing else.
-    return [(key, tuple(kinds), importlib.import_module(f"{__name__}.{module}"))
-            for module, key, kinds in PROBES if key is not None]
+    return [
+        (key, tuple(kinds), importlib.import_module(f"{__name__}.{module}"))
+        for module, key, kinds in PROBES
+        if key is not None
+    ]
 
 
 def summary_keys() -> tuple[str, ...]:

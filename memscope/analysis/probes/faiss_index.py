@@ -1,4 +1,5 @@
 """The FAISS probe's section of the summary (``faiss``), from the agents' ``faiss_index`` events. Pure."""
+
 from __future__ import annotations
 
 from typing import Any, Iterable
@@ -6,7 +7,7 @@ from typing import Any, Iterable
 from ...fmt import fmt_bytes
 from . import top_advice as _top_advice
 
-FLAT_ADVICE_BYTES = 1 << 30    # a flat FAISS index this large: say what a compressed one would hold
+FLAT_ADVICE_BYTES = 1 << 30  # a flat FAISS index this large: say what a compressed one would hold
 
 
 def summarize_faiss(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -20,10 +21,25 @@ def summarize_faiss(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
             continue
         row = idx.get(lid)
         if row is None:
-            row = idx[lid] = {"id": lid, "pid": e["pid"], "how": None, "type": None, "d": None, "ntotal": 0,
-                              "est_bytes": 0, "peak_est_bytes": 0, "serialized_bytes": None,
-                              "serialized_ntotal": None, "alive": True, "created_s": round(e["t"], 3),
-                              "freed_s": None, "children": [], "ptr": None, "gpu": False, "advice": None}
+            row = idx[lid] = {
+                "id": lid,
+                "pid": e["pid"],
+                "how": None,
+                "type": None,
+                "d": None,
+                "ntotal": 0,
+                "est_bytes": 0,
+                "peak_est_bytes": 0,
+                "serialized_bytes": None,
+                "serialized_ntotal": None,
+                "alive": True,
+                "created_s": round(e["t"], 3),
+                "freed_s": None,
+                "children": [],
+                "ptr": None,
+                "gpu": False,
+                "advice": None,
+            }
         ev = d.get("ev")
         if ev == "freed":
             row["alive"], row["freed_s"] = False, round(e["t"], 3)
@@ -46,18 +62,24 @@ def summarize_faiss(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
         r["inside_other"] = (r["pid"], r["ptr"]) in inside and r["alive"]
         r["advice"] = faiss_advice(r)
     live = [r for r in rows if r["alive"] and not r["inside_other"]]
-    return {"indexes": rows, "live_count": len(live), "live_est_bytes": sum(r["est_bytes"] or 0 for r in live),
-            "peak_index_bytes": max((r["peak_est_bytes"] for r in rows), default=0),
-            "advice": _top_advice(rows, "peak_est_bytes")}
+    return {
+        "indexes": rows,
+        "live_count": len(live),
+        "live_est_bytes": sum(r["est_bytes"] or 0 for r in live),
+        "peak_index_bytes": max((r["peak_est_bytes"] for r in rows), default=0),
+        "advice": _top_advice(rows, "peak_est_bytes"),
+    }
 
 
 def faiss_advice(r: dict[str, Any]) -> str | None:
     """One line of advice for an index that holds more than it needs to, else None."""
     t, size = r.get("type") or "", r.get("peak_est_bytes") or 0
     if t in ("IndexFlat", "IndexFlatL2", "IndexFlatIP") and size >= FLAT_ADVICE_BYTES:
-        return (f"{t} (d={r['d']}, {r['ntotal']:,} vectors) holds a full float32 copy of the vectors "
-                f"({fmt_bytes(size, 'tenth')}); if they are also in a NumPy array that is twice; IVF+PQ "
-                f"(faiss.index_factory({r['d']}, 'IVF4096,PQ{max(1, (r['d'] or 8) // 8)}')) holds ~30x less")
+        return (
+            f"{t} (d={r['d']}, {r['ntotal']:,} vectors) holds a full float32 copy of the vectors "
+            f"({fmt_bytes(size, 'tenth')}); if they are also in a NumPy array that is twice; IVF+PQ "
+            f"(faiss.index_factory({r['d']}, 'IVF4096,PQ{max(1, (r['d'] or 8) // 8)}')) holds ~30x less"
+        )
     return None
 
 

@@ -2,6 +2,7 @@
 
 Pure: events in, summary key out (each row may carry an ``advice`` line; analysis/advice.py lifts them).
 """
+
 from __future__ import annotations
 
 import os
@@ -9,7 +10,7 @@ from typing import Any, Iterable
 
 from ...fmt import fmt_bytes
 
-BIG_BYTES = 1 << 30            # a whole-array read this large is worth a line of advice by itself
+BIG_BYTES = 1 << 30  # a whole-array read this large is worth a line of advice by itself
 
 
 def _sum(a: int | None, b: int | None) -> int | None:
@@ -17,18 +18,32 @@ def _sum(a: int | None, b: int | None) -> int | None:
 
 
 def _row(path: str, key: str | None, **kw: Any) -> dict[str, Any]:
-    row = {"path": path, "key": key, "shape": None, "dtype": None, "nbytes": None, "compressed": None,
-           "requested_mmap": None, "mmapped": False, "reads": 0, "duration_s": 0.0, "rss_delta_bytes": None,
-           "anon_delta_bytes": None, "file_delta_bytes": None, "advice": None}
+    row = {
+        "path": path,
+        "key": key,
+        "shape": None,
+        "dtype": None,
+        "nbytes": None,
+        "compressed": None,
+        "requested_mmap": None,
+        "mmapped": False,
+        "reads": 0,
+        "duration_s": 0.0,
+        "rss_delta_bytes": None,
+        "anon_delta_bytes": None,
+        "file_delta_bytes": None,
+        "advice": None,
+    }
     row.update(kw)
     row["rss_delta_bytes"] = _sum(row["anon_delta_bytes"], row["file_delta_bytes"])
     return row
 
 
-def summarize_loads(load_events: Iterable[dict[str, Any]], read_events: Iterable[dict[str, Any]]
-                    ) -> list[dict[str, Any]]:
+def summarize_loads(
+    load_events: Iterable[dict[str, Any]], read_events: Iterable[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """One row per .npy path, per .npz member read (or per .npz with no member read), per group of small loads."""
-    opens: dict[str, dict[str, Any]] = {}      # load id -> the open message
+    opens: dict[str, dict[str, Any]] = {}  # load id -> the open message
     resident: dict[str, dict[str, int]] = {}  # load id -> peak residency of its memmap
     groups: dict[tuple[int | None, str], dict[str, Any]] = {}
     for e in load_events:
@@ -37,8 +52,7 @@ def summarize_loads(load_events: Iterable[dict[str, Any]], read_events: Iterable
         if ev == "open":
             opens[d["id"]] = d
         elif ev == "resident":
-            r = resident.setdefault(d["id"], {"resident_bytes": 0, "resident_file_bytes": 0,
-                                              "resident_anon_bytes": 0})
+            r = resident.setdefault(d["id"], {"resident_bytes": 0, "resident_file_bytes": 0, "resident_anon_bytes": 0})
             r["resident_bytes"] = max(r["resident_bytes"], d.get("resident_bytes") or 0)
             r["resident_file_bytes"] = max(r["resident_file_bytes"], d.get("file_bytes") or 0)
             r["resident_anon_bytes"] = max(r["resident_anon_bytes"], d.get("anon_bytes") or 0)
@@ -59,10 +73,20 @@ def summarize_loads(load_events: Iterable[dict[str, Any]], read_events: Iterable
         opener = str(load_id or "").split("-")[0]
         forked_reader = opener.isdigit() and pid is not None and int(opener) != pid
         if row is None:
-            rows[k] = _row(k[0], key, shape=d.get("shape"), dtype=d.get("dtype"), nbytes=d.get("nbytes"),
-                           compressed=d.get("compressed"), requested_mmap=d.get("requested_mmap"), mmapped=False,
-                           reads=int(d.get("reads") or 0), duration_s=float(d.get("duration_s") or 0.0),
-                           anon_delta_bytes=d.get("anon_delta_bytes"), file_delta_bytes=d.get("file_delta_bytes"))
+            rows[k] = _row(
+                k[0],
+                key,
+                shape=d.get("shape"),
+                dtype=d.get("dtype"),
+                nbytes=d.get("nbytes"),
+                compressed=d.get("compressed"),
+                requested_mmap=d.get("requested_mmap"),
+                mmapped=False,
+                reads=int(d.get("reads") or 0),
+                duration_s=float(d.get("duration_s") or 0.0),
+                anon_delta_bytes=d.get("anon_delta_bytes"),
+                file_delta_bytes=d.get("file_delta_bytes"),
+            )
             row = rows[k]
         else:
             row["reads"] += int(d.get("reads") or 0)
@@ -81,21 +105,36 @@ def summarize_loads(load_events: Iterable[dict[str, Any]], read_events: Iterable
             if k in rows:
                 rows[k]["reads"] += 0
                 continue
-            rows[k] = _row(path, None, nbytes=sum(int(m[1]) for m in members) if members else None,
-                           compressed=any(bool(m[2]) for m in members) if members else None,
-                           requested_mmap=d.get("requested_mmap"), mmapped=False, reads=0,
-                           duration_s=float(d.get("duration_s") or 0.0),
-                           anon_delta_bytes=d.get("anon_delta_bytes"), file_delta_bytes=d.get("file_delta_bytes"),
-                           members=[m[0] for m in members])
+            rows[k] = _row(
+                path,
+                None,
+                nbytes=sum(int(m[1]) for m in members) if members else None,
+                compressed=any(bool(m[2]) for m in members) if members else None,
+                requested_mmap=d.get("requested_mmap"),
+                mmapped=False,
+                reads=0,
+                duration_s=float(d.get("duration_s") or 0.0),
+                anon_delta_bytes=d.get("anon_delta_bytes"),
+                file_delta_bytes=d.get("file_delta_bytes"),
+                members=[m[0] for m in members],
+            )
             continue
         k = (path, None)
         row = rows.get(k)
         if row is None:
-            row = rows[k] = _row(path, None, shape=d.get("shape"), dtype=d.get("dtype"), nbytes=d.get("nbytes"),
-                                 compressed=False, requested_mmap=d.get("requested_mmap"),
-                                 mmapped=bool(d.get("mmapped")), reads=0,
-                                 anon_delta_bytes=d.get("anon_delta_bytes"),
-                                 file_delta_bytes=d.get("file_delta_bytes"))
+            row = rows[k] = _row(
+                path,
+                None,
+                shape=d.get("shape"),
+                dtype=d.get("dtype"),
+                nbytes=d.get("nbytes"),
+                compressed=False,
+                requested_mmap=d.get("requested_mmap"),
+                mmapped=bool(d.get("mmapped")),
+                reads=0,
+                anon_delta_bytes=d.get("anon_delta_bytes"),
+                file_delta_bytes=d.get("file_delta_bytes"),
+            )
         row["reads"] += 1
         row["duration_s"] += float(d.get("duration_s") or 0.0)
         if load_id in resident:
@@ -106,9 +145,16 @@ def summarize_loads(load_events: Iterable[dict[str, Any]], read_events: Iterable
         k = (d.get("path") or "?", None)
         row = rows.get(k)
         if row is None:
-            rows[k] = _row(k[0], None, dtype=d.get("dtype"), nbytes=int(d.get("nbytes") or 0),
-                           compressed=False, reads=int(d.get("count") or 0),
-                           duration_s=float(d.get("duration_s") or 0.0), small_files=True)
+            rows[k] = _row(
+                k[0],
+                None,
+                dtype=d.get("dtype"),
+                nbytes=int(d.get("nbytes") or 0),
+                compressed=False,
+                reads=int(d.get("count") or 0),
+                duration_s=float(d.get("duration_s") or 0.0),
+                small_files=True,
+            )
         else:
             row["reads"] += int(d.get("count") or 0)
             row["nbytes"] = (row["nbytes"] or 0) + int(d.get("nbytes") or 0)
@@ -130,22 +176,30 @@ def load_advice(row: dict[str, Any]) -> str | None:
         return None
     if is_npz and key is not None and row.get("shared_after_fork"):
         other = load_advice(dict(row, shared_after_fork=None))
-        return (f"{name} was opened before a fork and read in {len(row['shared_after_fork'])} child processes "
-                f"(DataLoader workers?): they share one file offset, so concurrent reads can fail (BadZipFile, "
-                f"EOFError) or return wrong data; open it in each worker (lazily in __getitem__)"
-                + (f". Also: {other}" if other else ""))
+        return (
+            f"{name} was opened before a fork and read in {len(row['shared_after_fork'])} child processes "
+            f"(DataLoader workers?): they share one file offset, so concurrent reads can fail (BadZipFile, "
+            f"EOFError) or return wrong data; open it in each worker (lazily in __getitem__)"
+            + (f". Also: {other}" if other else "")
+        )
     if is_npz and key is not None:
         redo = "reads and decompresses" if row.get("compressed") else "reads"
         if row["requested_mmap"]:
             times = f" (read {n} times)" if n > 1 else ""
-            return (f"{name}: mmap_mode is ignored for .npz; {key} ({size}) is read into RAM on every "
-                    f"access{times}; save it with np.save and load it with mmap_mode='r'")
+            return (
+                f"{name}: mmap_mode is ignored for .npz; {key} ({size}) is read into RAM on every "
+                f"access{times}; save it with np.save and load it with mmap_mode='r'"
+            )
         if n > 1:
-            return (f"{name}: {key} ({size}) was read {n} times; each data['{key}'] {redo} the whole array "
-                    f"again; read it once (x = data['{key}']) and index x")
+            return (
+                f"{name}: {key} ({size}) was read {n} times; each data['{key}'] {redo} the whole array "
+                f"again; read it once (x = data['{key}']) and index x"
+            )
         if (row["nbytes"] or 0) >= BIG_BYTES:
-            return (f"{name}: {key} ({size}) is read into RAM whole; save it with np.save and load it with "
-                    f"mmap_mode='r' to page it in only as it is used")
+            return (
+                f"{name}: {key} ({size}) is read into RAM whole; save it with np.save and load it with "
+                f"mmap_mode='r' to page it in only as it is used"
+            )
         return None
     if is_npz:
         if row["requested_mmap"]:

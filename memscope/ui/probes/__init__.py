@@ -5,6 +5,7 @@ probe beside this one (``<module>.py``, named as in ``agent/protocol.PROBES``).
 the live run's probe events (the record so far, then the subscription) and renders them the same way, through
 the same pure analysis functions, recomputed only when an event arrived.
 """
+
 from __future__ import annotations
 
 import importlib

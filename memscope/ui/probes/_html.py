@@ -1,4 +1,5 @@
 """What the probes' panels share: escaping, a table, the advice list."""
+
 from __future__ import annotations
 
 import html
@@ -22,5 +23,6 @@ def table(head: tuple[str, ...], rows: list[list[str]]) -> str:
 def advice_list(items: list[dict[str, Any]]) -> str:
     """The rows' advice lines as a list (empty when none has one)."""
     lines = [f"<li>{esc(r['advice'])}</li>" for r in items if r.get("advice")]
-    return f"<ul class='memscope-probe-advice' style='color:#b26a00;margin:4px 0'>{''.join(lines)}</ul>" \
-        if lines else ""
+    return (
+        f"<ul class='memscope-probe-advice' style='color:#b26a00;margin:4px 0'>{''.join(lines)}</ul>" if lines else ""
+    )

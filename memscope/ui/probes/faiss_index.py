@@ -1,4 +1,5 @@
 """The FAISS indexes panel."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -7,7 +8,7 @@ from ...fmt import fmt_bytes
 from ._html import advice_list, esc, table
 
 KEY = "faiss"
-EMPTY: Any = {}   # the section when the summary has none
+EMPTY: Any = {}  # the section when the summary has none
 
 
 def html(faiss: dict[str, Any]) -> str:
@@ -21,12 +22,23 @@ def html(faiss: dict[str, Any]) -> str:
         if r.get("inside_other"):
             state += " (inside another index)"
         ser = fmt_bytes(r["serialized_bytes"], "tenth") if r.get("serialized_bytes") is not None else "–"
-        rows.append([esc(r.get("type")), esc(r.get("how")), esc(r.get("d")), esc(f"{r.get('ntotal') or 0:,}"),
-                     esc(fmt_bytes(r.get("est_bytes"), "tenth")), esc(ser), esc(state)])
-    return (f"<div style='margin-top:6px'><b>FAISS indexes</b>: {faiss.get('live_count', 0)} alive, about "
-            f"{esc(fmt_bytes(faiss.get('live_est_bytes'), 'tenth'))}</div>" +
-            table(("type", "made by", "d", "ntotal", "estimated", "serialized", "state"), rows) +
-            advice_list(indexes))
+        rows.append(
+            [
+                esc(r.get("type")),
+                esc(r.get("how")),
+                esc(r.get("d")),
+                esc(f"{r.get('ntotal') or 0:,}"),
+                esc(fmt_bytes(r.get("est_bytes"), "tenth")),
+                esc(ser),
+                esc(state),
+            ]
+        )
+    return (
+        f"<div style='margin-top:6px'><b>FAISS indexes</b>: {faiss.get('live_count', 0)} alive, about "
+        f"{esc(fmt_bytes(faiss.get('live_est_bytes'), 'tenth'))}</div>"
+        + table(("type", "made by", "d", "ntotal", "estimated", "serialized", "state"), rows)
+        + advice_list(indexes)
+    )
 
 
 def shown(part: Any) -> bool:

@@ -1,4 +1,5 @@
 """The glibc heap panel."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -7,7 +8,7 @@ from ...fmt import fmt_bytes
 from ._html import advice_list, esc, table
 
 KEY = "malloc"
-EMPTY: Any = {}   # the section when the summary has none
+EMPTY: Any = {}  # the section when the summary has none
 
 
 def html(malloc: dict[str, Any]) -> str:
@@ -15,10 +16,21 @@ def html(malloc: dict[str, Any]) -> str:
     procs = malloc.get("processes") or []
     if not procs:
         return ""
-    rows = [[esc(r["pid"]), esc(fmt_bytes(r.get("in_use_bytes"), "tenth")), esc(fmt_bytes(r.get("free_held_bytes"), "tenth")),
-             esc(fmt_bytes(r.get("peak_free_held_bytes"), "tenth")), esc(fmt_bytes(r.get("releasable_bytes"), "tenth"))] for r in procs]
-    return ("<div style='margin-top:6px'><b>glibc heap</b> (mallinfo2)</div>" +
-            table(("pid", "in use", "free but held", "peak held", "trim could return"), rows) + advice_list(procs))
+    rows = [
+        [
+            esc(r["pid"]),
+            esc(fmt_bytes(r.get("in_use_bytes"), "tenth")),
+            esc(fmt_bytes(r.get("free_held_bytes"), "tenth")),
+            esc(fmt_bytes(r.get("peak_free_held_bytes"), "tenth")),
+            esc(fmt_bytes(r.get("releasable_bytes"), "tenth")),
+        ]
+        for r in procs
+    ]
+    return (
+        "<div style='margin-top:6px'><b>glibc heap</b> (mallinfo2)</div>"
+        + table(("pid", "in use", "free but held", "peak held", "trim could return"), rows)
+        + advice_list(procs)
+    )
 
 
 def shown(part: Any) -> bool:
