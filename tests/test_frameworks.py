@@ -40,7 +40,10 @@ def test_phases_and_leak_on_a_real_framework(record_dir, framework, module):
     # The framework's validation time, within a second or 50 % (phase edges fall on batch boundaries); not the
     # ~90 % of the run that a train/eval switch seen only through .train()/.eval() calls gave with Lightning.
     assert abs(evals - truth["val_s"]) <= max(1.0, 0.5 * truth["val_s"]), s["phases"]
-    assert trains > evals
+    # The training time too, against the framework's own (its fit less its evaluations). Not `trains > evals`:
+    # on a loaded 2-core machine the Trainer's evaluations (their workers start inside them) take half the fit.
+    train_truth = truth["fit_s"] - truth["val_s"]
+    assert abs(trains - train_truth) <= max(1.0, 0.5 * train_truth), (trains, train_truth, s["phases"])
     workers = [p for p in s["processes"] if p["role"] == "dataloader_worker"]
     assert len(workers) >= 2
     # 4 MiB kept per validation batch: the floor rises, and it is the main process that keeps it.

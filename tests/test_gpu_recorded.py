@@ -307,7 +307,7 @@ def test_nvml_absent_driver_opens_nothing():
 
 def test_nvml_rounds_to_summary_chart_and_process_table():
     pytest.importorskip("ipywidgets")
-    from memscope.ui.dashboard import process_table, with_gpu
+    from memscope.ui.fragments import process_table, with_gpu
     from memscope.ui.gpu_chart import GpuSeries
 
     nv = Nvml.open(fake_nvml.FakeNvml(fake_nvml.capture("h100", "load")))
@@ -509,7 +509,7 @@ def test_a_cuda_oom_saves_the_snapshot_beside_the_record(start, history):
     assert saved["memscope_oom"]["alloc_bytes"] == 226 * MiB and saved["segments"] == _plain(OOM)["segments"]
     (adv,) = S.summarize(saved)["advice"]
     assert "this OOM is a real shortage" in adv
-    from memscope.ui.dashboard import verdict_card
+    from memscope.ui.fragments import verdict_card
 
     card = verdict_card(s)
     assert "memscope.open_snapshot(" in card and path in card and "memscope snapshot" in card
@@ -550,6 +550,6 @@ def test_without_an_oom_observer_the_excepthook_saves_the_snapshot(start):
     assert path and os.path.exists(path) and s["allocator"] is None  # no observer: no cuda_oom message
     saved = S.load(path)
     assert saved["segments"] == _plain(OOM)["segments"] and "alloc_bytes" not in saved["memscope_oom"]
-    from memscope.ui.dashboard import verdict_card
+    from memscope.ui.fragments import verdict_card
 
     assert path in verdict_card(s)

@@ -3,7 +3,7 @@
 Usable from plain Python (``memscope.run([...])``), the CLI and the notebook alike. Threads, none of which
 waits on another: the waiter (os.wait4 on the root), the RSS sampler (with discovery and host reads), the PSS
 sampler, the agent server, the recorder, and one dispatcher per subscriber. This module is the public handle;
-the work is in ``options``, ``sampling``, ``agents``, ``finish`` and ``scalene`` beside it. Exporters and views
+the work is in ``options``, ``launch``, ``sampling``, ``agents``, ``finish`` and ``scalene`` beside it. Exporters and views
 attach from outside through ``subscribe``, ``on_end`` and ``elapsed`` (``wiring.RUN_ATTACHMENTS``).
 """
 
@@ -19,16 +19,13 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .. import supervise, wiring
-from ..agent import protocol
-from ..collect import gpu as gpu_mod
-from ..collect import procfs
-from ..collect.tree import TreeSampler
 from ..errors import LaunchError
 from ..fmt import signal_name, stderr_line
 from ..model import Event, Record
 from ..record.catalogue import default_record_dir
 from ..record.writer import Recorder
 from . import finish as finish_mod
+from . import launch as launch_mod
 from . import scalene as scalene_mod
 from .agents import Agents
 from .live import Snapshot, Subscribers
@@ -104,88 +101,7 @@ class Run:
     # -- public API ------------------------------------------------------------------------------------------
     def start(self) -> "Run":
         """Launch the command (or start watching the attached tree); returns at once with the run going."""
-        o = self.options
-        env = dict(os.environ if o.env is None else o.env)
-        for a in self._attaching:  # first: a port already taken must stop us before anything runs
-            try:
-                a.start()
-            except LaunchError:
-                finish_mod.abort(self)
-                raise
-        if not self.attached:
-            env[protocol.ENV_RUN] = self.run_id
-            if o.agent:
-                self.agents.environment(env)
-            if o.output == "capture":
-                env.setdefault("PYTHONUNBUFFERED", "1")
-            # The subreaper first: an orphan made in the run's first milliseconds must come to memscope too.
-            self._subreaper = supervise.hold_subreaper()
-            try:
-                self._proc = supervise.launch(self.command, o.cwd, env, self.output_files)
-            except OSError as exc:
-                finish_mod.abort(self)
-                raise LaunchError(f"{self.command[0]}: {exc.strerror or exc}") from None
-            self.pid = self._proc.pid
-        self.t0 = time.monotonic()
-        self.started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        self._recorder.begin(
-            self.run_id,
-            list(self.command),
-            os.path.abspath(o.cwd or os.getcwd()),
-            self.started_at,
-            time.time(),
-            self.pid,
-            {
-                "attached": self.attached,
-                "script": self.script,
-                "agent": o.agent,
-                "limit_bytes": o.limit_bytes,
-                "interval_s": o.interval_s,
-                "pss_interval_s": o.pss_interval_s,
-                "scalene": self.scalene.mode if self.scalene else None,
-            },
-        )
-        marker = None if self.attached else f"{protocol.ENV_RUN}={self.run_id}".encode()
-        root_stat = _stat(self.pid)
-        # A process we launched owns its session; one we attached to may share its shell's: no session proof then.
-        membership = supervise.Membership(
-            self.pid,
-            session=None if self.attached else self.pid,
-            marker=marker,
-            started_ticks=root_stat.starttime if root_stat else None,
-            reparented=self._subreaper and not self.attached,
-        )
-        self.tree = TreeSampler(
-            self.pid,
-            self.publish,
-            self.elapsed,
-            marker=marker,
-            script=self.script,
-            membership=membership,
-            reap=supervise.reap,
-        )
-        self._sup = supervise.Supervisor(
-            self.pid,
-            self.attached,
-            self.tree.members,
-            lambda: self.returncode is not None or self._proc is None,
-            on_sent=self._signal_sent,
-        )
-        self.status = "running"
-        self._spawn(self.sampler.rss_loop, "memscope-rss")
-        self._spawn(self.sampler.pss_loop, "memscope-pss")
-        self._spawn(lambda: finish_mod.wait_loop(self), "memscope-waiter")
-        nvml = gpu_mod.Nvml.open()  # None without a driver: no thread, nothing recorded
-        if nvml is not None:
-            self._spawn(
-                lambda: gpu_mod.sample_loop(
-                    nvml, self.publish, self.elapsed, self.tree.alive_pids, self.sampler.done, o.host_interval_s
-                ),
-                "memscope-gpu",
-            )
-        if self._proc is not None and self.output_files:
-            for name, path in zip(("stdout", "stderr"), self.output_files):
-                self._spawn(lambda name=name, path=path: finish_mod.read_output(self, path, name), f"memscope-{name}")
+        launch_mod.launch(self)
         return self
 
     @property
@@ -369,10 +285,3 @@ class Run:
             self.publish(Event(self.elapsed(), None, "record_error", {"error": line}))
         except Exception:
             pass
-
-
-def _stat(pid: int) -> Any:
-    try:
-        return procfs.read_stat(pid) if pid > 0 else None
-    except OSError:
-        return None

@@ -8,7 +8,6 @@ tracebacks, command lines, phase names) is escaped: the page runs no script but 
 
 from __future__ import annotations
 
-import html
 import json
 import re
 from typing import Any, Iterable
@@ -19,7 +18,8 @@ from ..record.reader import RunData
 from .bokeh_format import HOVER_JS as _HOVER_JS
 from .bokeh_format import TICK_JS as _TICK_JS
 from .census import census_html
-from .dashboard import leak_line, output_tail, process_table, record_procs, verdict_card, with_gpu
+from .fragments import esc as _esc
+from .fragments import leak_line, output_tail, process_table, record_procs, verdict_card, with_gpu
 from .probes import any_shown, probes_html
 from .series import RunSeries
 from .terminal import limit_text
@@ -51,10 +51,6 @@ PHASE_COLORS = {"train": "#54a24b", "eval": "#f58518"}
 PHASE_OTHER = "#7b61ff"
 HIDE_ABOVE = 4  # host available / limit start hidden when they exceed the run's own peak this many times
 CMD_MAX = 2000  # characters of the command line shown at the top
-
-
-def _esc(s: Any) -> str:
-    return html.escape(str(s), quote=True)
 
 
 # -- output --------------------------------------------------------------------------------------------------

@@ -1,0 +1,159 @@
+"""HTML fragments of a run shared by the live dashboard and the standalone report: the process table, the output
+tail, the verdict card, the leak line. Plain strings, no widgets: the report never imports ipywidgets."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from ..fmt import fmt_bytes
+from .terminal import verdict_text
+
+CAUSE_COLOR = {"ok": "#2e7d32", "stopped_by_user": "#555", "exit_nonzero": "#b26a00", "running": "#1565c0"}
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}es" if word.endswith("s") else f"{n} {word}s"
+
+
+def esc(s: Any) -> str:
+    """``s`` as text safe inside HTML (the program's output is untrusted)."""
+    return html.escape(str(s), quote=True)
+
+
+TABLE_COLUMNS = ("pid", "role", "RSS", "private", "PSS", "swap", "peak RSS", "peak PSS", "state", "command")
+
+
+def process_table(procs: dict[int, dict[str, Any]]) -> str:
+    """One row per process. RSS, private and PSS of a row are of one moment (the row's last round: PSS measured
+    then, or carried to it from the last PSS reading, whose age the cell's tooltip gives); peaks have their own
+    columns. The live view and a reopened run use the same columns."""
+    # A "GPU" column only when some process has GPU memory (``gpu`` bytes: NVML's, else PyTorch's reserved).
+    gpu = any(d.get("gpu") for d in procs.values())
+    rows = []
+    for pid, d in sorted(procs.items(), key=lambda x: (not x[1].get("alive", True), -(x[1].get("rss") or 0))):
+        alive = d.get("alive", True)
+        if alive:
+            state = "running"
+        elif d.get("exit_signal"):
+            state = f"died: {d['exit_signal']}"
+        elif d.get("exit_code") is not None:
+            state = f"exited {d['exit_code']}"
+        else:
+            state = "exited"
+        style = "" if alive else ' style="color:#999"'
+        t, pss_t = d.get("t"), d.get("pss_t")
+        age = (
+            f"measured {t - pss_t:.1f} s before this row's round, carried forward by the change of private memory"
+            if t is not None and pss_t is not None and t > pss_t
+            else "measured in this round"
+        )
+        cmd = esc(d.get("cmdline") or d.get("name") or "")
+        rows.append(
+            f"<tr{style}><td>{pid}</td><td>{esc(d.get('role', 'other'))}</td>"
+            f"<td>{fmt_bytes(d.get('rss'))}</td><td>{fmt_bytes(d.get('private'))}</td>"
+            f"<td title='{esc(age)}'>{fmt_bytes(d.get('pss'))}</td>"
+            f"<td>{fmt_bytes(d.get('swap'))}</td>"
+            + (f"<td>{fmt_bytes(d.get('gpu')) if d.get('gpu') else ''}</td>" if gpu else "")
+            + f"<td>{fmt_bytes(d.get('peak_rss'))}</td>"
+            f"<td>{fmt_bytes(d.get('peak_pss'))}</td><td>{esc(state)}</td>"
+            f"<td class='memscope-cmd' title='{cmd}' style='{_CMD_STYLE}'>{cmd}</td></tr>"
+        )
+    columns = TABLE_COLUMNS[:6] + (("GPU",) if gpu else ()) + TABLE_COLUMNS[6:]
+    head = "".join(f"<th style='text-align:left;padding-right:10px'>{h}</th>" for h in columns)
+    return (
+        f"<table class='memscope-procs' style='font-size:12px;font-family:monospace;width:100%;"
+        f"white-space:nowrap'><tr>{head}</tr>"
+        f"{''.join(rows)}</table><div style='font-size:11px;color:#666'>RSS, private (anonymous resident) "
+        "and PSS are of one moment; PSS is read every few seconds and carried to each round by the change "
+        "of private memory (hover a PSS cell for its age).</div>"
+    )
+
+
+# The command takes what the other columns leave (max-width:0 lets a cell shrink below its text) and ends in an
+# ellipsis; the full command is its tooltip. A narrow notebook (a side panel open) then clips nothing.
+_CMD_STYLE = "max-width:0;width:100%;overflow:hidden;text-overflow:ellipsis;white-space:nowrap"
+
+
+def with_gpu(procs: dict[int, dict[str, Any]], gpu_by_pid: dict[int, int]) -> dict[int, dict[str, Any]]:
+    """``procs`` with each process's GPU bytes (``gpu``) where it has some."""
+    for pid, b in gpu_by_pid.items():
+        if pid in procs and b:
+            procs[pid] = dict(procs[pid], gpu=b)
+    return procs
+
+
+def output_tail(lines: list[str], partial: str = "") -> str:
+    text = "\n".join(lines[-200:] + ([partial] if partial else []))
+    return (
+        f"<pre class='memscope-output' style='max-height:220px;overflow:auto;font-size:11px;white-space:pre-wrap;"
+        f"overflow-wrap:anywhere;background:#f8f8f8;padding:4px;margin:0'>{esc(text)}</pre>"
+    )
+
+
+def verdict_card(summary: dict[str, Any]) -> str:
+    ex = summary["exit"]
+    color = CAUSE_COLOR.get(ex["cause"], "#c62828")
+    peak = summary.get("peak") or {}
+    leak = summary.get("leak") or {}
+    tb = ex.get("traceback")
+    tb_html = (
+        f"<details><summary>stack</summary><pre style='font-size:11px'>{esc(tb[-6000:])}</pre></details>" if tb else ""
+    )
+    leak_html = f"<div>memory: {esc(leak_line(leak))}</div>" if leak else ""
+    advice = summary.get("advice") or []
+    if advice:
+        items = "".join(f"<li>{esc(a['text'])}</li>" for a in advice[:6])
+        leak_html += f"<div style='margin-top:4px'>what to do next:<ul style='margin:2px 0'>{items}</ul></div>"
+    leak_html += snapshot_link(summary)
+    return (
+        f"<div class='memscope-verdict' style='border-left:6px solid {color};padding:6px 10px;margin:6px 0;"
+        f"background:#fafafa;overflow-wrap:anywhere'>"
+        f"<div style='font-weight:bold;color:{color}'>{esc(ex['cause'])}</div>"
+        f"<div>{esc(ex['message'])}</div>"
+        f"<div>peak tree PSS {fmt_bytes(peak.get('tree_pss_bytes'))}, RSS {fmt_bytes(peak.get('tree_rss_bytes'))}"
+        f" at {peak.get('at_s', 0):.1f} s; {_plural(len(summary.get('processes', [])), 'process')}</div>{leak_html}"
+        f"<div style='font-size:11px;color:#666'>record: {esc(summary.get('record', ''))} "
+        f"(memscope.reopen('{esc(summary.get('run_id', ''))}'))</div>{tb_html}</div>"
+    )
+
+
+def snapshot_link(summary: dict[str, Any]) -> str:
+    """The CUDA memory snapshot saved at an OOM, and how to open it (a notebook cannot follow a file:// link)."""
+    import shlex
+
+    path = (summary.get("cuda_oom") or {}).get("snapshot") or next(
+        (o["snapshot"] for o in (summary.get("allocator") or {}).get("ooms") or [] if o.get("snapshot")), None
+    )
+    if not path:
+        return ""
+    return (
+        f"<div class='memscope-snapshot-link' style='margin-top:4px'>CUDA memory snapshot at the OOM: "
+        f"<a href='{esc(path)}' download><code>{esc(path)}</code></a>; open it with "
+        f"<code>memscope.open_snapshot({esc(repr(path))})</code> or "
+        f"<code>memscope snapshot {esc(shlex.quote(path))} --html snapshot.html</code></div>"
+    )
+
+
+def leak_line(leak: dict[str, Any], spikes: list[dict[str, Any]] | None = None) -> str:
+    return verdict_text(leak, spikes)
+
+
+def record_procs(rd: Any) -> dict[int, dict[str, Any]]:
+    """The process table's rows of a recorded run (a ``store.RunData``): each process's last round and its
+    peaks, in the live table's columns."""
+    procs = {
+        p["pid"]: {
+            "role": p["role"],
+            "cmdline": p["cmdline"],
+            "alive": False,
+            "exit_code": p["exit_code"],
+            "exit_signal": p["exit_signal"],
+        }
+        for p in rd.processes()
+    }
+    for pid, last in rd.last_by_pid().items():
+        procs.setdefault(pid, {"alive": False}).update(last)
+    for pid, (rss, pss) in rd.peaks_by_pid().items():
+        procs.setdefault(pid, {"alive": False}).update(peak_rss=rss, peak_pss=pss)
+    return procs
