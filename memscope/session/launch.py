@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import supervise
 from ..agent import protocol
@@ -15,8 +15,8 @@ from ..collect.tree import TreeSampler
 from ..errors import LaunchError
 from . import finish as finish_mod
 
-if TYPE_CHECKING:
-    from .run import Run
+# The Run, typed Any as in finish.py: run.py imports this module, and a type-only import back would be a circle.
+Run = Any
 
 
 def launch(run: Run) -> None:
