@@ -47,17 +47,20 @@ def run(command: Sequence[str] | str, **options: Any) -> "Run":
     "capture"), agent, limit_bytes, summary_json, cwd, env, scalene (True or "cpu", or "memory": the script runs
     under Scalene with profiling off, and ``run.scalene_snapshot(10)`` profiles the next 10 seconds),
     prometheus ("[HOST:]PORT": serve the run's state to Prometheus), hostname (its label), pushgateway (a URL:
-    push the final state there at the end), prometheus_linger_s.
+    push the final state there at the end), prometheus_linger_s. In a notebook, keep_previous=True leaves going the
+    run an earlier execution of the same cell started (a re-run stops it by default).
     """
     import shlex
 
     from .session import Options, Run
 
     argv = shlex.split(command) if isinstance(command, str) else list(command)
+    keep_previous = bool(options.pop("keep_previous", False))
     if "output" not in options and _in_notebook():
         from .magic import start_in_notebook
 
-        return start_in_notebook(argv, None, Options(**options))  # the same dashboard as %memscope
+        # the same dashboard as %memscope; a re-run of the cell stops the run it started before (keep_previous)
+        return start_in_notebook(argv, None, Options(**options), keep_previous=keep_previous)
     return Run(argv, options=Options(**options)).start()
 
 

@@ -3,6 +3,7 @@ kernel is idle, and a Stop click sent the way the browser sends it stops the run
 
 import os
 import queue
+import re
 import time
 
 import psutil
@@ -511,3 +512,91 @@ def test_without_widgets_the_end_of_run_text_updates_its_own_cell(kernel, tmp_pa
     assert updates and all(m["content"]["transient"]["display_id"] == display_id for m in updates)
     final = updates[-1]["content"]["data"]["text/plain"]
     assert "memscope: ok" in final and "\x1b[" not in final, final
+
+
+# -- issue 23: a re-run restarts; a running run can always be shown again ----------------------------------------
+def _execute_in_cell(kc, code, cell_id, timeout=90):
+    """Run code as the cell ``cell_id`` (JupyterLab's execute_request); returns (reply, iopub messages until idle)."""
+    msg_id = _send_in_cell(kc, code, cell_id)
+    msgs = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = kc.get_iopub_msg(timeout=deadline - time.monotonic())
+        msgs.append(m)
+        if (
+            m["parent_header"].get("msg_id") == msg_id
+            and m["msg_type"] == "status"
+            and m["content"]["execution_state"] == "idle"
+        ):
+            break
+    return _reply(kc, msg_id, timeout), msgs
+
+
+def _pids_of(kc, name):
+    """The pids two_procs.py printed in run ``name``'s output."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        _, out = execute(
+            kc, f"print('PIDS', *[int(p) for l in {name}.output_tail if l.startswith('pids') for p in l.split()[1:]])"
+        )
+        pids = [int(x) for x in _printed(out).split()[1:]]
+        if pids:
+            return pids
+        time.sleep(0.3)
+    raise AssertionError(f"{name}: the script never printed its pids")
+
+
+def _alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_rerunning_a_cell_stops_its_previous_run_and_nothing_else(kernel, tmp_path):
+    """Re-running a %memscope cell means "restart": the run that cell started before is stopped as Stop does
+    (processes gone before the new run starts, verdict stopped_by_user) and the new dashboard says so. A run of
+    another cell, and one kept by --keep-previous, go on."""
+    kc = kernel
+    execute(kc, "%load_ext memscope\nimport memscope.ui.dashboard as D")
+    cmd = f"%memscope --record {tmp_path}/runs --grace 2 {script('two_procs.py')} 60"
+    for name, cell in (("other", "cell-other"), ("kept", "cell-keep"), ("first", "cell-1")):
+        reply, _ = _execute_in_cell(kc, f"{name} = {cmd}", cell)
+        assert reply["content"]["status"] == "ok"
+    first, other, kept = _pids_of(kc, "first"), _pids_of(kc, "other"), _pids_of(kc, "kept")
+    assert all(_alive(p) for p in first + other + kept)
+    t0 = time.monotonic()
+    reply, msgs = _execute_in_cell(kc, f"second = {cmd}", "cell-1")
+    assert reply["content"]["status"] == "ok"
+    assert time.monotonic() - t0 < 2 * 2 + 15  # bounded by the stop sequence
+    assert not any(_alive(p) for p in first), "the re-run left the previous run's processes going"
+    assert len(_controls(msgs)) == 1  # the new run's dashboard
+    second = _pids_of(kc, "second")
+    assert all(_alive(p) for p in second + other + kept)
+    # A re-run with a typo is refused before it stops anything: the cell's run goes on.
+    _, typo = _execute_in_cell(kc, f"%memscope --record {tmp_path}/runs missing_script.py", "cell-1")
+    assert "memscope: missing_script.py: no such file" in _printed(typo)
+    assert all(_alive(p) for p in second)
+    _, out = execute(
+        kc,
+        "print('FIRST', first.ended, first.summary()['exit']['cause'], first.run_id)\n"
+        "print('NOTES', D.last.run is second, D.last._notes)\n"
+        "print('OTHER', other.ended, kept.ended)",
+    )
+    out = _printed(out)
+    assert "FIRST True stopped_by_user" in out, out
+    first_id = out.split("FIRST True stopped_by_user")[1].split()[0]
+    assert re.search(
+        rf"NOTES True \['memscope: stopped the previous run of this cell, {first_id}, after 0:00:\d\d'\]", out
+    ), out
+    # The note reached the browser (the new dashboard's notes widget).
+    wire = " ".join(str(m["content"].get("data", {})) for m in msgs + drain(kc, 1.0))
+    assert f"stopped the previous run of this cell, {first_id}" in wire
+    assert "OTHER False False" in out, out
+    # --keep-previous: the cell's earlier run goes on beside the new one.
+    reply, msgs = _execute_in_cell(kc, f"kept2 = {cmd.replace('%memscope', '%memscope --keep-previous')}", "cell-keep")
+    assert reply["content"]["status"] == "ok" and len(_controls(msgs)) == 1
+    kept2 = _pids_of(kc, "kept2")
+    assert all(_alive(p) for p in kept + kept2 + other + second)
+    _, out = execute(kc, "print('KEPT', kept.ended, D.last._notes)\nfor r in (other, kept, kept2, second): r.kill()")
+    assert "KEPT False []" in _printed(out), _printed(out)

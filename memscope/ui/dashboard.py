@@ -431,15 +431,21 @@ def show(run: "Run") -> Dashboard:
 
 
 def _cell_id() -> str | None:
+    return cell_request()[0]
+
+
+def cell_request() -> tuple[str | None, str | None]:
+    """The executing cell's id, from the execute_request's ``metadata.cellId`` (None where the frontend sends
+    none), and that request's msg_id (a re-run of the cell is a new request)."""
     try:
         from IPython import get_ipython
 
         ip = get_ipython()
         parent = ip.kernel.get_parent() if hasattr(ip.kernel, "get_parent") else ip.parent_header
         md = parent.get("metadata") or {}
-        return md.get("cellId") or md.get("cell_id")
+        return md.get("cellId") or md.get("cell_id"), (parent.get("header") or {}).get("msg_id")
     except Exception:
-        return None
+        return None, None
 
 
 def reopen(ref: str, record_dir: str | None = None) -> Dashboard:
