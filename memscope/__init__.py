@@ -85,7 +85,8 @@ def last_run() -> "Run | None":
 
 
 def reopen(run_id: str, record_dir: str | None = None) -> Any:
-    """Show the dashboard of a recorded run (an id, a unique prefix of it, 'last', or a path)."""
+    """Show the dashboard of a recorded run (an id, a unique prefix of it, 'last', or a path); a run still going
+    in this kernel is followed live."""
     from .ui.dashboard import reopen as _reopen
 
     return _reopen(run_id, record_dir)
@@ -159,3 +160,19 @@ def _census_html(census: Any) -> str:
 
 _wiring.RUN_ATTACHMENTS.append(_prometheus)
 _wiring.HTML_RENDERERS["Census"] = _census_html
+
+
+def _run_view(run: "Run") -> Any:
+    """A Run displayed in a notebook: its live dashboard; None where widgets cannot render (its repr then)."""
+    from IPython import get_ipython
+
+    from .magic import widgets_can_render
+
+    if not widgets_can_render(get_ipython()):
+        return None
+    from .ui.dashboard import view_bundle
+
+    return view_bundle(run)
+
+
+_wiring.MIMEBUNDLE_RENDERERS["Run"] = _run_view

@@ -177,7 +177,8 @@ def test_terminal_ipython_gets_text_not_widgets(tmp_path):
 
     code = (
         f"%load_ext memscope\nr = %memscope --record {tmp_path} {script('clean.py')} 0.3\n"
-        "s = r.wait(60)\nimport time; time.sleep(0.5)\nprint('CAUSE', s['exit']['cause'])"
+        "s = r.wait(60)\nimport time; time.sleep(0.5)\nprint('CAUSE', s['exit']['cause'])\n"
+        "display(r)"  # no widgets here: a Run displayed keeps its one-line repr
     )
     (tmp_path / "t.ipy").write_text(code)
     p = subprocess.run(
@@ -189,6 +190,7 @@ def test_terminal_ipython_gets_text_not_widgets(tmp_path):
     assert "CAUSE ok" in p.stdout, p.stdout + p.stderr
     assert "memscope: started" in p.stderr and "memscope: ok" in p.stderr
     assert "VBox" not in p.stdout + p.stderr
+    assert "<memscope.Run " in p.stdout and "widget-view" not in p.stdout, p.stdout
 
 
 def _send_in_cell(kc, code, cell_id):
@@ -553,6 +555,16 @@ def _alive(pid):
         return False
 
 
+def _widget_views(msgs):
+    """The widget views shown by these messages (a display or a cell's result), by model id."""
+    return [
+        m["content"]["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
+        for m in msgs
+        if m["msg_type"] in ("display_data", "execute_result")
+        and "application/vnd.jupyter.widget-view+json" in m["content"]["data"]
+    ]
+
+
 def test_rerunning_a_cell_stops_its_previous_run_and_nothing_else(kernel, tmp_path):
     """Re-running a %memscope cell means "restart": the run that cell started before is stopped as Stop does
     (processes gone before the new run starts, verdict stopped_by_user) and the new dashboard says so. A run of
@@ -600,3 +612,67 @@ def test_rerunning_a_cell_stops_its_previous_run_and_nothing_else(kernel, tmp_pa
     assert all(_alive(p) for p in kept + kept2 + other + second)
     _, out = execute(kc, "print('KEPT', kept.ended, D.last._notes)\nfor r in (other, kept, kept2, second): r.kill()")
     assert "KEPT False []" in _printed(out), _printed(out)
+
+
+def test_a_run_is_shown_again_live_by_displaying_it_or_reopening_it(kernel, tmp_path):
+    """`run` as a cell's last line shows its live dashboard (with Stop); memscope.reopen(run_id) of a run still
+    going in this kernel follows it live (processes running, no "unknown"); a run going in another process
+    reopens as "running"."""
+    import subprocess
+    import sys
+
+    kc = kernel
+    # The magic as a cell's last line: its dashboard once, and the run's repr as the result (not a second view).
+    reply, msgs = execute(
+        kc, f"%load_ext memscope\nimport memscope\n%memscope --record {tmp_path}/runs {script('two_procs.py')} 60"
+    )
+    assert reply["content"]["status"] == "ok"
+    assert len(_widget_views(msgs)) == 1 and len(_controls(msgs)) == 1, [m["msg_type"] for m in msgs]
+    result = [m["content"]["data"] for m in msgs if m["msg_type"] == "execute_result"]
+    assert len(result) == 1 and list(result[0]) == ["text/plain"] and "<memscope.Run" in result[0]["text/plain"]
+    execute(kc, "run = memscope.last_run()")
+    pids = _pids_of(kc, "run")
+    reply, msgs = execute(kc, "run")
+    assert reply["content"]["status"] == "ok"
+    views = _widget_views(msgs)
+    assert len(views) == 1 and len(_controls(msgs)) == 1, [m["msg_type"] for m in msgs]
+    opened = {m["content"]["comm_id"] for m in msgs if m["msg_type"] == "comm_open"}
+    assert views[0] in opened  # the view is of a widget made for it, not a stale one
+    reply, msgs = execute(
+        kc, f"d = memscope.reopen(run.run_id, {str(tmp_path / 'runs')!r})\nimport time; time.sleep(1)"
+    )
+    assert reply["content"]["status"] == "ok"
+    assert len(_widget_views(msgs)) == 1 and len(_controls(msgs)) == 1
+    _, out = execute(
+        kc,
+        "print('LIVE', d.run is run, d._thread.is_alive())\nprint('STATUS', d.status.value)\n"
+        "print('CARD', repr(d.card.value))\nprint('TABLE', d.table.value.count('>running<'))",
+    )
+    out = _printed(out)
+    assert "LIVE True True" in out and "● running" in out and "CARD ''" in out, out
+    assert "unknown" not in out and "TABLE 2" in out, out
+    assert all(_alive(p) for p in pids)
+    execute(kc, "run.kill()")
+    # A run going in another process (the CLI): its record so far, saying "running", not "unknown".
+    cli_argv = ["run", "--quiet", "--record", str(tmp_path / "cli"), script("sleeper.py"), "8"]
+    cli = subprocess.Popen(
+        [sys.executable, "-c", "import sys, memscope.cli as c; sys.exit(c.main())", *cli_argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        from memscope.record.catalogue import list_runs
+
+        deadline = time.monotonic() + 30
+        while not list_runs(str(tmp_path / "cli")) and time.monotonic() < deadline:  # the record's run row
+            time.sleep(0.2)
+        time.sleep(1.0)  # its first samples
+        _, msgs = execute(
+            kc,
+            f"d2 = memscope.reopen('last', {str(tmp_path / 'cli')!r})\nprint('CARD', d2.card.value, d2.status.value)",
+        )
+        out = _printed(msgs) + str([m["content"]["evalue"] for m in msgs if m["msg_type"] == "error"])
+        assert "running" in out and "still going" in out and "unknown" not in out, out
+    finally:
+        cli.send_signal(2)
+        cli.wait(30)
