@@ -669,10 +669,12 @@ def test_a_run_is_shown_again_live_by_displaying_it_or_reopening_it(kernel, tmp_
         time.sleep(1.0)  # its first samples
         _, msgs = execute(
             kc,
-            f"d2 = memscope.reopen('last', {str(tmp_path / 'cli')!r})\nprint('CARD', d2.card.value, d2.status.value)",
+            f"d2 = memscope.reopen('last', {str(tmp_path / 'cli')!r})\nprint('CARD', d2.card.value, d2.status.value)\n"
+            "print('TABLE2', d2.table.value.count('>running<'))",
         )
         out = _printed(msgs) + str([m["content"]["evalue"] for m in msgs if m["msg_type"] == "error"])
         assert "running" in out and "still going" in out and "unknown" not in out, out
+        assert "TABLE2 1" in out, out  # the sleeper, alive: not "exited"
     finally:
         cli.send_signal(2)
         cli.wait(30)

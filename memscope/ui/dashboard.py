@@ -493,16 +493,28 @@ def reopen(ref: str, record_dir: str | None = None) -> Dashboard:
         row = rd.run_row()
         summary = row["summary"] or summarize(rd)
         procs = record_procs(rd)
+        rows = rd.processes()
     finally:
         rd.close()
     # A record without its end (no summary, no exit) whose root process is still there: a run going elsewhere.
-    if not row["summary"] and summary["exit"]["cause"] == "unknown" and _root_alive(row["root_pid"], row["t0_epoch"]):
+    root_created = _created(row["root_pid"])
+    if (
+        not row["summary"]
+        and summary["exit"]["cause"] == "unknown"
+        and root_created is not None
+        and row["t0_epoch"] is not None
+        and root_created <= row["t0_epoch"] + 1.0  # the run's own root, not a later process given its pid
+    ):
         summary["exit"] = dict(
             summary["exit"],
             cause="running",
             message=f"The run is still going (its process {row['root_pid']} is alive): this is its record so far. "
             "memscope.reopen() in the kernel that started it follows it live.",
         )
+        for p in rows:  # the processes with no recorded end that are still there (the same start time)
+            created = _created(p["pid"])
+            if p["exit_t"] is None and created is not None and abs(created - (p["create_time"] or created)) < 1.0:
+                procs.setdefault(p["pid"], {})["alive"] = True
     d = Dashboard(
         series=RunSeries.from_record(path),
         summary=summary,
@@ -514,13 +526,12 @@ def reopen(ref: str, record_dir: str | None = None) -> Dashboard:
     return d
 
 
-def _root_alive(pid: int | None, t0_epoch: float | None) -> bool:
-    """Whether the run's root process is still the one the record names (started by the run's start, not a
-    later process that got its pid) and alive."""
-    if not pid or t0_epoch is None:
-        return False
+def _created(pid: int | None) -> float | None:
+    """When process ``pid`` started (epoch seconds), None when there is none (or only its zombie)."""
+    if not pid:
+        return None
     try:
         p = psutil.Process(int(pid))
-        return p.create_time() <= t0_epoch + 1.0 and p.status() != psutil.STATUS_ZOMBIE
+        return None if p.status() == psutil.STATUS_ZOMBIE else p.create_time()
     except (psutil.Error, ValueError):
-        return False
+        return None
