@@ -47,17 +47,20 @@ def run(command: Sequence[str] | str, **options: Any) -> "Run":
     "capture"), agent, limit_bytes, summary_json, cwd, env, scalene (True or "cpu", or "memory": the script runs
     under Scalene with profiling off, and ``run.scalene_snapshot(10)`` profiles the next 10 seconds),
     prometheus ("[HOST:]PORT": serve the run's state to Prometheus), hostname (its label), pushgateway (a URL:
-    push the final state there at the end), prometheus_linger_s.
+    push the final state there at the end), prometheus_linger_s. In a notebook, keep_previous=True leaves going the
+    run an earlier execution of the same cell started (a re-run stops it by default).
     """
     import shlex
 
     from .session import Options, Run
 
     argv = shlex.split(command) if isinstance(command, str) else list(command)
+    keep_previous = bool(options.pop("keep_previous", False))
     if "output" not in options and _in_notebook():
         from .magic import start_in_notebook
 
-        return start_in_notebook(argv, None, Options(**options))  # the same dashboard as %memscope
+        # the same dashboard as %memscope; a re-run of the cell stops the run it started before (keep_previous)
+        return start_in_notebook(argv, None, Options(**options), keep_previous=keep_previous)
     return Run(argv, options=Options(**options)).start()
 
 
@@ -82,7 +85,8 @@ def last_run() -> "Run | None":
 
 
 def reopen(run_id: str, record_dir: str | None = None) -> Any:
-    """Show the dashboard of a recorded run (an id, a unique prefix of it, 'last', or a path)."""
+    """Show the dashboard of a recorded run (an id, a unique prefix of it, 'last', or a path); a run still going
+    in this kernel is followed live."""
     from .ui.dashboard import reopen as _reopen
 
     return _reopen(run_id, record_dir)
@@ -156,3 +160,19 @@ def _census_html(census: Any) -> str:
 
 _wiring.RUN_ATTACHMENTS.append(_prometheus)
 _wiring.HTML_RENDERERS["Census"] = _census_html
+
+
+def _run_view(run: "Run") -> Any:
+    """A Run displayed in a notebook: its live dashboard; None where widgets cannot render (its repr then)."""
+    from IPython import get_ipython
+
+    from .magic import widgets_can_render
+
+    if not widgets_can_render(get_ipython()):
+        return None
+    from .ui.dashboard import view_bundle
+
+    return view_bundle(run)
+
+
+_wiring.MIMEBUNDLE_RENDERERS["Run"] = _run_view

@@ -4,12 +4,14 @@
     run = %memscope --limit 12G train.py --epochs 3
     %memscope -- bash train.sh
     %memscope --attach 141495
+    %memscope --keep-previous train.py          # a re-run of this cell leaves the run it started before going
     run = %memscope --scalene train.py          # under Scalene, profiling off: the "Scalene snapshot" button
 
     %%memscope
     ...cell body runs as a script in the background...      (the run: memscope.last_run())
 
 The cell returns at once; the dashboard follows the run. Bad input prints one line, never a traceback.
+Re-running a cell that started a run stops that run first (a person re-running a cell means "restart").
 """
 
 from __future__ import annotations
@@ -121,9 +123,53 @@ def last_run() -> Any:
     return _last() if _last is not None else None
 
 
-def start_in_notebook(argv: list[str] | None, attach: int | None, options: Any) -> Any:
+# cell id -> (the execute_request that last started runs in that cell, those runs). A run of an earlier request
+# of the same cell is what a re-run stops; runs of the same request (two %memscope lines in one cell) are kept.
+_by_cell: dict[str, tuple[str | None, list["weakref.ref[Any]"]]] = {}
+
+
+def _cell_request() -> tuple[str | None, str | None]:
+    """The executing cell's id (None where the frontend sends none) and its execute_request's msg_id."""
+    from .ui.dashboard import cell_request
+
+    return cell_request()
+
+
+def stop_previous(cell: str | None, request: str | None, say: Callable[[str], None]) -> None:
+    """Stop the runs an earlier execution of this cell started and still going, as Stop does (SIGINT, grace,
+    SIGTERM, SIGKILL), and wait for each to end (bounded), so the new run never overlaps the old one."""
+    from .fmt import fmt_elapsed
+
+    if cell is None:
+        return
+    prev_request, refs = _by_cell.get(cell, (None, []))
+    if prev_request == request:
+        return
+    _by_cell.pop(cell, None)
+    for ref in refs:
+        old = ref()
+        if old is None or old.ended:
+            continue
+        grace = old.options.grace_s
+        old.stop(wait=False)
+        bound = 2 * grace + 10  # SIGINT, grace, SIGTERM, grace, SIGKILL, then the summary
+        summary = old.wait(bound)
+        if summary is None:
+            say(
+                f"memscope: asked the previous run of this cell, {old.run_id}, to stop; it had not ended after {bound:g} s"
+            )
+        else:
+            say(
+                f"memscope: stopped the previous run of this cell, {old.run_id}, after "
+                f"{fmt_elapsed(summary.get('duration_s') or old.elapsed())}"
+            )
+
+
+def start_in_notebook(argv: list[str] | None, attach: int | None, options: Any, keep_previous: bool = False) -> Any:
     """Start a run with its output captured, and show it in the cell that started it: a dashboard where widgets
-    render, its text in place in a kernel that renders none, plain lines in a terminal IPython."""
+    render, its text in place in a kernel that renders none, plain lines in a terminal IPython.
+
+    A run this cell started in an earlier execution is stopped first, unless ``keep_previous``."""
     from IPython import get_ipython
 
     from .session import Run
@@ -132,8 +178,15 @@ def start_in_notebook(argv: list[str] | None, attach: int | None, options: Any) 
     options.output = "capture"
     ip = get_ipython()
     sink = CellOutput()
-    run = Run(argv, attach=attach, options=options, say=sink).start()
+    cell, request = _cell_request()
+    run = Run(argv, attach=attach, options=options, say=sink)  # bad input is refused here, before anything stops
+    if not keep_previous:
+        stop_previous(cell, request, sink)
+    run.start()
     _last = weakref.ref(run)
+    if cell is not None:  # runs kept by --keep-previous stay this cell's: a plain re-run later stops them too
+        _, refs = _by_cell.get(cell, (request, []))
+        _by_cell[cell] = (request, [r for r in refs if r() is not None and not r().ended] + [weakref.ref(run)])
     if widgets_can_render(ip):
         from .ui.dashboard import show
 
@@ -161,6 +214,11 @@ class MemscopeMagics(Magics):
         p = Parser(prog="%memscope", add_help=True)
         add_run_options(p)
         p.add_argument("--attach", type=int, metavar="PID")
+        p.add_argument(
+            "--keep-previous",
+            action="store_true",
+            help="leave going the run an earlier execution of this cell started (a re-run stops it by default)",
+        )
         p.add_argument("command", nargs="...")
         try:
             ns = p.parse_args(shlex.split(line))
@@ -174,7 +232,7 @@ class MemscopeMagics(Magics):
                 argv = [_cell_script(cell, ns.record)] + argv
             if ns.attach is None and not argv:
                 raise LaunchError("no command given: %memscope train.py [args] | %memscope -- CMD [args]")
-            run = start_in_notebook(argv or None, ns.attach, options_from(ns))
+            run = start_in_notebook(argv or None, ns.attach, options_from(ns), keep_previous=ns.keep_previous)
             # %%memscope shows its dashboard and nothing under it (no "Out[n]: <memscope.Run ...>"): the run is
             # memscope.last_run(). The line magic returns it, for `run = %memscope train.py`.
             return None if cell is not None else run

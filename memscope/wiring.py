@@ -3,7 +3,8 @@
 A run (``session``) must not import the exporters or the views that watch it, and a data object (``analysis``)
 must not import the view that draws it. Instead the top of the package (``memscope/__init__``, which Python runs
 before any submodule) registers here what the lower layers call: the attachments a run starts with (the
-Prometheus exporter when its options ask for one) and the HTML renderers of data objects shown in a notebook.
+Prometheus exporter when its options ask for one), the HTML renderers of data objects shown in a notebook, and
+the views of objects displayed there (a ``Run`` shows its live dashboard).
 Standard library only (layer 0).
 """
 
@@ -33,4 +34,15 @@ HTML_RENDERERS: dict[str, Callable[[Any], str]] = {}
 def html_of(obj: Any) -> str | None:
     """``obj``'s HTML from the renderer registered for its type, None when none is (plain text is shown)."""
     render = HTML_RENDERERS.get(type(obj).__name__)
+    return render(obj) if render is not None else None
+
+
+# Type name -> its notebook view as a mime bundle (IPython's ``_repr_mimebundle_``), or None where the view cannot
+# be drawn (a terminal IPython): the object's plain repr is shown then.
+MIMEBUNDLE_RENDERERS: dict[str, Callable[[Any], dict[str, Any] | None]] = {}
+
+
+def mimebundle_of(obj: Any) -> dict[str, Any] | None:
+    """``obj``'s view from the renderer registered for its type, None when none is or it cannot be drawn here."""
+    render = MIMEBUNDLE_RENDERERS.get(type(obj).__name__)
     return render(obj) if render is not None else None

@@ -3,6 +3,7 @@ kernel is idle, and a Stop click sent the way the browser sends it stops the run
 
 import os
 import queue
+import re
 import time
 
 import psutil
@@ -176,7 +177,8 @@ def test_terminal_ipython_gets_text_not_widgets(tmp_path):
 
     code = (
         f"%load_ext memscope\nr = %memscope --record {tmp_path} {script('clean.py')} 0.3\n"
-        "s = r.wait(60)\nimport time; time.sleep(0.5)\nprint('CAUSE', s['exit']['cause'])"
+        "s = r.wait(60)\nimport time; time.sleep(0.5)\nprint('CAUSE', s['exit']['cause'])\n"
+        "display(r)"  # no widgets here: a Run displayed keeps its one-line repr
     )
     (tmp_path / "t.ipy").write_text(code)
     p = subprocess.run(
@@ -188,6 +190,7 @@ def test_terminal_ipython_gets_text_not_widgets(tmp_path):
     assert "CAUSE ok" in p.stdout, p.stdout + p.stderr
     assert "memscope: started" in p.stderr and "memscope: ok" in p.stderr
     assert "VBox" not in p.stdout + p.stderr
+    assert "<memscope.Run " in p.stdout and "widget-view" not in p.stdout, p.stdout
 
 
 def _send_in_cell(kc, code, cell_id):
@@ -511,3 +514,167 @@ def test_without_widgets_the_end_of_run_text_updates_its_own_cell(kernel, tmp_pa
     assert updates and all(m["content"]["transient"]["display_id"] == display_id for m in updates)
     final = updates[-1]["content"]["data"]["text/plain"]
     assert "memscope: ok" in final and "\x1b[" not in final, final
+
+
+# -- issue 23: a re-run restarts; a running run can always be shown again ----------------------------------------
+def _execute_in_cell(kc, code, cell_id, timeout=90):
+    """Run code as the cell ``cell_id`` (JupyterLab's execute_request); returns (reply, iopub messages until idle)."""
+    msg_id = _send_in_cell(kc, code, cell_id)
+    msgs = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = kc.get_iopub_msg(timeout=deadline - time.monotonic())
+        msgs.append(m)
+        if (
+            m["parent_header"].get("msg_id") == msg_id
+            and m["msg_type"] == "status"
+            and m["content"]["execution_state"] == "idle"
+        ):
+            break
+    return _reply(kc, msg_id, timeout), msgs
+
+
+def _pids_of(kc, name):
+    """The pids two_procs.py printed in run ``name``'s output."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        _, out = execute(
+            kc, f"print('PIDS', *[int(p) for l in {name}.output_tail if l.startswith('pids') for p in l.split()[1:]])"
+        )
+        pids = [int(x) for x in _printed(out).split()[1:]]
+        if pids:
+            return pids
+        time.sleep(0.3)
+    raise AssertionError(f"{name}: the script never printed its pids")
+
+
+def _alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _widget_views(msgs):
+    """The widget views shown by these messages (a display or a cell's result), by model id."""
+    return [
+        m["content"]["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
+        for m in msgs
+        if m["msg_type"] in ("display_data", "execute_result")
+        and "application/vnd.jupyter.widget-view+json" in m["content"]["data"]
+    ]
+
+
+def test_rerunning_a_cell_stops_its_previous_run_and_nothing_else(kernel, tmp_path):
+    """Re-running a %memscope cell means "restart": the run that cell started before is stopped as Stop does
+    (processes gone before the new run starts, verdict stopped_by_user) and the new dashboard says so. A run of
+    another cell, and one kept by --keep-previous, go on."""
+    kc = kernel
+    execute(kc, "%load_ext memscope\nimport memscope.ui.dashboard as D")
+    cmd = f"%memscope --record {tmp_path}/runs --grace 2 {script('two_procs.py')} 60"
+    for name, cell in (("other", "cell-other"), ("kept", "cell-keep"), ("first", "cell-1")):
+        reply, _ = _execute_in_cell(kc, f"{name} = {cmd}", cell)
+        assert reply["content"]["status"] == "ok"
+    first, other, kept = _pids_of(kc, "first"), _pids_of(kc, "other"), _pids_of(kc, "kept")
+    assert all(_alive(p) for p in first + other + kept)
+    t0 = time.monotonic()
+    reply, msgs = _execute_in_cell(kc, f"second = {cmd}", "cell-1")
+    assert reply["content"]["status"] == "ok"
+    assert time.monotonic() - t0 < 2 * 2 + 15  # bounded by the stop sequence
+    assert not any(_alive(p) for p in first), "the re-run left the previous run's processes going"
+    assert len(_controls(msgs)) == 1  # the new run's dashboard
+    second = _pids_of(kc, "second")
+    assert all(_alive(p) for p in second + other + kept)
+    # A re-run with a typo is refused before it stops anything: the cell's run goes on.
+    _, typo = _execute_in_cell(kc, f"%memscope --record {tmp_path}/runs missing_script.py", "cell-1")
+    assert "memscope: missing_script.py: no such file" in _printed(typo)
+    assert all(_alive(p) for p in second)
+    _, out = execute(
+        kc,
+        "print('FIRST', first.ended, first.summary()['exit']['cause'], first.run_id)\n"
+        "print('NOTES', D.last.run is second, D.last._notes)\n"
+        "print('OTHER', other.ended, kept.ended)",
+    )
+    out = _printed(out)
+    assert "FIRST True stopped_by_user" in out, out
+    first_id = out.split("FIRST True stopped_by_user")[1].split()[0]
+    assert re.search(
+        rf"NOTES True \['memscope: stopped the previous run of this cell, {first_id}, after 0:00:\d\d'\]", out
+    ), out
+    # The note reached the browser (the new dashboard's notes widget).
+    wire = " ".join(str(m["content"].get("data", {})) for m in msgs + drain(kc, 1.0))
+    assert f"stopped the previous run of this cell, {first_id}" in wire
+    assert "OTHER False False" in out, out
+    # --keep-previous: the cell's earlier run goes on beside the new one.
+    reply, msgs = _execute_in_cell(kc, f"kept2 = {cmd.replace('%memscope', '%memscope --keep-previous')}", "cell-keep")
+    assert reply["content"]["status"] == "ok" and len(_controls(msgs)) == 1
+    kept2 = _pids_of(kc, "kept2")
+    assert all(_alive(p) for p in kept + kept2 + other + second)
+    _, out = execute(kc, "print('KEPT', kept.ended, D.last._notes)\nfor r in (other, kept, kept2, second): r.kill()")
+    assert "KEPT False []" in _printed(out), _printed(out)
+
+
+def test_a_run_is_shown_again_live_by_displaying_it_or_reopening_it(kernel, tmp_path):
+    """`run` as a cell's last line shows its live dashboard (with Stop); memscope.reopen(run_id) of a run still
+    going in this kernel follows it live (processes running, no "unknown"); a run going in another process
+    reopens as "running"."""
+    import subprocess
+    import sys
+
+    kc = kernel
+    # The magic as a cell's last line: its dashboard once, and the run's repr as the result (not a second view).
+    reply, msgs = execute(
+        kc, f"%load_ext memscope\nimport memscope\n%memscope --record {tmp_path}/runs {script('two_procs.py')} 60"
+    )
+    assert reply["content"]["status"] == "ok"
+    assert len(_widget_views(msgs)) == 1 and len(_controls(msgs)) == 1, [m["msg_type"] for m in msgs]
+    result = [m["content"]["data"] for m in msgs if m["msg_type"] == "execute_result"]
+    assert len(result) == 1 and list(result[0]) == ["text/plain"] and "<memscope.Run" in result[0]["text/plain"]
+    execute(kc, "run = memscope.last_run()")
+    pids = _pids_of(kc, "run")
+    reply, msgs = execute(kc, "run")
+    assert reply["content"]["status"] == "ok"
+    views = _widget_views(msgs)
+    assert len(views) == 1 and len(_controls(msgs)) == 1, [m["msg_type"] for m in msgs]
+    opened = {m["content"]["comm_id"] for m in msgs if m["msg_type"] == "comm_open"}
+    assert views[0] in opened  # the view is of a widget made for it, not a stale one
+    reply, msgs = execute(
+        kc, f"d = memscope.reopen(run.run_id, {str(tmp_path / 'runs')!r})\nimport time; time.sleep(1)"
+    )
+    assert reply["content"]["status"] == "ok"
+    assert len(_widget_views(msgs)) == 1 and len(_controls(msgs)) == 1
+    _, out = execute(
+        kc,
+        "print('LIVE', d.run is run, d._thread.is_alive())\nprint('STATUS', d.status.value)\n"
+        "print('CARD', repr(d.card.value))\nprint('TABLE', d.table.value.count('>running<'))",
+    )
+    out = _printed(out)
+    assert "LIVE True True" in out and "● running" in out and "CARD ''" in out, out
+    assert "unknown" not in out and "TABLE 2" in out, out
+    assert all(_alive(p) for p in pids)
+    execute(kc, "run.kill()")
+    # A run going in another process (the CLI): its record so far, saying "running", not "unknown".
+    cli_argv = ["run", "--quiet", "--record", str(tmp_path / "cli"), script("sleeper.py"), "8"]
+    cli = subprocess.Popen(
+        [sys.executable, "-c", "import sys, memscope.cli as c; sys.exit(c.main())", *cli_argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        from memscope.record.catalogue import list_runs
+
+        deadline = time.monotonic() + 30
+        while not list_runs(str(tmp_path / "cli")) and time.monotonic() < deadline:  # the record's run row
+            time.sleep(0.2)
+        time.sleep(1.0)  # its first samples
+        _, msgs = execute(
+            kc,
+            f"d2 = memscope.reopen('last', {str(tmp_path / 'cli')!r})\nprint('CARD', d2.card.value, d2.status.value)\n"
+            "print('TABLE2', d2.table.value.count('>running<'))",
+        )
+        out = _printed(msgs) + str([m["content"]["evalue"] for m in msgs if m["msg_type"] == "error"])
+        assert "running" in out and "still going" in out and "unknown" not in out, out
+        assert "TABLE2 1" in out, out  # the sleeper, alive: not "exited"
+    finally:
+        cli.send_signal(2)
+        cli.wait(30)

@@ -3,6 +3,6 @@ loops, agents' wiring, end and Scalene side are the modules beside it."""
 
 from .live import Snapshot
 from .options import Options
-from .run import Run
+from .run import Run, started_here
 
-__all__ = ["Options", "Run", "Snapshot"]
+__all__ = ["Options", "Run", "Snapshot", "started_here"]

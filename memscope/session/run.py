@@ -16,6 +16,7 @@ import signal
 import subprocess
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .. import supervise, wiring
@@ -35,6 +36,16 @@ from .sampling import Sampler
 if TYPE_CHECKING:
     from ..analysis.census import Census
     from .scalene import ScaleneSnapshot
+
+
+# The runs this process started, by record path, while something holds them (a running run's threads do): how
+# ``memscope.reopen(run_id)`` of a run still going in this kernel finds it and follows it live.
+_started: "weakref.WeakValueDictionary[str, Run]" = weakref.WeakValueDictionary()
+
+
+def started_here(record_path: str) -> "Run | None":
+    """The Run of this process that writes ``record_path``, if it is still held (a running one always is)."""
+    return _started.get(os.path.abspath(record_path))
 
 
 class Run:
@@ -102,6 +113,7 @@ class Run:
     def start(self) -> "Run":
         """Launch the command (or start watching the attached tree); returns at once with the run going."""
         launch_mod.launch(self)
+        _started[os.path.abspath(self.record_path)] = self
         return self
 
     @property
@@ -240,6 +252,11 @@ class Run:
     def exporter(self) -> Any:
         """The Prometheus exporter attached to this run (``prometheus=`` / ``pushgateway=``), else None."""
         return getattr(self.attachments.get("prometheus"), "exporter", None)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any] | None:
+        """In a notebook (``run`` as a cell's last line, ``display(run)``): the run's live dashboard, drawn by the
+        view the package registered (``wiring``); None where widgets cannot render, and the repr is shown."""
+        return wiring.mimebundle_of(self)
 
     def __repr__(self) -> str:
         cause = f" {self.exit['cause']}" if self.exit else ""

@@ -13,10 +13,12 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 import ipywidgets as w
+import psutil
 
 from ..analysis import phases as phases_mod
 from ..analysis.leak import find_spikes, fit_plan
 from ..fmt import fmt_bytes, fmt_elapsed
+from ..session.run import started_here
 from .chart import MemoryChart, count_points
 from .controls import Controls
 from .fragments import (
@@ -67,6 +69,7 @@ class Dashboard:
         gpu: GpuSeries | None = None,
     ) -> None:
         self.run = run
+        self.request: str | None = None  # the execute_request that showed it (a cell's run and its redisplay)
         self.gpu = gpu or GpuSeries()  # before the subscription below feeds it
         self._gpu_version = -1
         self._record_procs = procs or {}
@@ -417,33 +420,64 @@ def show(run: "Run") -> Dashboard:
     """Display the dashboard of ``run`` in the current cell, replacing one this cell made before."""
     from IPython.display import display
 
+    d = _dashboard_in_cell(run)
+    display(d.widget)
+    return d
+
+
+def _dashboard_in_cell(run: "Run") -> Dashboard:
+    """A new dashboard following ``run``, for the current cell: the one this cell made before is closed."""
     cell = _cell_id()
     old = _by_cell.pop(cell, None) if cell else None
     if old is not None:
         old.close()
     d = Dashboard(run, title=" ".join(run.command)[-120:])
+    d.request = cell_request()[1]
     if cell:
         _by_cell[cell] = d
     global last
     last = d
-    display(d.widget)
     return d
 
 
+def view_bundle(run: "Run") -> dict[str, Any] | None:
+    """A Run displayed in a notebook (``run`` as a cell's last line): a new live dashboard as a mime bundle (a widget
+    view, which ipywidgets 7 and 8 both render; its text is the run's repr). None (the repr) when this very cell
+    execution has just shown its dashboard: ``%memscope train.py`` as a cell's last line returns the run it shows."""
+    if last is not None and last.run is run and last.request is not None and last.request == cell_request()[1]:
+        return None
+    d = _dashboard_in_cell(run)
+    return {
+        "text/plain": repr(run),
+        "application/vnd.jupyter.widget-view+json": {
+            "version_major": 2,
+            "version_minor": 0,
+            "model_id": d.widget.model_id,
+        },
+    }
+
+
 def _cell_id() -> str | None:
+    return cell_request()[0]
+
+
+def cell_request() -> tuple[str | None, str | None]:
+    """The executing cell's id, from the execute_request's ``metadata.cellId`` (None where the frontend sends
+    none), and that request's msg_id (a re-run of the cell is a new request)."""
     try:
         from IPython import get_ipython
 
         ip = get_ipython()
         parent = ip.kernel.get_parent() if hasattr(ip.kernel, "get_parent") else ip.parent_header
         md = parent.get("metadata") or {}
-        return md.get("cellId") or md.get("cell_id")
+        return md.get("cellId") or md.get("cell_id"), (parent.get("header") or {}).get("msg_id")
     except Exception:
-        return None
+        return None, None
 
 
 def reopen(ref: str, record_dir: str | None = None) -> Dashboard:
-    """The dashboard of a finished run, from its record: id, unique prefix, 'last', or path."""
+    """The dashboard of a run, from its record: id, unique prefix, 'last', or path. A run this kernel started and
+    is still going is followed live; one still going in another process says "running", not "unknown"."""
     from IPython.display import display
 
     from ..analysis.summary import summarize
@@ -451,13 +485,36 @@ def reopen(ref: str, record_dir: str | None = None) -> Dashboard:
     from ..record.reader import RunData
 
     path = find_run(record_dir or default_record_dir(), ref)
+    live = started_here(path)
+    if live is not None and not live.ended:
+        return show(live)
     rd = RunData(path)
     try:
         row = rd.run_row()
         summary = row["summary"] or summarize(rd)
         procs = record_procs(rd)
+        rows = rd.processes()
     finally:
         rd.close()
+    # A record without its end (no summary, no exit) whose root process is still there: a run going elsewhere.
+    root_created = _created(row["root_pid"])
+    if (
+        not row["summary"]
+        and summary["exit"]["cause"] == "unknown"
+        and root_created is not None
+        and row["t0_epoch"] is not None
+        and root_created <= row["t0_epoch"] + 1.0  # the run's own root, not a later process given its pid
+    ):
+        summary["exit"] = dict(
+            summary["exit"],
+            cause="running",
+            message=f"The run is still going (its process {row['root_pid']} is alive): this is its record so far. "
+            "memscope.reopen() in the kernel that started it follows it live.",
+        )
+        for p in rows:  # the processes with no recorded end that are still there (the same start time)
+            created = _created(p["pid"])
+            if p["exit_t"] is None and created is not None and abs(created - (p["create_time"] or created)) < 1.0:
+                procs.setdefault(p["pid"], {})["alive"] = True
     d = Dashboard(
         series=RunSeries.from_record(path),
         summary=summary,
@@ -467,3 +524,14 @@ def reopen(ref: str, record_dir: str | None = None) -> Dashboard:
     )
     display(d.widget)
     return d
+
+
+def _created(pid: int | None) -> float | None:
+    """When process ``pid`` started (epoch seconds), None when there is none (or only its zombie)."""
+    if not pid:
+        return None
+    try:
+        p = psutil.Process(int(pid))
+        return None if p.status() == psutil.STATUS_ZOMBIE else p.create_time()
+    except (psutil.Error, ValueError):
+        return None
