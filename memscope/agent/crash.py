@@ -13,6 +13,7 @@ import sys
 import time
 import traceback
 
+from . import fds
 from .protocol import EXC_PREFIX, FAULT_ECHO, FAULT_PREFIX
 
 _fault_file = None
@@ -28,14 +29,14 @@ def enable_faulthandler(run_dir):
     # faulthandler has one file: ours. When the user asked for the dump on stderr, the file's name says so and
     # the collector copies the dump to the run's stderr after the crash.
     path = os.path.join(run_dir, "%s%d%s.txt" % (FAULT_PREFIX, os.getpid(), FAULT_ECHO if _echo else ""))
-    f = open(path, "w")
+    # A high, close-on-exec number the program is not handed by its own opens; the file object never closes it
+    # (closefd=False): only close_if_own does, once it is sure the number is still this file.
+    fd = fds.lift(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o666))
+    f = open(fd, "w", closefd=False)
     faulthandler.enable(file=f, all_threads=True)
-    old, _fault_file = _fault_file, f
+    old, _fault_file = _fault_file, (f, fd, fds.identity(fd))
     if old is not None:
-        try:
-            old.close()  # the parent's file object, inherited through fork
-        except OSError:
-            pass
+        fds.close_if_own(old[1], old[2])  # the parent's file, inherited through fork, or the one replaced
 
 
 def keep_faulthandler_in_dataloader_workers(run_dir, channel):
