@@ -1,17 +1,23 @@
 """The agent protocol through the real socket: a closed set of kinds, refused forgeries, untrusted connections
 bounded in number and time, and a recorder that outlives any record."""
 
+import json
 import os
+import shutil
 import socket
+import sqlite3
+import subprocess
 import time
 
-from conftest import script, wait_for_output
+from conftest import PY, script, wait_for_output
 
 from memscope.collect import server as server_mod
 from memscope.collect.server import AgentServer
 from memscope.model import Event, ProcessSeen, ProcMem, TreeSample
 from memscope.record.reader import RunData
 from memscope.record.writer import Recorder
+
+MEMSCOPE = [PY, "-m", "memscope.cli"]
 
 
 def test_forged_kinds_are_refused_and_the_exit_stays_true(start):
@@ -32,8 +38,54 @@ def test_forged_kinds_are_refused_and_the_exit_stays_true(start):
     finally:
         rd.close()
     err = s["record_errors"]
-    assert err["refused_messages"] == 10, err  # every forged line after the hello
+    assert err["refused_messages"] == 16, err  # every forged or ill-typed line after the hello
     assert err["rejected_connections"] >= 1 and err["bad_records"] == 0
+    # Issue 22 #8: the ill-typed probe messages were dropped at the socket; the well-typed one is summarized, and
+    # nothing else was lost: the exit cause, the peaks, every section.
+    assert s["unavailable"] == {}, s["unavailable"]
+    assert s["peak"]["tree_rss_bytes"] > 0 and s["processes"]
+    assert [r["in_use_bytes"] for r in s["malloc"]["processes"]] == [5 << 20]
+    assert s["loads"] == [] and s["faiss"]["indexes"] == []
+    rep = subprocess.run(MEMSCOPE + ["report", s["record"], "--json"], capture_output=True, text=True, timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    assert json.loads(rep.stdout)["exit"]["cause"] == "ok"
+
+
+def test_a_record_holding_ill_typed_events_still_has_a_summary_and_a_report(start, tmp_path):
+    # Defence in depth (issue 22 #8): events the collector would refuse today, in a record written before (or by
+    # anything else): each breaks only its own section, named in ``unavailable``; the exit cause and the peaks
+    # stand, and ``memscope report`` renders it.
+    run = start([script("clean.py"), "0.3"])
+    s0 = run.wait(60)
+    path = str(tmp_path / "bad.sqlite")
+    shutil.copy(s0["record"], path)
+    bad = [
+        ("malloc", {"in_use_bytes": "lots", "free_held_bytes": 1}),
+        ("np_read", {"id": "1-1", "key": "x", "reads": 1, "path": "/d.npz", "duration_s": "slow"}),
+        ("np_load", {"ev": "open", "id": "1-2", "path": ["a", "list"], "kind": "npy", "nbytes": 8}),
+        ("faiss_index", {"ev": "new", "id": "1-3", "type": "IndexFlatL2", "d": 8, "ntotal": 1, "est_bytes": "big"}),
+        ("phase", {"name": "x", "state": "start", "auto": "yes"}),
+        ("phase", {"name": ["x"], "state": "end"}),
+    ]
+    con = sqlite3.connect(path)
+    con.executemany(
+        "INSERT INTO events (t, pid, kind, data) VALUES (?, ?, ?, ?)",
+        [(0.1, run.pid, kind, json.dumps(data)) for kind, data in bad],
+    )
+    con.execute("UPDATE run SET summary=NULL")
+    con.commit()
+    con.close()
+    rep = subprocess.run(MEMSCOPE + ["report", path, "--json"], capture_output=True, text=True, timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    s = json.loads(rep.stdout)
+    assert s["exit"]["cause"] == "ok" and s["exit"]["code"] == 0, s["exit"]
+    assert s["peak"] == s0["peak"] and len(s["processes"]) == len(s0["processes"])
+    assert {"malloc", "loads", "faiss"} <= set(s["unavailable"]), s["unavailable"]
+    assert s["malloc"]["processes"] == [] and s["loads"] == [] and s["faiss"]["indexes"] == []
+    html = tmp_path / "bad.html"
+    rep = subprocess.run(MEMSCOPE + ["report", path, "--html", str(html)], capture_output=True, text=True, timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    assert html.stat().st_size > 1000
 
 
 def _server(tmp_path, got):
@@ -159,7 +211,7 @@ def test_what_the_agent_sends_passes_and_near_misses_do_not():
         {"t": "phase", "name": "train", "state": "switch", "auto": True, "pid": 4000, "wall": 2.0},
         {"t": "epoch", "loader": 140234, "n": 2, "workers": 4, "pid": 4000, "wall": 3.0},
         {"t": "torch_alloc", "backend": "cuda", "device": 0, "allocated": 1 << 40, "pid": 4000},
-        {"t": "np_load", "ev": "open", "id": "1", "path": 7, "members": [{"name": "a", "nbytes": 8}]},
+        {"t": "np_load", "ev": "open", "id": "1", "path": "<BytesIO>", "members": [["a", 8, False]]},
         {"t": "census", "id": "ab12", "tensors": [{"device": "cpu", "shape": [3, 4], "bytes": 48}]},
         {"t": "malloc", "in_use_bytes": 5, "free_held_bytes": 6, "pid": 4000},
     ]
@@ -179,6 +231,13 @@ def test_what_the_agent_sends_passes_and_near_misses_do_not():
         {"t": "malloc", "x": [[[[[[[1]]]]]]]},
         {"t": "malloc", "x": float("nan")},
         {"t": "torch_alloc", "backend": "cuda", "device": 0, "allocated": 1 << 64},
+        {"t": "malloc", "in_use_bytes": "lots"},
+        {"t": "malloc", "in_use_bytes": -1},
+        {"t": "np_read", "id": "1", "duration_s": "slow"},
+        {"t": "np_load", "ev": "open", "id": "1", "path": ["a"]},
+        {"t": "np_load", "ev": "open", "id": "1", "members": [["a", "8", False]]},
+        {"t": "faiss_index", "ev": "new", "id": "1", "est_bytes": "big"},
+        {"t": "census", "id": "ab12", "tensors": [{"device": "cpu", "shape": "3x4", "bytes": 48}]},
     ]
     for msg in bad:
         try:
