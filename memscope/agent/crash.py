@@ -11,7 +11,6 @@ import json
 import os
 import sys
 import time
-import traceback
 
 from . import fds
 from .protocol import EXC_PREFIX, FAULT_ECHO, FAULT_PREFIX
@@ -78,6 +77,8 @@ def save_exception(run_dir, channel, etype, value, tb, how):
     if _saved[0]:
         return
     _saved[0] = True
+    import traceback  # only when a process dies of an exception: 16 ms off every Python start
+
     rec = {
         "type": getattr(etype, "__qualname__", str(etype)),
         "module": getattr(etype, "__module__", ""),
