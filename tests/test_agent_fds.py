@@ -47,3 +47,21 @@ def test_a_program_given_the_agents_numbers_keeps_its_file_and_connection(start)
     assert got["placed"] == got["held"], got  # the program really sat on every number the agent held
     assert s["exit"]["cause"] == "ok", s["exit"]
     assert s["exit"]["code"] == 0
+
+
+def test_a_crash_after_the_program_took_the_numbers_dumps_into_memscopes_file_not_the_programs(start):
+    # faulthandler writes from C, with no check: once the agent finds its socket's number taken, it re-arms
+    # faulthandler on a descriptor of its own. The program's file keeps its content; memscope still gets the
+    # Python stack of the segfault.
+    import os
+
+    run = start([script("closes_fds.py"), "all-crash"])
+    s = run.wait(120)
+    got = _report(run)
+    assert got["placed"], got
+    with open(got["path"], "rb") as f:
+        content = f.read()
+    os.unlink(got["path"])
+    assert content == b"program data\nend\n", content[:500]
+    assert s["exit"]["cause"] == "segfault", s["exit"]
+    assert "closes_fds.py" in (s["exit"]["traceback"] or ""), s["exit"]

@@ -29,6 +29,7 @@ class Channel:
         self._lock = threading.Lock()
         self._pending = b""
         self.dropped = 0
+        self.on_lost = None  # called once the socket's number is found to be the program's (check the others)
 
     def connect(self, hello):
         """Connect and authenticate with the run's token; False when memscope cannot be reached."""
@@ -149,6 +150,11 @@ class Channel:
                 sock.detach()
             except OSError:
                 pass
+            if self.on_lost is not None:
+                try:
+                    self.on_lost()
+                except Exception:
+                    pass
 
     def _close(self):
         if self._sock is not None and fds.owns(self._sock.fileno(), self._ident):

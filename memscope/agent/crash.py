@@ -15,7 +15,8 @@ import time
 from . import fds
 from .protocol import EXC_PREFIX, FAULT_ECHO, FAULT_PREFIX
 
-_fault_file = None
+_fault_file = None  # (file object, fd, identity) faulthandler writes to
+_fault_dir = [None]
 _echo = None      # the user enabled faulthandler themselves (PYTHONFAULTHANDLER, -X faulthandler)
 _saved = [False]  # this process's uncaught exception is saved
 
@@ -23,6 +24,7 @@ _saved = [False]  # this process's uncaught exception is saved
 def enable_faulthandler(run_dir):
     """Dump every thread's stack to the run's crash file on a fatal signal (and to stderr if the user asked)."""
     global _fault_file, _echo
+    _fault_dir[0] = run_dir
     if _echo is None:
         _echo = faulthandler.is_enabled()
     # faulthandler has one file: ours. When the user asked for the dump on stderr, the file's name says so and
@@ -36,6 +38,21 @@ def enable_faulthandler(run_dir):
     old, _fault_file = _fault_file, (f, fd, fds.identity(fd))
     if old is not None:
         fds.close_if_own(old[1], old[2])  # the parent's file, inherited through fork, or the one replaced
+
+
+def check_faulthandler():
+    """faulthandler writes to its descriptor from C, with no check: when the program has closed that number (and
+    may have been handed it again), arm faulthandler on a new descriptor of the agent's own."""
+    f = _fault_file
+    if f is None or fds.owns(f[1], f[2]) or _fault_dir[0] is None:
+        return
+    try:
+        enable_faulthandler(_fault_dir[0])
+    except Exception:
+        try:
+            faulthandler.disable()  # never dump into the program's file
+        except Exception:
+            pass
 
 
 def keep_faulthandler_in_dataloader_workers(run_dir, channel):

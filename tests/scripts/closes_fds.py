@@ -1,7 +1,8 @@
 # A program that closes every inherited descriptor (as daemonizers do: `low` closes 3..255, `all` up to the
 # soft limit, as python-daemon does), then puts its own file and its own TCP connection on the numbers that were
 # open before (the agent's), and trains. Whatever memscope does, the file must hold only what the program wrote
-# and the peer receive only what the program sent. Exits 0 only then; prints what it found.
+# and the peer receive only what the program sent. Exits 0 only then; prints what it found. `all-crash`: as
+# `all`, then a segfault (faulthandler must dump elsewhere than into the program's file).
 import json
 import os
 import resource
@@ -56,6 +57,11 @@ for _ in range(3):
     memscope.mark("after close")
 time.sleep(2.5)  # the heap probe's periodic report (every 2 s) goes out too
 os.write(fd, b"end\n")
+if mode == "all-crash":  # a segfault now: faulthandler's dump must not land in the program's file
+    import faulthandler
+
+    print(json.dumps({"path": path, "placed": placed}), flush=True)
+    faulthandler._sigsegv()
 
 with open(path, "rb") as f:
     content = f.read()
