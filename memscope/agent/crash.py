@@ -94,13 +94,11 @@ def save_exception(run_dir, channel, etype, value, tb, how):
     if _saved[0]:
         return
     _saved[0] = True
-    import traceback  # only when a process dies of an exception: 16 ms off every Python start
-
     rec = {
         "type": getattr(etype, "__qualname__", str(etype)),
         "module": getattr(etype, "__module__", ""),
         "message": str(value)[:10000],
-        "traceback": "".join(traceback.format_exception(etype, value, tb))[-100000:],
+        "traceback": _format(etype, value, tb)[-100000:],
         "pid": os.getpid(),
         "wall": time.time(),
         "rank": _rank(),
@@ -115,6 +113,25 @@ def save_exception(run_dir, channel, etype, value, tb, how):
         from .probes.torch_memory import save_at_exception
 
         save_at_exception(rec["message"])  # unless the allocator's OOM observer saved one already
+
+
+def _format(etype, value, tb):
+    """The exception as Python prints it. traceback (with linecache and tokenize: 16 ms) is imported only here,
+    when a process dies of an exception, never at every start."""
+    if "traceback" in sys.modules or not issubclass(etype, KeyboardInterrupt):
+        import traceback
+
+        return "".join(traceback.format_exception(etype, value, tb))
+    # Importing tokenize (namedtuple's exec) inside the excepthook makes CPython forget that the process dies of
+    # an uncaught KeyboardInterrupt: it would exit 1 instead of by SIGINT. Frames without source lines then.
+    lines = ["Traceback (most recent call last):\n"]
+    while tb is not None:
+        co = tb.tb_frame.f_code
+        lines.append('  File "%s", line %s, in %s\n' % (co.co_filename, tb.tb_lineno, co.co_name))
+        tb = tb.tb_next
+    text = str(value)
+    lines.append("%s%s\n" % (getattr(etype, "__qualname__", str(etype)), ": " + text if text else ""))
+    return "".join(lines)
 
 
 def install_excepthook(run_dir, channel):
