@@ -240,3 +240,4 @@ class Summary(TypedDict, total=False):
     scalene: list[dict[str, Any]]
     advice: list[AdviceLine]
     record_errors: dict[str, Any]
+    unavailable: dict[str, str]  # a section whose data broke it (left empty) -> why

@@ -76,6 +76,37 @@ def test_agent_imports_only_the_standard_library(tmp_path):
     assert foreign == []
 
 
+def test_the_agent_starts_without_heavy_imports(tmp_path):
+    # Issue 22 #10: the agent runs in every Python process of a run, so what it imports at start is paid by each
+    # (traceback + linecache + tokenize and importlib.abc were ~25 ms of a 30 ms start). They are imported when
+    # needed: an exception to save, never at start. Checked with the agent connected to a real server.
+    from memscope.collect.server import AgentServer
+
+    got = []
+    srv = AgentServer(str(tmp_path / "a.sock"), "t", lambda pid, msg: got.append(msg))
+    srv.start()
+    try:
+        code = "import sys; print(' '.join(sorted(sys.modules)))"
+        plain = dict(os.environ, PYTHONPATH=AGENT_SITE)
+        with_agent = dict(
+            plain, **{protocol.ENV_SOCK: srv.path, protocol.ENV_TOKEN: "t", protocol.ENV_DIR: str(tmp_path)}
+        )
+        mods = []
+        for env in (plain, with_agent):
+            out = subprocess.run([PY, "-c", code], env=env, capture_output=True, text=True, timeout=30)
+            assert out.returncode == 0, out.stderr
+            mods.append(set(out.stdout.split()))
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [m["t"] for m in got][:1] == ["hello"]  # it did start, connected
+        heavy = {"traceback", "linecache", "tokenize", "importlib.abc", "importlib.resources", "typing", "inspect"}
+        heavy |= {"tempfile", "ctypes", "dis", "email", "logging", "subprocess", "asyncio"}
+        assert sorted((mods[1] - mods[0]) & heavy) == []
+    finally:
+        srv.close()
+
+
 def test_without_the_agent_the_tree_is_still_sampled(start):
     run = start([script("clean.py"), "0.6"], agent=False)
     s = run.wait(60)

@@ -60,6 +60,7 @@ def start():
     if not (sock and token and run_dir):
         return
     channel = Channel(sock, token)
+    channel.on_lost = crash.check_faulthandler  # the program took our socket's number: it may have the others
     try:
         crash.enable_faulthandler(run_dir)
     except Exception:

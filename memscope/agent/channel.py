@@ -2,12 +2,18 @@
 
 A message that cannot be sent at once is dropped whole (never cut: a line that the buffer took only in part is
 finished first); if the collector is gone the channel goes quiet for good.
+
+The socket sits on a high, close-on-exec descriptor (``fds.lift``), and before each use the channel checks that
+the number still names its socket: a program that closed it and was handed the number again keeps it untouched
+(the channel goes quiet, letting go of the number without closing it).
 """
 import json
 import select
 import socket
 import threading
 import time
+
+from . import fds
 
 _FLAGS = getattr(socket, "MSG_NOSIGNAL", 0) | getattr(socket, "MSG_DONTWAIT", 0)
 
@@ -18,10 +24,12 @@ class Channel:
         self._path = path
         self._token = token
         self._sock = None
+        self._ident = None  # (st_dev, st_ino, is a socket) of the connected socket's descriptor
         self._dead = False
         self._lock = threading.Lock()
         self._pending = b""
         self.dropped = 0
+        self.on_lost = None  # called once the socket's number is found to be the program's (check the others)
 
     def connect(self, hello):
         """Connect and authenticate with the run's token; False when memscope cannot be reached."""
@@ -29,7 +37,10 @@ class Channel:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.settimeout(1.0)
             s.connect(self._path)
+            fd = fds.lift(s.detach())
+            s = socket.socket(fileno=fd)
             s.setblocking(False)
+            self._ident = fds.identity(fd)
             self._sock = s
         except OSError:
             self._dead = True
@@ -43,6 +54,8 @@ class Channel:
             return False
         data = _encode(msg)
         with self._lock:
+            if not self._mine():
+                return False
             try:
                 # Finish a line cut short by a full buffer first: lines must reach the collector whole.
                 if self._pending:
@@ -66,6 +79,8 @@ class Channel:
         data = _encode(msg)
         deadline = time.monotonic() + timeout
         with self._lock:
+            if not self._mine():
+                return False
             data, self._pending = self._pending + data, b""
             try:
                 while data:
@@ -90,6 +105,9 @@ class Channel:
                 ready, _, _ = select.select([sock], [], [], 1.0)
                 if not ready:
                     continue
+                with self._lock:  # never read from a number the program was handed since
+                    if not self._mine():
+                        return
                 chunk = sock.recv(65536)
             except (BlockingIOError, InterruptedError):
                 continue
@@ -113,18 +131,57 @@ class Channel:
         except (BlockingIOError, InterruptedError):
             return 0
 
-    def _close(self):
+    def _mine(self):
+        """True while the socket's descriptor is still the one the channel connected; else go quiet for good."""
+        sock = self._sock
+        if sock is None or self._dead:
+            return False
+        if fds.owns(sock.fileno(), self._ident):
+            return True
+        self._forget()
+        return False
+
+    def _forget(self):
+        # The number now belongs to the program: let go of it without closing (detach), and never use it again.
         self._dead = True
-        try:
-            self._sock.close()
-        except OSError:
-            pass
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.detach()
+            except OSError:
+                pass
+            if self.on_lost is not None:
+                try:
+                    self.on_lost()
+                except Exception:
+                    pass
+
+    def _close(self):
+        if self._sock is not None and fds.owns(self._sock.fileno(), self._ident):
+            self._dead = True
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+        else:
+            self._forget()
 
     def after_fork(self, hello):
         """In a forked child: a connection of its own (the parent's socket is not shared)."""
-        # The child shares the parent's socket: drop it without shutdown (that would cut the parent too).
+        # The child shares the parent's socket: close its copy without shutdown (that would cut the parent too),
+        # and only if the number is still ours (the program may have reused it before forking).
         self._lock = threading.Lock()
+        old = self._sock
+        if old is not None:
+            if fds.owns(old.fileno(), self._ident):
+                try:
+                    old.close()
+                except OSError:
+                    pass
+            else:
+                old.detach()
         self._sock = None
+        self._ident = None
         self._pending = b""
         self._dead = False
         self.connect(hello)

@@ -11,11 +11,12 @@ import json
 import os
 import sys
 import time
-import traceback
 
+from . import fds
 from .protocol import EXC_PREFIX, FAULT_ECHO, FAULT_PREFIX
 
-_fault_file = None
+_fault_file = None  # (file object, fd, identity) faulthandler writes to
+_fault_dir = [None]
 _echo = None      # the user enabled faulthandler themselves (PYTHONFAULTHANDLER, -X faulthandler)
 _saved = [False]  # this process's uncaught exception is saved
 
@@ -23,18 +24,34 @@ _saved = [False]  # this process's uncaught exception is saved
 def enable_faulthandler(run_dir):
     """Dump every thread's stack to the run's crash file on a fatal signal (and to stderr if the user asked)."""
     global _fault_file, _echo
+    _fault_dir[0] = run_dir
     if _echo is None:
         _echo = faulthandler.is_enabled()
     # faulthandler has one file: ours. When the user asked for the dump on stderr, the file's name says so and
     # the collector copies the dump to the run's stderr after the crash.
     path = os.path.join(run_dir, "%s%d%s.txt" % (FAULT_PREFIX, os.getpid(), FAULT_ECHO if _echo else ""))
-    f = open(path, "w")
+    # A high, close-on-exec number the program is not handed by its own opens; the file object never closes it
+    # (closefd=False): only close_if_own does, once it is sure the number is still this file.
+    fd = fds.lift(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o666))
+    f = open(fd, "w", closefd=False)
     faulthandler.enable(file=f, all_threads=True)
-    old, _fault_file = _fault_file, f
+    old, _fault_file = _fault_file, (f, fd, fds.identity(fd))
     if old is not None:
+        fds.close_if_own(old[1], old[2])  # the parent's file, inherited through fork, or the one replaced
+
+
+def check_faulthandler():
+    """faulthandler writes to its descriptor from C, with no check: when the program has closed that number (and
+    may have been handed it again), arm faulthandler on a new descriptor of the agent's own."""
+    f = _fault_file
+    if f is None or fds.owns(f[1], f[2]) or _fault_dir[0] is None:
+        return
+    try:
+        enable_faulthandler(_fault_dir[0])
+    except Exception:
         try:
-            old.close()  # the parent's file object, inherited through fork
-        except OSError:
+            faulthandler.disable()  # never dump into the program's file
+        except Exception:
             pass
 
 
@@ -81,7 +98,7 @@ def save_exception(run_dir, channel, etype, value, tb, how):
         "type": getattr(etype, "__qualname__", str(etype)),
         "module": getattr(etype, "__module__", ""),
         "message": str(value)[:10000],
-        "traceback": "".join(traceback.format_exception(etype, value, tb))[-100000:],
+        "traceback": _format(etype, value, tb)[-100000:],
         "pid": os.getpid(),
         "wall": time.time(),
         "rank": _rank(),
@@ -96,6 +113,25 @@ def save_exception(run_dir, channel, etype, value, tb, how):
         from .probes.torch_memory import save_at_exception
 
         save_at_exception(rec["message"])  # unless the allocator's OOM observer saved one already
+
+
+def _format(etype, value, tb):
+    """The exception as Python prints it. traceback (with linecache and tokenize: 16 ms) is imported only here,
+    when a process dies of an exception, never at every start."""
+    if "traceback" in sys.modules or not issubclass(etype, KeyboardInterrupt):
+        import traceback
+
+        return "".join(traceback.format_exception(etype, value, tb))
+    # Importing tokenize (namedtuple's exec) inside the excepthook makes CPython forget that the process dies of
+    # an uncaught KeyboardInterrupt: it would exit 1 instead of by SIGINT. Frames without source lines then.
+    lines = ["Traceback (most recent call last):\n"]
+    while tb is not None:
+        co = tb.tb_frame.f_code
+        lines.append('  File "%s", line %s, in %s\n' % (co.co_filename, tb.tb_lineno, co.co_name))
+        tb = tb.tb_next
+    text = str(value)
+    lines.append("%s%s\n" % (getattr(etype, "__qualname__", str(etype)), ": " + text if text else ""))
+    return "".join(lines)
 
 
 def install_excepthook(run_dir, channel):

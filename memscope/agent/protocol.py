@@ -12,8 +12,11 @@ MAX_LINE = 1 << 20              # longest message accepted from an agent
 
 # -- message kinds ----------------------------------------------------------------------------------------------
 # The collector accepts these and nothing else (collect/messages.py checks each message against them).
-# Field kinds: "pid", "int", "num", "bool", "str", "str?" (str or None), "strs" (list of str), "any" (checked
-# only as bounded JSON), "int?" / "num?" (or None).
+# Field kinds: "pid", "int", "size" (an int >= 0: bytes, counts), "num", "secs" (a number >= 0), "bool", "str",
+# "ints" (list of int), "strs" (list of str), "any" (checked only as bounded JSON); a trailing "?" allows None.
+# A list [spec] is a list whose items match spec; a tuple (spec, ...) a JSON array of exactly those items; a dict
+# {name: spec} an object whose named members match (others only as bounded JSON). Every field the collector or
+# the summary reads is declared: a message whose field has the wrong type is refused whole, where it is received.
 # kind: (fields, extra fields allowed, required fields)
 KINDS = {
     "hello": ({"ppid": "int", "argv": "strs", "orig_argv": "strs", "executable": "str?", "runs_script": "bool",
@@ -25,7 +28,12 @@ KINDS = {
     "epoch": ({"loader": "int", "n": "int", "workers": "int"}, False, ()),
     "mark": ({"text": "str"}, False, ("text",)),
     "scalene": ({"state": "str", "on": "int", "off": "int", "total_cpu_s": "num"}, False, ()),
-    "census": ({"id": "str", "error": "str"}, True, ("id",)),
+    "census": ({"id": "str", "error": "str", "objects": "size", "tensor_count": "size", "tensor_bytes": "size",
+                "storage_bytes": "size", "tensor_groups": "size", "duration_s": "secs", "cpu_s": "secs",
+                "tensors": [{"device": "str", "dtype": "str", "shape": "ints", "count": "size", "bytes": "size",
+                             "grad_fn": "size", "requires_grad": "size"}],
+                "types": [{"type": "str", "count": "size", "bytes": "size"}],
+                "containers": [{"type": "str", "len": "size", "bytes": "size"}]}, True, ("id",)),
     "reply": ({"id": "str?", "error": "str"}, False, ()),
 }
 
@@ -34,21 +42,31 @@ KINDS = {
 # (installed in every Python process of the run), and, where ``summary key`` is set, analysis/probes/<module>.py
 # (its section of the summary, under that key) and ui/probes/<module>.py (its panel). The torch probe's figures
 # are read by analysis/gpu.py and drawn by ui/gpu_chart.py instead: no section, no panel.
+_NP_COMMON = {"id": "str", "path": "str?", "key": "str?", "shape": "ints?", "dtype": "str?", "nbytes": "size?",
+              "compressed": "bool?", "requested_mmap": "str?", "mmapped": "bool?", "duration_s": "secs?",
+              "anon_delta_bytes": "int?", "file_delta_bytes": "int?"}
+_ALLOC = {k: "size?" for k in ("allocated", "peak_allocated", "reserved", "peak_reserved", "inactive_split",
+                               "alloc_retries", "ooms", "driver")}
 PROBES = (
     ("numpy_load", "loads", {
-        "np_load": ({"ev": "str", "id": "str"}, True, ("ev", "id")),   # path: a file name, or what names a file
-        "np_read": ({"id": "str", "key": "str", "reads": "int"}, True, ("id",)),
+        "np_load": (dict(_NP_COMMON, ev="str", kind="str?", members=[("str", "size", "bool")], count="size?",
+                         resident_bytes="size?", anon_bytes="size?", file_bytes="int?", mapped_bytes="size?"),
+                    True, ("ev", "id")),
+        "np_read": (dict(_NP_COMMON, reads="size", first_duration_s="secs?"), True, ("id",)),
     }),
     ("faiss_index", "faiss", {
-        "faiss_index": ({"ev": "str", "id": "str"}, True, ("ev", "id")),
+        "faiss_index": ({"ev": "str", "id": "str", "how": "str?", "type": "str?", "d": "size?", "ntotal": "size?",
+                         "est_bytes": "size?", "children": "ints?", "ptr": "int?", "gpu": "bool?", "binary": "bool?",
+                         "serialized_bytes": "size?"}, True, ("ev", "id")),
     }),
     ("malloc", "malloc", {
-        "malloc": ({}, True, ()),
+        "malloc": ({k: "size" for k in ("arena_bytes", "mmap_bytes", "in_use_bytes", "free_held_bytes",
+                                        "releasable_bytes", "free_chunks")}, True, ()),
     }),
     ("torch_memory", None, {
-        "torch_alloc": ({"backend": "str", "device": "int"}, True, ()),
-        "cuda_oom": ({"device": "int", "alloc_bytes": "int", "device_total": "int", "device_free": "int",
-                      "allocator_summary": "str", "snapshot": "str"}, True, ()),
+        "torch_alloc": (dict(_ALLOC, backend="str", device="size"), True, ()),
+        "cuda_oom": (dict(_ALLOC, device="size", alloc_bytes="size", device_total="size", device_free="size",
+                          allocator_summary="str", snapshot="str?"), True, ()),
         "compile": ({"state": "str", "id": "str", "trigger": "str?"}, True, ()),
     }),
 )

@@ -6,7 +6,7 @@ and a record left by a memscope that was itself killed still yields one (exit ca
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ..model import KIND_PSS, KIND_RSS, SUMMARY_SCHEMA, Summary
 from ..record.reader import RunData
@@ -86,25 +86,55 @@ def _agents(rd: RunData, run: dict[str, Any]) -> dict[str, Any]:
     return {"agent_pids": {h["pid"] for h in hellos}, "ranks": ranks}
 
 
+def _guard(unavailable: dict[str, str], name: str, compute: Callable[[], Any], fallback: Callable[[], Any]) -> Any:
+    """One section of the summary: computed, or (when its data breaks it) its empty form, named in ``unavailable``
+    with why. A bad record costs its own section, never the summary."""
+    try:
+        return compute()
+    except Exception as exc:
+        unavailable[name] = f"{type(exc).__name__}: {exc}"[:300]
+        return fallback()
+
+
+def _no_exit(main: int | None, why: str) -> dict[str, Any]:
+    return {"cause": "unknown", "code": None, "signal": None, "pid": main, "message": why, "traceback": None}
+
+
+def _no_diagnosis() -> dict[str, Any]:
+    leak = assess_leak([], []).to_dict()
+    leak["by_role"] = {}
+    return {"phases": [], "marks": [], "leak": leak, "spikes": [], "workers": None}
+
+
 def summarize(rd: RunData) -> Summary:
-    """The summary of a record (schema memscope.summary/1, model.Summary): pure, from the reader's data."""
+    """The summary of a record (schema memscope.summary/1, model.Summary): pure, from the reader's data. Each
+    section is computed on its own: one that fails is left empty and named in ``unavailable``."""
+    unavailable: dict[str, str] = {}
     run = rd.run_row()
-    procs = rd.processes()
-    ev = evidence(rd)
+    procs = _guard(unavailable, "processes", rd.processes, list)
     ended = bool(rd.events("exit_status"))
-    exit_ = (
-        decide(ev)
-        if ended
-        else {
-            "cause": "unknown",
-            "code": None,
-            "signal": None,
-            "pid": ev.main_pid,
-            "message": "The record ends without an exit: the run is still going, or memscope was stopped before "
+
+    def bare_evidence() -> ExitEvidence:
+        st = next(iter(rd.events("exit_status")), None)
+        rc = st["data"].get("returncode") if st else None
+        return ExitEvidence(
+            root_pid=run["root_pid"], returncode=rc if type(rc) is int else None, main_pid=run["root_pid"]
+        )
+
+    ev = _guard(unavailable, "evidence", lambda: evidence(rd), bare_evidence)
+    if not ended:
+        exit_ = _no_exit(
+            ev.main_pid,
+            "The record ends without an exit: the run is still going, or memscope was stopped before "
             "it ended (the samples up to that moment are kept).",
-            "traceback": None,
-        }
-    )
+        )
+    else:
+        exit_ = _guard(
+            unavailable,
+            "exit",
+            lambda: decide(ev),
+            lambda: _no_exit(ev.main_pid, "memscope could not work out how the run ended from its record."),
+        )
     # The tree's peak PSS at the RSS rate (a spike between two PSS rounds is seen); the PSS rounds' own peak is
     # kept beside it.
     measured_peak = rd.tree_peak(KIND_PSS)
@@ -132,7 +162,7 @@ def summarize(rd: RunData) -> Summary:
             "tree_pss_measured_bytes": measured_peak[1] if measured_peak else None,
         },
         "limit_bytes": ev.limit_bytes,
-        "limit": limit_info(rd, ev.limit_bytes),
+        "limit": _guard(unavailable, "limit", lambda: limit_info(rd, ev.limit_bytes), lambda: None),
         "processes": [
             {
                 "pid": p["pid"],
@@ -149,17 +179,28 @@ def summarize(rd: RunData) -> Summary:
             }
             for p in procs
         ],
-        "warnings": notes(procs, {k: rd.events(k) for k in NOTE_EVENTS}, ev.main_pid, bool(ev.stop_requested)),
+        "warnings": _guard(
+            unavailable,
+            "warnings",
+            lambda: notes(procs, {k: rd.events(k) for k in NOTE_EVENTS}, ev.main_pid, bool(ev.stop_requested)),
+            list,
+        ),
         "record": rd.path,
-        **diagnosis(rd, ev, float(duration)),
-        **gpu_mod.summary_keys(rd),
-        **probe_summary(rd),  # loads, faiss, malloc
-        "census": census_rows(rd.events("census")),
-        "scalene": scalene_rows(rd.events("scalene_snapshot")),
+        **_guard(unavailable, "diagnosis", lambda: diagnosis(rd, ev, float(duration)), _no_diagnosis),
+        **_guard(
+            unavailable,
+            "gpu",
+            lambda: gpu_mod.summary_keys(rd),
+            lambda: dict.fromkeys(("cuda_oom", "allocator", "gpu", "compile_pool")),
+        ),
+        **probe_summary(rd, unavailable),  # loads, faiss, malloc: each on its own
+        "census": _guard(unavailable, "census", lambda: census_rows(rd.events("census")), list),
+        "scalene": _guard(unavailable, "scalene", lambda: scalene_rows(rd.events("scalene_snapshot")), list),
     }
     # Last: advice reads the whole summary (probe keys included).
-    summary["advice"] = advise(summary)
+    summary["advice"] = _guard(unavailable, "advice", lambda: advise(summary), list)
     summary["leak"]["advice"] = next((a["text"] for a in summary["advice"] if a["topic"] == "leak"), None)
+    summary["unavailable"] = unavailable
     return summary
 
 

@@ -28,7 +28,7 @@ class Refused(ValueError):
 
 # The kinds and their fields are declared once, in the agent's protocol module.
 _COMMON = {"t": "str", "pid": "pid", "wall": "num"}
-KINDS: dict[str, tuple[dict[str, str], bool]] = {k: (fields, extra) for k, (fields, extra, _req) in all_kinds().items()}
+KINDS: dict[str, tuple[dict[str, Any], bool]] = {k: (fields, extra) for k, (fields, extra, _req) in all_kinds().items()}
 REQUIRED: dict[str, tuple[str, ...]] = {k: req for k, (_f, _x, req) in all_kinds().items() if req}
 
 
@@ -71,7 +71,21 @@ def validate(msg: dict[str, Any]) -> dict[str, Any]:
     return msg
 
 
-def _ok(v: Any, want: str) -> bool:
+def _ok(v: Any, want: Any, depth: int = 0) -> bool:
+    """``v`` matches the declared field kind ``want`` (agent/protocol.py says what each kind means)."""
+    if isinstance(want, list):  # [spec]: a list of items that each match spec
+        return (
+            type(v) is list and len(v) <= MAX_ITEMS and depth < MAX_DEPTH and all(_ok(x, want[0], depth + 1) for x in v)
+        )
+    if isinstance(want, tuple):  # (spec, ...): an array of exactly these items
+        return type(v) is list and len(v) == len(want) and all(_ok(x, w, depth + 1) for x, w in zip(v, want))
+    if isinstance(want, dict):  # {name: spec}: an object whose named members match, the others bounded JSON
+        return (
+            type(v) is dict
+            and depth < MAX_DEPTH
+            and _plain(v, depth)
+            and all(name not in v or _ok(v[name], spec, depth + 1) for name, spec in want.items())
+        )
     if v is None and want.endswith("?"):
         return True
     want = want.rstrip("?")
@@ -79,15 +93,23 @@ def _ok(v: Any, want: str) -> bool:
         return type(v) is int and 0 < v <= PID_MAX
     if want == "int":
         return type(v) is int and -INT_MAX <= v <= INT_MAX
+    if want == "size":
+        return type(v) is int and 0 <= v <= INT_MAX
     if want == "num":
         return (type(v) is int and -INT_MAX <= v <= INT_MAX) or (type(v) is float and math.isfinite(v))
+    if want == "secs":
+        return (type(v) is int and 0 <= v <= INT_MAX) or (type(v) is float and math.isfinite(v) and v >= 0)
     if want == "bool":
         return type(v) is bool
     if want == "str":
         return type(v) is str and len(v) <= MAX_STR
     if want == "strs":  # argv: as many items as the line (MAX_LINE) holds; a long file list is normal
         return type(v) is list and all(type(s) is str and len(s) <= MAX_STR for s in v)
-    return _plain(v, 0)
+    if want == "ints":
+        return type(v) is list and len(v) <= MAX_ITEMS and all(type(x) is int and -INT_MAX <= x <= INT_MAX for x in v)
+    if want == "any":
+        return _plain(v, depth)
+    raise ValueError(f"unknown field kind {want!r}")  # a declaration error in agent/protocol.py
 
 
 def _plain(v: Any, depth: int) -> bool:

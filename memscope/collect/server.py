@@ -5,8 +5,11 @@ it is (SO_PEERCRED: its pid in memscope's PID namespace), never the pid its hell
 thread and never writes back on its own (only a request such as a census, through ``request``), so a slow or dead
 agent cannot stall the collectors.
 
-Untrusted until the hello: at most ``MAX_PENDING`` such connections at once, each dropped ``HELLO_TIMEOUT_S``
-after it opened; a line that is not a JSON object closes the connection. After the hello every message is checked
+Untrusted until the hello: each such connection is dropped ``HELLO_TIMEOUT_S`` after it opened, and a line
+that is not a JSON object closes it. Their number has no small fixed cap (a same-user process holding a few dozen
+silent connections must not lock the run's agents out): they are bounded by the descriptors memscope can spare,
+and when those run out the oldest silent connection makes room for the new one; their buffered bytes are bounded
+together (``PENDING_BYTES``). After the hello every message is checked
 against ``messages.KINDS``: a refused one is counted and skipped, never passed on.
 """
 
@@ -29,7 +32,8 @@ from ..agent.protocol import MAX_LINE
 from .messages import Refused, parse_line, validate
 
 OnMessage = Callable[[int, dict[str, Any]], None]
-MAX_PENDING = 32  # connections without a valid hello yet
+PENDING_BYTES = 64 << 20  # bytes buffered for connections without a valid hello yet, all together
+PENDING_FREE_BYTES = 16 << 10  # what one such connection may buffer before the total is checked
 HELLO_TIMEOUT_S = 2.0  # an agent says hello at once; a silent connection is not one
 FD_RESERVE = 24  # descriptors kept free for /proc reads and the record: agents wait in the backlog instead
 ACCEPT_BACKOFF_S = (0.05, 2.0)
@@ -186,9 +190,8 @@ class AgentServer:
             return
         self._backoff = ACCEPT_BACKOFF_S[0]
         pid = peer_pid(conn)
-        # Too many connections waiting for a hello, or a peer the kernel cannot name in our PID namespace (it
-        # cannot be told apart from another): refuse.
-        if len(self._pending) >= MAX_PENDING or pid == 0:
+        # A peer the kernel cannot name in our PID namespace (it cannot be told apart from another): refuse.
+        if pid == 0:
             self.rejected += 1
             conn.close()
             return
@@ -196,8 +199,15 @@ class AgentServer:
         self._pending[conn] = time.monotonic()
         self._sel.register(conn, selectors.EVENT_READ, {"buf": b"", "pid": None, "peer": pid})
         if len(self._sel.get_map()) > self._max_conns:
-            self.throttled += 1
-            self._pause_accepting(0.2)  # the others wait in the backlog until a connection closes
+            # Out of descriptors: a connection still silent makes room (the oldest: an agent says hello at once),
+            # so silent ones can never lock out the agents; only authenticated ones make the others wait.
+            oldest = next((c for c in self._pending if c is not conn), None)
+            if oldest is not None:
+                self.rejected += 1
+                self._drop(oldest)
+            else:
+                self.throttled += 1
+                self._pause_accepting(0.2)  # the others wait in the backlog until a connection closes
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -233,6 +243,12 @@ class AgentServer:
         if len(state["buf"]) > MAX_LINE and b"\n" not in state["buf"]:
             self._drop(conn)
             return
+        if state["pid"] is None and len(state["buf"]) > PENDING_FREE_BYTES:
+            # Before its hello a connection is a stranger: all of them together buffer at most PENDING_BYTES.
+            if sum(len(self._sel.get_key(c).data["buf"]) for c in self._pending) > PENDING_BYTES:
+                self.rejected += 1
+                self._drop(conn)
+                return
         *lines, state["buf"] = state["buf"].split(b"\n")
         for line in lines:
             try:

@@ -32,9 +32,17 @@ forged = [
     {"t": "phase", "name": "x", "state": "nope", "auto": "yes"},  # a bool that is not one
     {"t": "np_load", "ev": "open", "id": "1", "path": "/x", "nbytes": 2**80},  # beyond any INTEGER
     {"t": "hello", "token": token, "pid": 1},  # a second hello
+    # Schema-valid kinds whose fields have the wrong type (issue 22 #8): each once broke the whole summary.
+    {"t": "malloc", "in_use_bytes": "lots", "free_held_bytes": 1},
+    {"t": "np_read", "id": "1-1", "key": "x", "reads": 1, "path": "/d.npz", "duration_s": "slow"},
+    {"t": "np_load", "ev": "open", "id": "1-2", "path": ["not", "a", "path"], "kind": "npy", "nbytes": 8},
+    {"t": "faiss_index", "ev": "new", "id": "1-3", "type": "IndexFlatL2", "d": 8, "ntotal": 1, "est_bytes": "big"},
+    {"t": "np_load", "ev": "open", "id": "1-4", "path": "/d.npz", "kind": "npz", "members": [["a", "8", 0]]},
+    {"t": "malloc", "in_use_bytes": -5},  # out of bounds: a byte count is never negative
 ]
 for msg in forged:
     send(s, msg)
+send(s, {"t": "malloc", "in_use_bytes": 5 << 20, "free_held_bytes": 1 << 20, "arena_bytes": 6 << 20})  # well-typed
 send(s, {"t": "mark", "text": "still heard"})  # a valid message after the refused ones still counts
 s.sendall(b'{"t": "mark", "text": "nan", "wall": NaN}\n')  # not JSON: closes this connection
 nan_closed = s.recv(1) == b""

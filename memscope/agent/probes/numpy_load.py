@@ -31,28 +31,30 @@ _memmaps = {}                # load_id -> (weakref to the memmap, base address, 
 _resident_next = [0.0]
 
 
-_statm_fd = [None, None]     # (pid, fd): pread on an open fd costs ~2 us, open+read+close ~14 us
+_statm_fd = [None, None, None]  # (pid, fd, identity): pread on an open fd costs ~2 us, open+read+close ~14 us
 
 
 def _statm():
     """(anonymous, file-backed) resident bytes of this process, or None."""
+    from .. import fds
+
     for _attempt in (0, 1):
         try:
             pid = os.getpid()
-            if _statm_fd[0] != pid:  # first use, or a forked child holding its parent's file
+            # First use, a forked child holding its parent's file, or a number the program closed and was handed
+            # again (never read or close that one: it is the program's now).
+            if _statm_fd[0] != pid or not fds.owns(_statm_fd[1], _statm_fd[2]):
                 if _statm_fd[1] is not None:
-                    try:
-                        os.close(_statm_fd[1])
-                    except OSError:
-                        pass
-                _statm_fd[0], _statm_fd[1] = None, None
-                _statm_fd[1] = os.open("/proc/%d/statm" % pid, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                    fds.close_if_own(_statm_fd[1], _statm_fd[2])
+                _statm_fd[0] = _statm_fd[1] = _statm_fd[2] = None
+                fd = fds.lift(os.open("/proc/%d/statm" % pid, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
+                _statm_fd[1], _statm_fd[2] = fd, fds.identity(fd)
                 _statm_fd[0] = pid
             fields = os.pread(_statm_fd[1], 128, 0).split()
             rss, shared = int(fields[1]) * _PAGE, int(fields[2]) * _PAGE
             return rss - shared, shared
         except Exception:
-            _statm_fd[0] = None  # e.g. the program closed our fd: open it again, once
+            _statm_fd[0] = None  # open it again, once
     return None
 
 

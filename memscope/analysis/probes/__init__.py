@@ -28,14 +28,25 @@ def summary_keys() -> tuple[str, ...]:
     return tuple(key for _module, key, _kinds in PROBES if key is not None)
 
 
-def summarize_events(events: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Every section from events by kind (a live run's, or a record's)."""
-    return {key: mod.summarize(events) for key, _kinds, mod in sections()}
+def summarize_events(
+    events: dict[str, list[dict[str, Any]]], unavailable: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Every section from events by kind (a live run's, or a record's). A section that fails is shown empty and
+    named in ``unavailable`` (with why): one bad record never costs the other sections or the summary."""
+    out = {}
+    for key, _kinds, mod in sections():
+        try:
+            out[key] = mod.summarize(events)
+        except Exception as exc:
+            out[key] = mod.summarize({})
+            if unavailable is not None:
+                unavailable[key] = f"{type(exc).__name__}: {exc}"[:300]
+    return out
 
 
-def probe_summary(rd: RunData) -> dict[str, Any]:
+def probe_summary(rd: RunData, unavailable: dict[str, str] | None = None) -> dict[str, Any]:
     """The summary keys of every probe's section (``loads``, ``faiss``, ``malloc``) of a record."""
-    return summarize_events({k: rd.events(k) for _key, kinds, _mod in sections() for k in kinds})
+    return summarize_events({k: rd.events(k) for _key, kinds, _mod in sections() for k in kinds}, unavailable)
 
 
 def top_advice(rows: list[dict[str, Any]], size_key: str) -> str | None:
