@@ -8,6 +8,7 @@ import os
 import sqlite3
 import sys
 
+from .. import outfile
 from ..analysis.summary import read_summary
 from ..record.catalogue import default_record_dir, find_run
 from .command import one_line
@@ -50,7 +51,10 @@ class ReportCommand:
                 # --html alone: ./<run id>.html
                 out = ns.html or f"{summary.get('run_id') or os.path.splitext(os.path.basename(path))[0]}.html"
                 try:
-                    print(f"memscope: report written to {os.path.abspath(write_html(path, out))}")
+                    written = os.path.abspath(write_html(path, out))
+                    # --html /dev/stdout: the page is the output, the note goes beside it
+                    note = sys.stderr if outfile.is_stdout(out) else sys.stdout
+                    print(f"memscope: report written to {written}", file=note)
                 except OSError as exc:
                     sys.stderr.write(f"memscope: cannot write {out}: {exc.strerror or exc}\n")
                     return EXIT_BAD_INPUT

@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from typing import Sequence
 
+from .. import outfile
 from ..errors import LaunchError
 
 # The agent's sitecustomize directory, put first on the run's PYTHONPATH.
@@ -132,9 +133,9 @@ def check_record_dir(path: str) -> None:
 
 
 def check_summary_path(path: str) -> None:
-    """Refuse up front a summary path that cannot be written: a directory, or no writable directory for it."""
-    if os.path.isdir(path):
-        raise LaunchError(f"cannot write the summary to {path}: it is a directory")
-    d = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(d) or not os.access(d, os.W_OK | os.X_OK):
-        raise LaunchError(f"cannot write the summary to {path}: no writable directory {d}")
+    """Refuse up front a summary path that cannot be written: a directory, no writable directory for a file, a
+    device or FIFO not writable, a descriptor (/dev/fd/N) not open."""
+    try:
+        outfile.check_writable(path)
+    except OSError as exc:
+        raise LaunchError(f"cannot write the summary to {path}: {exc.strerror or exc}") from None
