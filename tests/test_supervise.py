@@ -188,8 +188,11 @@ def _cli(tmp_path, *args, prefix=(), **kw):
 
 
 def _state(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "Z"  # reaped already: it exited
 
 
 def test_sigterm_to_memscope_is_passed_on_so_the_training_saves_its_checkpoint(tmp_path):
@@ -241,6 +244,32 @@ def test_timeout_sigterm_to_memscope_and_its_group_counts_once(tmp_path, sender)
     main_proc = next(x for x in s["processes"] if x["pid"] == int(main))
     assert main_proc["exit_signal"] is None and main_proc["exit_code"] == 0, main_proc  # saved and exited, not killed
     assert alive([int(main), int(child)]) == []
+
+
+@pytest.mark.parametrize("presses", [1, 2])
+def test_ctrl_c_after_the_root_crashed_keeps_the_verdict(tmp_path, presses):
+    # The root segfaults; memscope waits on the child it left (which ignores SIGTERM); Ctrl-C then (what people
+    # press when a tool seems stuck) once or twice. Before: the verdict became stopped_by_user.
+    p, sj = _cli(tmp_path, script("segfault_leaves_child.py"))
+    try:
+        _, main, child = _read_until(p, "ready").split()
+        deadline = time.monotonic() + 30
+        while _state(int(main)) != "Z" and time.monotonic() < deadline:  # crashed, not yet reaped or just reaped
+            time.sleep(0.02)
+        time.sleep(0.3)
+        assert alive([int(child)]) == [int(child)]  # memscope is waiting on the leftover
+        for _ in range(presses):
+            os.kill(p.pid, signal.SIGINT)
+            time.sleep(0.7)  # a person's second press, not a second copy of the first
+        rc = p.wait(30)
+        err = p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert rc == 128 + signal.SIGSEGV, err
+    s = json.loads(sj.read_text())
+    assert s["exit"]["cause"] == "segfault" and s["exit"]["pid"] == int(main), s["exit"]
+    assert alive([int(child)]) == []
 
 
 def test_nohup_keeps_sighup_ignored_and_a_plain_sighup_reaches_the_run(tmp_path):

@@ -33,9 +33,12 @@ def wait_loop(run: Run) -> None:
             run.returncode = rc
             run._proc.returncode = rc  # keep Popen from reaping again
             run._maxrss = maxrss
+        run._root_exited.set()
     else:
         while alive(run.pid) and not run._ended_early.wait(run.options.interval_s):
             pass
+        if not run._detached:
+            run._root_exited.set()
     finish(run)
 
 
