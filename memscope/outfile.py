@@ -75,7 +75,9 @@ def check_writable(path: str) -> None:
 
 def write_text(path: str, text: str) -> str:
     """Write ``text`` (UTF-8) to ``path`` as ``> path`` would; returns ``path``. Raises OSError."""
-    data = text.encode("utf-8")
+    # A lone surrogate is a byte of argv or a file name that was not UTF-8 (Python's surrogateescape): written
+    # as \udcff, not refused (a strict encode made `report --html` refuse a valid record).
+    data = text.encode("utf-8", "backslashreplace")
     real, fd = _resolve(path)
     if fd is not None:
         _write_all(fd, data)

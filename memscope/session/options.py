@@ -52,6 +52,9 @@ def check_options(o: Options) -> None:
         # NaN makes a busy loop, inf a sampler that never wakes: refuse both here too (the API's door).
         if not isinstance(v, (int, float)) or not (0 < v <= 86400):
             raise LaunchError(f"{name} must be a number of seconds above 0 and at most 86400, not {v!r}")
+    v = o.prometheus_linger_s
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v <= 86400):
+        raise LaunchError(f"prometheus_linger_s must be a number of seconds from 0 to 86400, not {v!r}")
     if o.limit_bytes is not None and not (isinstance(o.limit_bytes, int) and 0 < o.limit_bytes < 2**63):
         raise LaunchError(f"limit_bytes must be a positive number of bytes, not {o.limit_bytes!r}")
 
@@ -88,6 +91,8 @@ def resolve_command(argv: Sequence[str], cwd: str | None = None) -> tuple[list[s
             raise LaunchError(f"{first}: no such file" + (f" in {cwd}" if cwd else ""))
         if os.path.isdir(at(first)):
             raise LaunchError(f"{first} is a directory, not a script")
+        if not os.path.isfile(at(first)):  # a FIFO would hang the read below until a writer came
+            raise LaunchError(f"{first} is not a regular file (a FIFO, socket or device), not a script")
         try:
             with open(at(first), "rb") as f:
                 compile(f.read(), first, "exec")
