@@ -181,6 +181,12 @@ def same_process(pid: int, start: int) -> bool:
     return st is not None and st.starttime == start and st.state not in ("Z", "X")
 
 
+def exited(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie not yet reaped, or gone)."""
+    st = procfs.read_stat(pid)
+    return st is None or st.state in ("Z", "X")
+
+
 def send(pid: int, start: int | None, sig: int, skip_group: int | None = None) -> bool:
     """Signal ``pid`` if it is still the process that started at ``start`` (clock ticks since boot).
 

@@ -78,7 +78,7 @@ def test_disk_full_is_said_once_and_the_exit_stays_true(tiny_fs, tmp_path):
     err = s["record_errors"]
     assert err["lost_records"] > 10 and "full" in err["first_error"], err
     assert s["duration_s"] > 1.5 and s["peak"]["tree_rss_bytes"] > 16 << 20
-    assert [f for f in os.listdir(tmp_path) if f.startswith(".memscope-summary-")] == []
+    assert [f for f in os.listdir(tmp_path) if f.startswith(".memscope-")] == []
 
 
 def test_a_summary_path_that_cannot_be_written_leaves_nothing_behind(tmp_path):

@@ -40,6 +40,17 @@ def _exit_line(ex: dict[str, Any]) -> str | None:
             "lower batch size or num_workers, memory-map large arrays, or raise the limit."
         )
     if cause == "killed":
+        sig = ex.get("signal") or "SIGKILL"  # "killed" is any death by a signal from outside: say which one
+        if sig == "SIGPIPE":
+            return (
+                "The run died writing to a closed pipe: expected under `| head`; otherwise look at what reads its "
+                "output (tee, a logger) and why it exited first."
+            )
+        if sig != "SIGKILL":
+            return (
+                f"{sig} came from outside memscope: look for who sent it (a scheduler's stop or time limit, "
+                "timeout, a person); a training can trap SIGTERM to save a checkpoint before it ends."
+            )
         return (
             "SIGKILL came from outside with no OOM counter rising: check the scheduler's time or memory "
             "limits (Slurm, Kubernetes) and who else can kill the job."

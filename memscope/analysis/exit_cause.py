@@ -34,6 +34,7 @@ _DL_WORKER = re.compile(
     r"exited unexpectedly)"
 )
 NEAR_LIMIT = 0.95
+JOB_CONTROL = {"SIGCONT", "SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU"}  # they pause or resume; they end nothing
 
 
 @dataclass
@@ -342,6 +343,13 @@ def _sigkill(f: _Facts) -> dict[str, Any] | None:
 def _other_signal(f: _Facts) -> dict[str, Any] | None:
     if f.main_sig is None:
         return None
+    if f.main_sig == "SIGPIPE":  # the kernel's, not a sender's: a write to a pipe nobody reads any more
+        return f.out(
+            "killed",
+            "The run was ended by SIGPIPE: it wrote to a pipe whose reader had already closed it "
+            "(`| head` does that once it has its lines; so does a log reader that exits).",
+            sig=f.main_sig,
+        )
     return f.out("killed", f"The run was ended by {f.main_sig} from outside memscope.", sig=f.main_sig)
 
 
@@ -429,7 +437,9 @@ def _rank_exception(e: ExitEvidence, pid: int, out: Any) -> dict[str, Any]:
 
 def stop_words(e: ExitEvidence) -> str:
     """How a stop went, from the signals memscope really sent (a record without them: what a stop sends)."""
-    sent = [d for d in e.signals_sent if d.get("to") != "leftovers"]
+    # SIGCONT (timeout sends one after its SIGTERM, and memscope passes it on), SIGSTOP, SIGTSTP: job control,
+    # not a step of the stop.
+    sent = [d for d in e.signals_sent if d.get("to") != "leftovers" and d.get("signal") not in JOB_CONTROL]
     left = [d for d in e.signals_sent if d.get("to") == "leftovers"]
     if not sent:
         return (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import outfile
 from ..errors import ClusterError
 from ..record.cluster import load_job
 from .options import EXIT_BAD_INPUT
@@ -35,7 +36,11 @@ class ClusterCommand:
             return EXIT_BAD_INPUT
         if ns.html:
             try:
-                print(f"memscope: job view written to {write_html(job, ns.html)}")
+                written = write_html(job, ns.html)
+                print(
+                    f"memscope: job view written to {written}",
+                    file=sys.stderr if outfile.is_stdout(ns.html) else sys.stdout,
+                )
             except OSError as exc:
                 sys.stderr.write(f"memscope: cannot write {ns.html}: {exc.strerror}\n")
                 return EXIT_BAD_INPUT

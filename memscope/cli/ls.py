@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..fmt import fmt_bytes
-from ..record.catalogue import default_record_dir, list_runs
+from ..record.catalogue import default_record_dir, scan_runs
 
 
 class LsCommand:
@@ -21,7 +22,9 @@ class LsCommand:
     def run(self, ns: argparse.Namespace) -> int:
         """One line per run: id, start, duration, exit cause, peak, command."""
         d = ns.record or default_record_dir()
-        runs = list_runs(d)
+        runs, skipped = scan_runs(d)
+        for path, why in skipped:  # one line each; the other runs are still listed
+            sys.stderr.write(f"memscope: skipped {path}: not a readable memscope record ({why})\n")
         if not runs:
             print(f"no runs recorded in {d}")
             return 0

@@ -51,6 +51,17 @@ def _positive(text: str) -> float:
     return v
 
 
+def _seconds_or_zero(text: str) -> float:
+    """Seconds: finite, 0 or more, at most a day (inf passed the parser and broke the run's end: OverflowError)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(v) or v < 0 or v > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds from 0 to {MAX_SECONDS:g}: {text}")
+    return v
+
+
 def _positive_int(text: str) -> int:
     """A whole number above 0."""
     try:
@@ -128,7 +139,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--prometheus-linger",
-        type=float,
+        type=_seconds_or_zero,
         default=0.0,
         metavar="S",
         help="keep the endpoint up S seconds after the end, so that a scrape sees the exit (0)",
@@ -165,5 +176,5 @@ def options_from(ns: argparse.Namespace) -> Options:
         prometheus=ns.prometheus,
         hostname=ns.hostname,
         pushgateway=ns.pushgateway,
-        prometheus_linger_s=max(0.0, ns.prometheus_linger),
+        prometheus_linger_s=ns.prometheus_linger,
     )

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sqlite3
 import sys
 
+from .. import outfile
 from ..analysis.summary import read_summary
 from ..record.catalogue import default_record_dir, find_run
 from .command import one_line
@@ -50,12 +50,15 @@ class ReportCommand:
                 # --html alone: ./<run id>.html
                 out = ns.html or f"{summary.get('run_id') or os.path.splitext(os.path.basename(path))[0]}.html"
                 try:
-                    print(f"memscope: report written to {os.path.abspath(write_html(path, out))}")
+                    written = os.path.abspath(write_html(path, out))
+                    # --html /dev/stdout: the page is the output, the note goes beside it
+                    note = sys.stderr if outfile.is_stdout(out) else sys.stdout
+                    print(f"memscope: report written to {written}", file=note)
                 except OSError as exc:
                     sys.stderr.write(f"memscope: cannot write {out}: {exc.strerror or exc}\n")
                     return EXIT_BAD_INPUT
                 return 0
-        except (sqlite3.Error, ValueError, KeyError, TypeError, IndexError, OverflowError) as exc:
+        except Exception as exc:  # sqlite3.Error, ValueError, ... and valid JSON of any shape read as a summary
             sys.stderr.write(f"memscope: {path} is not a readable memscope record ({one_line(exc)})\n")
             return EXIT_BAD_INPUT
         if ns.json:

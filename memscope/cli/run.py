@@ -11,6 +11,8 @@ import time
 from ..errors import LaunchError
 from .options import add_run_options, options_from
 
+SAME_EVENT_S = 0.5  # copies of one signal closer than this are one event (see on_signal)
+
 
 def exit_status(returncode: int | None) -> int:
     """The command's own status, as a shell reports it: 128+N for death by signal N."""
@@ -54,6 +56,7 @@ class RunCommand:
         supervise.declare_sole_launcher()  # this process starts nothing but the run: its orphans are the run's
         run = Run(argv or None, attach=attach, options=options_from(ns))
         presses = {"n": 0}
+        last = {"sig": 0, "t": 0.0}  # the last press counted: its signal, and when its handling ended
         view: TerminalView | None = None
 
         pending: list[int] = []
@@ -70,6 +73,13 @@ class RunCommand:
                 else:
                     run.forward(signal.SIGHUP)  # a hangup reaches the foreground group: the run's, not only memscope
                 return
+            # One event, one press: `timeout` (and kill -TERM -PGID) sends SIGTERM to memscope and again to its
+            # process group, which memscope is in: two copies microseconds apart. Counted twice, they killed the run
+            # before its checkpoint. A second copy of the same signal within SAME_EVENT_S of the last one handled is
+            # the same event; a person's second Ctrl-C comes later than that.
+            now = time.monotonic()
+            if last["sig"] == signum and now - last["t"] < SAME_EVENT_S:
+                return
             presses["n"] += 1
             if run.attached:
                 run.detach()
@@ -84,6 +94,7 @@ class RunCommand:
                 run.terminate(wait=False)
             else:
                 run.kill(wait=False)
+            last["sig"], last["t"] = signum, time.monotonic()  # from the end: a slow handler does not widen a gap
 
         def on_tstp(_signum: int, _frame: object) -> None:
             # Ctrl-Z: the run is in a session of its own, so the terminal's SIGTSTP reached memscope alone. Stop

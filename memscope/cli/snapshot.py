@@ -7,6 +7,7 @@ import json
 import os
 import sys
 
+from .. import outfile
 from ..analysis import snapshot as snap_mod
 from ..fmt import fmt_bytes
 from .options import EXIT_BAD_INPUT
@@ -41,13 +42,13 @@ class SnapshotCommand:
 
             try:
                 page = render_html(snap, os.path.basename(ns.file), summary)
-                with open(ns.html, "w", encoding="utf-8") as f:
-                    f.write(page)
+                outfile.write_text(ns.html, page)
             except OSError as exc:
                 sys.stderr.write(f"memscope: cannot write {ns.html}: {exc.strerror or exc}\n")
                 return EXIT_BAD_INPUT
             if not ns.json:
-                print(f"memscope: snapshot page written to {ns.html}")
+                note = sys.stderr if outfile.is_stdout(ns.html) else sys.stdout
+                print(f"memscope: snapshot page written to {ns.html}", file=note)
         if ns.json:
             print(json.dumps(summary, indent=2))
         elif not ns.html:

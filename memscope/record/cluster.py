@@ -9,6 +9,7 @@ message is one line: a bad URL, Prometheus down or not Prometheus, a refused que
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import time
@@ -104,7 +105,9 @@ def check_url(url: str) -> str:
         p.port  # noqa: B018 (raises on a bad port)
     except ValueError:
         raise ClusterError(f"not a Prometheus URL: {url!r} (e.g. http://prometheus:9090)") from None
-    if p.scheme not in ("http", "https") or not p.hostname or p.query or p.fragment:
+    # Whitespace or control characters: http.client refuses them deep in the request (a traceback, not a line).
+    bad_chars = any(c.isspace() or not c.isprintable() for c in p.netloc)
+    if p.scheme not in ("http", "https") or not p.hostname or p.query or p.fragment or bad_chars:
         raise ClusterError(f"not a Prometheus URL: {url!r} (e.g. http://prometheus:9090)")
     path = p.path.rstrip("/")
     for tail in ("/graph", "/api/v1"):  # a URL copied from the browser or the API docs
@@ -157,7 +160,7 @@ def _get(base: str, path: str, params: dict[str, Any], timeout: float) -> Any:
         ) from None
     except urllib.error.URLError as exc:
         raise ClusterError(f"cannot reach Prometheus at {base}: {_one_line(exc.reason)}") from None
-    except (OSError, ValueError) as exc:  # timeouts, resets, a malformed URL past check_url
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # timeouts, resets, a malformed URL or answer
         raise ClusterError(f"cannot reach Prometheus at {base}: {_one_line(exc)}") from None
     try:
         doc = json.loads(body)

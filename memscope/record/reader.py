@@ -250,14 +250,18 @@ class RunData:
         return bool(row and row[0])
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
-        """The events (of ``kind``, or all), in time order, their data decoded."""
+        """The events (of ``kind``, or all), in time order, their data decoded. An event whose data is not a JSON
+        object (damaged, or valid JSON of another shape: a list, a number) is left out: every reader of events
+        takes their data as an object, and one such event made `report` and `ls` fail for the whole record."""
         sql, args = "SELECT t, pid, kind, data FROM events", ()
         if kind:
             sql, args = sql + " WHERE kind=?", (kind,)
-        return [
-            {"t": t, "pid": pid, "kind": k, "data": json.loads(d)}
-            for t, pid, k, d in self.con.execute(sql + " ORDER BY t", args)
-        ]
+        out = []
+        for t, pid, k, d in self.con.execute(sql + " ORDER BY t", args):
+            data = _json_or(d, {}) if isinstance(d, str) else None
+            if data or d == "{}":
+                out.append({"t": t, "pid": pid, "kind": k, "data": data})
+        return out
 
 
 def _json_or(text: str | None, default: Any) -> Any:

@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from typing import Any
 
-from .. import supervise
+from .. import outfile, supervise
 from ..analysis.summary import summarize
 from ..collect.output import LineReader, follow
 from ..collect.tree import alive
@@ -34,9 +33,12 @@ def wait_loop(run: Run) -> None:
             run.returncode = rc
             run._proc.returncode = rc  # keep Popen from reaping again
             run._maxrss = maxrss
+        run._root_exited.set()
     else:
         while alive(run.pid) and not run._ended_early.wait(run.options.interval_s):
             pass
+        if not run._detached:
+            run._root_exited.set()
     finish(run)
 
 
@@ -55,7 +57,7 @@ def finish(run: Run) -> None:
             try:
                 write_json(run.options.summary_json, run._summary)
             except OSError as exc:
-                run.say(f"memscope: cannot write the summary to {run.options.summary_json}: {exc}")
+                _say_unwritten(run, exc)
     finally:
         shutil.rmtree(run.agents.dir, ignore_errors=True)  # the socket and crash files, whatever happened
         run._output_done.set()
@@ -127,7 +129,7 @@ def _finish_steps(run: Run) -> None:
         try:
             write_json(run.options.summary_json, summary)
         except OSError as exc:  # the run's own summary is still returned; the user is told once
-            run.say(f"memscope: cannot write the summary to {run.options.summary_json}: {exc}")
+            _say_unwritten(run, exc)
 
 
 def _clean_leftovers(run: Run) -> None:
@@ -253,16 +255,11 @@ def abort(run: Run) -> None:
 
 
 def write_json(path: str, obj: Any) -> None:
-    """Write ``obj`` to ``path`` whole or not at all: no partial file and no temporary left behind on failure."""
-    fd, tmp = tempfile.mkstemp(prefix=".memscope-summary-", dir=os.path.dirname(os.path.abspath(path)))
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2)
-        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; a summary is meant to be read (CI, a colleague)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Write ``obj`` to ``path`` as shell redirection would (``outfile``): a regular file whole or not at all,
+    a symlink followed, a FIFO, a device or /dev/stdout written to, never replaced."""
+    outfile.write_text(path, json.dumps(obj, indent=2) + "\n")
+
+
+def _say_unwritten(run: Run, exc: OSError) -> None:
+    # One line: ENOSPC from a full device, EPIPE from a reader that left, no reader on a FIFO.
+    run.say(f"memscope: cannot write the summary to {run.options.summary_json}: {exc.strerror or exc}")

@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from typing import Sequence
 
+from .. import outfile
 from ..errors import LaunchError
 
 # The agent's sitecustomize directory, put first on the run's PYTHONPATH.
@@ -51,6 +52,9 @@ def check_options(o: Options) -> None:
         # NaN makes a busy loop, inf a sampler that never wakes: refuse both here too (the API's door).
         if not isinstance(v, (int, float)) or not (0 < v <= 86400):
             raise LaunchError(f"{name} must be a number of seconds above 0 and at most 86400, not {v!r}")
+    v = o.prometheus_linger_s
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v <= 86400):
+        raise LaunchError(f"prometheus_linger_s must be a number of seconds from 0 to 86400, not {v!r}")
     if o.limit_bytes is not None and not (isinstance(o.limit_bytes, int) and 0 < o.limit_bytes < 2**63):
         raise LaunchError(f"limit_bytes must be a positive number of bytes, not {o.limit_bytes!r}")
 
@@ -87,6 +91,8 @@ def resolve_command(argv: Sequence[str], cwd: str | None = None) -> tuple[list[s
             raise LaunchError(f"{first}: no such file" + (f" in {cwd}" if cwd else ""))
         if os.path.isdir(at(first)):
             raise LaunchError(f"{first} is a directory, not a script")
+        if not os.path.isfile(at(first)):  # a FIFO would hang the read below until a writer came
+            raise LaunchError(f"{first} is not a regular file (a FIFO, socket or device), not a script")
         try:
             with open(at(first), "rb") as f:
                 compile(f.read(), first, "exec")
@@ -132,9 +138,9 @@ def check_record_dir(path: str) -> None:
 
 
 def check_summary_path(path: str) -> None:
-    """Refuse up front a summary path that cannot be written: a directory, or no writable directory for it."""
-    if os.path.isdir(path):
-        raise LaunchError(f"cannot write the summary to {path}: it is a directory")
-    d = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(d) or not os.access(d, os.W_OK | os.X_OK):
-        raise LaunchError(f"cannot write the summary to {path}: no writable directory {d}")
+    """Refuse up front a summary path that cannot be written: a directory, no writable directory for a file, a
+    device or FIFO not writable, a descriptor (/dev/fd/N) not open."""
+    try:
+        outfile.check_writable(path)
+    except OSError as exc:
+        raise LaunchError(f"cannot write the summary to {path}: {exc.strerror or exc}") from None

@@ -99,6 +99,7 @@ class Run:
         self._summary: dict[str, Any] | None = None
         self._ended, self._ended_early, self._output_done = threading.Event(), threading.Event(), threading.Event()
         self._stop_requested: str | None = None
+        self._root_exited = threading.Event()  # the root has exited (its status is known): a stop changes no verdict
         self._stop_lock = threading.Lock()
         self._detached = self._subreaper = False
         self._maxrss: int | None = None
@@ -145,10 +146,13 @@ class Run:
     def _stop(self, how: str, grace_s: float | None, first_sig: int | None, wait: bool) -> None:
         grace = self.options.grace_s if grace_s is None else grace_s
         with self._stop_lock:
-            first = not (self._ended.is_set() or self._stop_requested)
+            after_end = self._root_has_exited()
+            first = not (self._ended.is_set() or self._stop_requested or after_end)
             if first:
                 self._stop_requested = how
-        if first:
+        if after_end:
+            self._stop_leftovers(how, signal.SIGTERM)
+        elif first:
             self.publish(Event(self.elapsed(), None, "stop_requested", {"how": how, "grace_s": grace}))
             kw = {} if first_sig is None else {"first": first_sig}
             self._spawn(lambda: self._sup.stop_sequence(grace, self._root_gone, **kw), "memscope-stopper")
@@ -158,11 +162,30 @@ class Run:
     def kill(self, wait: bool = True) -> None:
         """SIGKILL every process of the tree now."""
         with self._stop_lock:
-            self._stop_requested = "kill"
-        self.publish(Event(self.elapsed(), None, "stop_requested", {"how": "kill"}))
-        self._sup.signal_run(signal.SIGKILL)
+            after_end = self._root_has_exited()
+            if not after_end:
+                self._stop_requested = "kill"
+        if after_end:
+            self._stop_leftovers("kill", signal.SIGKILL)
+        else:
+            self.publish(Event(self.elapsed(), None, "stop_requested", {"how": "kill"}))
+            self._sup.signal_run(signal.SIGKILL)
         if wait:
             self._ended.wait()
+
+    def _root_has_exited(self) -> bool:
+        # The waiter sets _root_exited once wait4 returns; a zombie root has exited too (the waiter is on its way).
+        if self._root_exited.is_set():
+            return True
+        return self._proc is not None and self.pid > 1 and supervise.exited(self.pid)
+
+    def _stop_leftovers(self, how: str, sig: int) -> None:
+        # The root has exited: how the run ended is settled (a crash stays a crash; a Ctrl-C pressed while memscope
+        # waits on a leftover used to turn it into stopped_by_user). The stop only hurries the leftovers along.
+        if self._ended.is_set():
+            return
+        self.publish(Event(self.elapsed(), None, "stop_after_end", {"how": how}))
+        self._sup.signal_run(sig)
 
     def forward(self, sig: int) -> None:
         """Pass a signal memscope received on to the run, as a terminal would to its foreground group (SIGHUP),

@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Any
 
+from .. import outfile
 from ..errors import ClusterError
 from ..fmt import fmt_bytes
 from ..record.cluster import Job, Panel, load_job
@@ -237,6 +238,4 @@ def _command(job: Job, hostname: str) -> str:
 def write_html(job: Job, out_path: str) -> str:
     """Write the job's standalone page to ``path``; returns the path."""
     page = render_html(job)
-    with open(out_path, "w", encoding="utf-8") as f:
-        f.write(page)
-    return out_path
+    return outfile.write_text(out_path, page)  # as `> out_path` would: a FIFO or /dev/stdout is written to

@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any, Iterable
 
+from .. import outfile
 from ..analysis.summary import summarize
 from ..fmt import fmt_bytes, fmt_elapsed
 from ..record.reader import RunData
@@ -378,6 +379,4 @@ def render_html(record_path: str) -> str:
 def write_html(record_path: str, out_path: str) -> str:
     """Write the report of ``record_path`` to ``out_path`` (one self-contained file); returns ``out_path``."""
     page = render_html(record_path)
-    with open(out_path, "w", encoding="utf-8") as f:
-        f.write(page)
-    return out_path
+    return outfile.write_text(out_path, page)  # as `> out_path` would: a FIFO or /dev/stdout is written to

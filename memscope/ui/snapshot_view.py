@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 from typing import Any, Mapping
 
+from .. import outfile
 from ..analysis import snapshot as snap_mod
 from ..fmt import fmt_bytes
 from .bokeh_format import HOVER_JS, TICK_JS
@@ -359,9 +360,7 @@ def write_html(path: str, out_path: str) -> str:
 
     snap = snap_mod.load(path)
     page = render_html(snap, os.path.basename(path))
-    with open(out_path, "w", encoding="utf-8") as f:
-        f.write(page)
-    return out_path
+    return outfile.write_text(out_path, page)  # as `> out_path` would: a FIFO or /dev/stdout is written to
 
 
 # -- the notebook -----------------------------------------------------------------------------------------------
