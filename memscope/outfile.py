@@ -50,18 +50,24 @@ def _resolve(path: str) -> tuple[str, int | None]:
     raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
 
 
+def _stat_target(real: str, path: str) -> os.stat_result | None:
+    """What the resolved path names now (None: nothing yet); a directory is refused."""
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "it is a directory", path)
+    return st
+
+
 def check_writable(path: str) -> None:
     """Raise OSError (with a ``strerror`` fit for one line) if ``path`` cannot be written as an output file."""
     real, fd = _resolve(path)
     if fd is not None:
         os.fstat(fd)  # EBADF: no such descriptor
         return
-    try:
-        st = os.stat(real)
-    except FileNotFoundError:
-        st = None
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        raise IsADirectoryError(errno.EISDIR, "it is a directory", path)
+    st = _stat_target(real, path)
     if st is not None and not stat.S_ISREG(st.st_mode):
         if not os.access(real, os.W_OK):
             raise PermissionError(errno.EACCES, "not writable", path)
@@ -82,12 +88,7 @@ def write_text(path: str, text: str) -> str:
     if fd is not None:
         _write_all(fd, data)
         return path
-    try:
-        st = os.stat(real)
-    except FileNotFoundError:
-        st = None
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        raise IsADirectoryError(errno.EISDIR, "it is a directory", path)
+    st = _stat_target(real, path)
     if st is not None and not stat.S_ISREG(st.st_mode):
         out = _open_special(real, stat.S_ISFIFO(st.st_mode))
         try:

@@ -80,10 +80,15 @@ def test_records_of_the_wrong_shape_cost_one_line_not_the_directory(tmp_path):
     assert rep.returncode == 0, rep.stderr
     s = json.loads(rep.stdout)  # recomputed without the events: the end unknown, the memory still there
     assert s["exit"]["cause"] == "unknown" and s["peak"]["tree_rss_bytes"] > 0, s["exit"]
-    for ref, name in (("a-run", "a.sqlite"), ("last", "c.sqlite")):  # what cannot be summarized: one line
-        rep = memscope_cli("report", ref, "--record", str(runs))
-        assert rep.returncode == 2 and "Traceback" not in rep.stderr, rep.stderr
-        assert rep.stderr.count("\n") == 1 and f"{name} is not a readable memscope record" in rep.stderr, rep.stderr
+    # What cannot be read at all (a run row whose columns have the wrong types): one line.
+    rep = memscope_cli("report", "a-run", "--record", str(runs))
+    assert rep.returncode == 2 and "Traceback" not in rep.stderr, rep.stderr
+    assert rep.stderr.count("\n") == 1 and "a.sqlite is not a readable memscope record" in rep.stderr, rep.stderr
+    # Events of the wrong types cost only the summary's sections that read them (each section has its own guard):
+    # the end is unknown, the memory is still there.
+    rep = memscope_cli("report", "last", "--record", str(runs))
+    assert rep.returncode == 0 and "Traceback" not in rep.stderr, rep.stderr
+    assert "memscope: unknown" in rep.stdout and "c.sqlite" in rep.stdout and "peak tree PSS" in rep.stdout, rep.stdout
 
 
 def test_a_fifo_named_like_a_record_is_never_opened(tmp_path):

@@ -62,6 +62,12 @@ def _close(km, kc):
 def execute(kc, code, timeout=60):
     """Run code; return (reply, iopub messages until idle)."""
     msg_id = kc.execute(code)
+    msgs = _until_idle(kc, msg_id, timeout)
+    return kc.get_shell_msg(timeout=10), msgs
+
+
+def _until_idle(kc, msg_id, timeout):
+    """The iopub messages until the kernel is idle after the request ``msg_id``."""
     msgs = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -73,7 +79,7 @@ def execute(kc, code, timeout=60):
             and m["content"]["execution_state"] == "idle"
         ):
             break
-    return kc.get_shell_msg(timeout=10), msgs
+    return msgs
 
 
 def drain(kc, seconds):
@@ -520,17 +526,7 @@ def test_without_widgets_the_end_of_run_text_updates_its_own_cell(kernel, tmp_pa
 def _execute_in_cell(kc, code, cell_id, timeout=90):
     """Run code as the cell ``cell_id`` (JupyterLab's execute_request); returns (reply, iopub messages until idle)."""
     msg_id = _send_in_cell(kc, code, cell_id)
-    msgs = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        m = kc.get_iopub_msg(timeout=deadline - time.monotonic())
-        msgs.append(m)
-        if (
-            m["parent_header"].get("msg_id") == msg_id
-            and m["msg_type"] == "status"
-            and m["content"]["execution_state"] == "idle"
-        ):
-            break
+    msgs = _until_idle(kc, msg_id, timeout)
     return _reply(kc, msg_id, timeout), msgs
 
 
