@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..fmt import fmt_bytes
-from ..record.catalogue import default_record_dir, scan_runs
+from ..record.catalogue import default_record_dir, files_size, record_files, run_state, scan_runs
 
 
 class LsCommand:
@@ -20,7 +20,8 @@ class LsCommand:
         parser.add_argument("--record", metavar="DIR")
 
     def run(self, ns: argparse.Namespace) -> int:
-        """One line per run: id, start, duration, exit cause, peak, command."""
+        """One line per run: id, start, duration, state (running, ended, unfinished), exit cause, peak, size on
+        disk (the record and every file of its run beside it), command."""
         d = ns.record or default_record_dir()
         runs, skipped = scan_runs(d)
         for path, why in skipped:  # one line each; the other runs are still listed
@@ -30,8 +31,10 @@ class LsCommand:
             return 0
         for r in runs:
             dur = f"{r.duration_s:8.1f}s" if r.duration_s is not None else "     ---"
+            state = run_state(r)
+            size = files_size(record_files(r))
             print(
-                f"{r.run_id}  {r.started_at or '':24}  {dur}  {r.exit_cause or 'unfinished':16}  "
-                f"{fmt_bytes(r.peak_bytes):>10}  {' '.join(r.command)[:80]}"
+                f"{r.run_id}  {r.started_at or '':24}  {dur}  {state:10}  {r.exit_cause or '---':16}  "
+                f"{fmt_bytes(r.peak_bytes):>10}  {fmt_bytes(size):>10}  {' '.join(r.command)[:80]}"
             )
         return 0

@@ -6,10 +6,14 @@ import math
 import os
 import sqlite3
 import stat
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
+from ..collect import procfs
 from .reader import RunData
+
+RUNNING, ENDED, UNFINISHED = "running", "ended", "unfinished"
 
 
 @dataclass
@@ -24,6 +28,9 @@ class RunInfo:
     duration_s: float | None
     exit_cause: str | None
     peak_bytes: int | None
+    root_pid: int | None = None
+    root_start: float | None = None  # when the record saw its root start (epoch s); None before its first round
+    ended: bool = False  # the record has its end (ended_at)
 
 
 def default_record_dir() -> str:
@@ -55,9 +62,12 @@ def scan_runs(record_dir: str) -> tuple[list[RunInfo], list[tuple[str, str]]]:
             rd = RunData(path)
             try:
                 r = rd.run_row()
+                info = _info(path, r)
+                if info.root_pid is not None:
+                    info.root_start = rd.process_create_time(info.root_pid)
             finally:
                 rd.close()
-            out.append(_info(path, r))
+            out.append(info)
         except (sqlite3.Error, ValueError, OSError) as exc:
             skipped.append((path, " ".join(str(exc).split())[:200] or type(exc).__name__))
     out.sort(key=_started)
@@ -83,6 +93,9 @@ def _info(path: str, r: dict) -> RunInfo:
         float(r["duration_s"]) if _num(r["duration_s"]) else None,
         r["exit_cause"] if isinstance(r["exit_cause"], str) else None,
         int(peak_bytes) if peak_bytes is not None else None,
+        r["root_pid"] if isinstance(r["root_pid"], int) and r["root_pid"] > 0 else None,
+        None,
+        r["ended_at"] is not None,
     )
 
 
@@ -114,3 +127,74 @@ def find_run(record_dir: str, ref: str) -> str:
     if not hits:
         raise LookupError(f"no run '{ref}' in {record_dir}")
     raise LookupError(f"'{ref}' matches {len(hits)} runs in {record_dir}; give more of the id")
+
+
+# -- state and files -------------------------------------------------------------------------------------------
+# The record's create_time is btime (an integer second, as collect/tree.py reads it) + starttime ticks: read the
+# same way, the root itself matches to the tick; a pid reused since started later, by its own run's length at least.
+_START_SLACK_S = 0.5
+# Before the first round there is only t0 (time.time() just after the launch): the root started before it.
+_T0_SLACK_S = 0.1
+
+
+def run_state(info: RunInfo) -> str:
+    """``running`` only when proven (the root pid is alive and is the process the record saw start: pids are
+    reused), ``ended`` when the record has its end, else ``unfinished`` (its memscope died before the end)."""
+    if info.ended:
+        return ENDED
+    if info.root_pid is not None and _root_alive(info):
+        return RUNNING
+    return UNFINISHED
+
+
+def _root_alive(info: RunInfo) -> bool:
+    st = procfs.read_stat(info.root_pid) if info.root_pid is not None else None
+    if st is None or st.state in ("Z", "X"):
+        return False
+    if info.root_start is not None:
+        return abs(procfs.boot_time() + st.starttime / procfs.CLK_TCK - info.root_start) <= _START_SLACK_S
+    # No round recorded yet (its memscope died in its first interval): boot time to the sub-second, from
+    # CLOCK_BOOTTIME, the clock starttime counts on.
+    started = time.time() - procfs.uptime() + st.starttime / procfs.CLK_TCK
+    return info.t0_epoch is not None and started <= info.t0_epoch + _T0_SLACK_S
+
+
+def record_files(info: RunInfo) -> list[str]:
+    """The files of a run beside its record: ``<run_id>.*`` (the .sqlite, its -wal/-shm, captured output, CUDA
+    snapshots kept beside it) and its ``<run_id>-scalene`` folder. Symbolic links are left out (never followed)."""
+    d = os.path.dirname(info.path) or "."
+    out = []
+    try:
+        names = sorted(os.listdir(d))
+    except OSError:
+        return [info.path]
+    for name in names:
+        if name.startswith(info.run_id + ".") or name == info.run_id + "-scalene":
+            p = os.path.join(d, name)
+            if not os.path.islink(p):
+                out.append(p)
+    return out
+
+
+def files_size(paths: list[str]) -> int:
+    """Bytes on disk of these files (folders walked, links not followed)."""
+    total = 0
+    for p in paths:
+        try:
+            if os.path.isdir(p) and not os.path.islink(p):
+                for root, _dirs, files in os.walk(p):
+                    for f in files:
+                        fp = os.path.join(root, f)
+                        if not os.path.islink(fp):
+                            total += os.lstat(fp).st_size
+            else:
+                total += os.lstat(p).st_size
+        except OSError:
+            continue
+    return total
+
+
+def run_age_s(info: RunInfo, now: float | None = None) -> float | None:
+    """Seconds since the run started; None if the record does not say when."""
+    started = _started(info)[0]
+    return None if not started else (time.time() if now is None else now) - started

@@ -68,6 +68,13 @@ class RunData:
         d["summary"] = _json_or(d["summary"], None)
         return d
 
+    def process_create_time(self, pid: int) -> float | None:
+        """When the record saw ``pid`` start (epoch seconds), from its first row; None if not seen yet."""
+        row = self.con.execute(
+            "SELECT create_time FROM processes WHERE pid=? ORDER BY first_t LIMIT 1", (pid,)
+        ).fetchone()
+        return row[0] if row and isinstance(row[0], (int, float)) else None
+
     def processes(self) -> list[dict[str, Any]]:
         """Every process of the tree, in the order they were seen."""
         cur = self.con.execute("SELECT * FROM processes ORDER BY first_t, pid")
