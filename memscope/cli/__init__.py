@@ -1,4 +1,4 @@
-"""memscope run | ls | report | snapshot | cluster | demo — the terminal face of the engine.
+"""memscope run | ls | prune | report | snapshot | cluster | demo — the terminal face of the engine.
 
 One module per subcommand (``command.Command``: the class docstring is its ``--help`` line); the run options
 shared with ``%memscope`` are in ``options``.
@@ -17,6 +17,7 @@ from .command import Command, help_line
 from .demo import DemoCommand
 from .ls import LsCommand
 from .options import EXIT_BAD_INPUT, Parser
+from .prune import PruneCommand
 from .report import ReportCommand
 from .run import RunCommand
 from .snapshot import SnapshotCommand
@@ -25,6 +26,7 @@ from .snapshot import SnapshotCommand
 COMMANDS: tuple[type[Command], ...] = (
     RunCommand,
     LsCommand,
+    PruneCommand,
     ReportCommand,
     SnapshotCommand,
     ClusterCommand,
