@@ -165,3 +165,25 @@ def test_bad_input_is_one_line_exit_2_and_nothing_deleted(record_dir):
     p = cli("prune", "--keep", "0", "--record", os.path.join(record_dir, "missing"))
     assert p.returncode == 2 and "no record directory" in p.stderr and p.stderr.count("\n") == 1
     assert sorted(os.listdir(record_dir)) == before and os.path.exists(r.record_path)
+
+
+def test_a_record_copied_to_another_name_owns_only_its_own_files(record_dir):
+    r = ended_run(record_dir)
+    copy = os.path.join(record_dir, "copy.sqlite")
+    src = sqlite3.connect(r.record_path)
+    dst = sqlite3.connect(copy)
+    src.backup(dst)
+    src.close()
+    dst.close()
+    infos = {os.path.basename(i.path): i for i in list_runs(record_dir)}
+    assert {os.path.basename(f) for f in record_files(infos["copy.sqlite"])} <= {
+        "copy.sqlite",
+        "copy.sqlite-wal",
+        "copy.sqlite-shm",
+    }
+    assert not [f for f in record_files(infos[os.path.basename(r.record_path)]) if "copy" in f]
+    p = cli("prune", "--keep", "1", "--record", record_dir)  # the copy has the same id and start: it sorts first
+    assert p.returncode == 0 and "removed 1 run," in p.stdout, p.stdout
+    left = os.listdir(record_dir)
+    # Whichever went, the other's .sqlite is still there: files go by the record's file name, not its row's id.
+    assert ("copy.sqlite" in left) != (os.path.basename(r.record_path) in left), left

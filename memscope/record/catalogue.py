@@ -160,16 +160,19 @@ def _root_alive(info: RunInfo) -> bool:
 
 
 def record_files(info: RunInfo) -> list[str]:
-    """The files of a run beside its record: ``<run_id>.*`` (the .sqlite, its -wal/-shm, captured output, CUDA
+    """The files of a run beside its record ``<run_id>.sqlite``: ``<run_id>.*`` (the .sqlite, its -wal/-shm, captured output, CUDA
     snapshots kept beside it) and its ``<run_id>-scalene`` folder. Symbolic links are left out (never followed)."""
     d = os.path.dirname(info.path) or "."
+    # Named after the file, not the id in its row: a record copied to another name keeps its id, and its files
+    # are its own, not those of the run it was copied from.
+    stem = os.path.basename(info.path)[: -len(".sqlite")] if info.path.endswith(".sqlite") else info.run_id
     out = []
     try:
         names = sorted(os.listdir(d))
     except OSError:
         return [info.path]
     for name in names:
-        if name.startswith(info.run_id + ".") or name == info.run_id + "-scalene":
+        if name.startswith(stem + ".") or name == stem + "-scalene":
             p = os.path.join(d, name)
             if not os.path.islink(p):
                 out.append(p)
