@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..collect import procfs
+from ..collect.platform import procfs  # /proc on Linux, psutil elsewhere: same start-time clock as the record
 from .reader import RunData
 
 RUNNING, ENDED, UNFINISHED = "running", "ended", "unfinished"
