@@ -5,6 +5,7 @@ still runs in every process of the run, and memscope still collects its evidence
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -54,8 +55,8 @@ def test_a_torch_training_with_two_workers_ends_ok_under_kaggles_sitecustomize(t
     # Kaggle's finder ran in the main and in each worker (the agent chained to Kaggle's sitecustomize).
     assert "MAIN FINDERS" in p.stdout and "GcpModuleFinder" in p.stdout.split("MAIN FINDERS")[1].split("\n")[0]
     assert " True" in p.stdout.split("MAIN FINDERS")[1].split("\n")[0]  # wrapt imported by it
-    workers = [line for line in p.stdout.splitlines() if line.startswith("WORKER FINDERS")]
-    assert len(workers) == 4 and all("GcpModuleFinder" in line for line in workers), workers
+    workers = re.findall(r"WORKER FINDERS (\S+)", p.stdout)
+    assert len(workers) == 4 and all("GcpModuleFinder" in f for f in workers), p.stdout
     s = json.loads(summary.read_text())
     assert s["exit"]["cause"] == "ok", s["exit"]
     roles = [q["role"] for q in s["processes"]]

@@ -1,6 +1,7 @@
 """A tiny torch training as a Kaggle notebook would start one: DataLoader(num_workers=2), train and eval phases.
 It prints which meta-path finders each process has, so the test sees Kaggle's sitecustomize ran in all of them."""
 
+import os
 import sys
 
 import torch
@@ -12,7 +13,8 @@ def finders():
 
 
 def worker_init(_):
-    print("WORKER FINDERS", finders(), flush=True)
+    # One write(2) per line: two workers printing at once must not interleave within a line (print() may split it).
+    os.write(1, f"WORKER FINDERS {finders()}\n".encode())
 
 
 if __name__ == "__main__":
