@@ -90,11 +90,7 @@ def write_text(path: str, text: str) -> str:
         return path
     st = _stat_target(real, path)
     if st is not None and not stat.S_ISREG(st.st_mode):
-        out = _open_special(real, stat.S_ISFIFO(st.st_mode))
-        try:
-            _write_all(out, data)
-        finally:
-            os.close(out)
+        _write_and_close(_open_special(real, stat.S_ISFIFO(st.st_mode)), data)
         return path
     try:
         tmp_fd, tmp = tempfile.mkstemp(prefix=".memscope-", dir=os.path.dirname(real))
@@ -102,11 +98,7 @@ def write_text(path: str, text: str) -> str:
         if st is None:
             raise
         # A file the user may write in a directory they may not: what the shell does, in place.
-        out = os.open(real, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
-        try:
-            _write_all(out, data)
-        finally:
-            os.close(out)
+        _write_and_close(os.open(real, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC), data)
         return path
     try:
         _write_all(tmp_fd, data)
@@ -127,6 +119,13 @@ def write_text(path: str, text: str) -> str:
             pass
         raise
     return path
+
+
+def _write_and_close(fd: int, data: bytes) -> None:
+    try:
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
 
 
 def _open_special(path: str, fifo: bool) -> int:
