@@ -42,23 +42,22 @@ def parse_size(text: str) -> int:
 
 def _positive(text: str) -> float:
     """Seconds: finite, above 0, at most a day (NaN would make a busy loop, inf a sampler that never wakes)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(v) or v <= 0 or v > MAX_SECONDS:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0 and at most {MAX_SECONDS:g}: {text}")
-    return v
+    return _seconds(text, zero_ok=False)
 
 
 def _seconds_or_zero(text: str) -> float:
     """Seconds: finite, 0 or more, at most a day (inf passed the parser and broke the run's end: OverflowError)."""
+    return _seconds(text, zero_ok=True)
+
+
+def _seconds(text: str, zero_ok: bool) -> float:
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(v) or v < 0 or v > MAX_SECONDS:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds from 0 to {MAX_SECONDS:g}: {text}")
+    if not math.isfinite(v) or v > MAX_SECONDS or (v < 0 if zero_ok else v <= 0):
+        lowest = "from 0 to" if zero_ok else "above 0 and at most"
+        raise argparse.ArgumentTypeError(f"must be a number of seconds {lowest} {MAX_SECONDS:g}: {text}")
     return v
 
 
