@@ -40,7 +40,6 @@ import gc
 import json
 import math
 import os
-import platform
 import random
 import shutil
 import sys
@@ -52,7 +51,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from hostinfo import cpu_model, emit, hypervisor, package_version, ram  # noqa: E402
+from hostinfo import emit, machine_rows  # noqa: E402
 
 from memscope.analysis.leak import fit_plan  # noqa: E402
 from memscope.analysis.summary import summarize  # noqa: E402
@@ -452,16 +451,7 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
 
 # -- the report -------------------------------------------------------------------------------------------------
 def machine() -> list[tuple[str, str]]:
-    return [
-        ("CPU", cpu_model() + hypervisor()),
-        ("cores", str(os.cpu_count())),
-        ("RAM", ram()),
-        ("kernel", f"{platform.system()} {platform.release()}"),
-        ("Python", platform.python_version()),
-        ("SQLite", __import__("sqlite3").sqlite_version),
-        ("memscope", package_version("memscope")),
-        ("load average at start", " ".join(f"{x:.2f}" for x in os.getloadavg())),
-    ]
+    return machine_rows(("SQLite", __import__("sqlite3").sqlite_version))
 
 
 def _mib(x: int | None) -> str:

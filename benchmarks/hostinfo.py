@@ -4,6 +4,7 @@ as a sibling module)."""
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 import re
 import subprocess
@@ -54,3 +55,17 @@ def emit(text: str, out: str | None) -> None:
     if out:
         with open(out, "w") as f:
             f.write(text)
+
+
+def machine_rows(*extra: tuple[str, str], load_when: str = "at start") -> list[tuple[str, str]]:
+    """The report's machine table: CPU, cores, RAM, kernel, Python, memscope, then ``extra``, then the load."""
+    return [
+        ("CPU", cpu_model() + hypervisor()),
+        ("cores", str(os.cpu_count())),
+        ("RAM", ram()),
+        ("kernel", f"{platform.system()} {platform.release()}"),
+        ("Python", platform.python_version()),
+        ("memscope", package_version("memscope-ml")),
+        *extra,
+        (f"load average {load_when}", " ".join(f"{x:.2f}" for x in os.getloadavg())),
+    ]

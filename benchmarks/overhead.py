@@ -46,7 +46,6 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import platform
 import re
 import resource
 import shutil
@@ -58,7 +57,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from hostinfo import cpu_model, emit, hypervisor, package_version, ram
+from hostinfo import emit, machine_rows, package_version
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOOP = os.path.join("benchmarks", "train_loop.py")
@@ -282,16 +281,7 @@ def _record_summary(py: str, tmp: str, env: dict[str, str]) -> dict:
 
 
 def machine() -> list[tuple[str, str]]:
-    return [
-        ("CPU", cpu_model() + hypervisor()),
-        ("cores", str(os.cpu_count())),
-        ("RAM", ram()),
-        ("kernel", f"{platform.system()} {platform.release()}"),
-        ("Python", platform.python_version()),
-        ("torch", package_version("torch")),
-        ("memscope", package_version("memscope")),
-        ("load average at the end", " ".join(f"{x:.2f}" for x in os.getloadavg())),
-    ]
+    return machine_rows(("torch", package_version("torch")), load_when="at the end")
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -176,7 +176,7 @@ def machine(load_before: str, busy_before: float, load_after: str, busy_after: f
         ("RAM", ram()),
         ("kernel", f"{platform.system()} {platform.release()}"),
         ("Python", f"{platform.python_version()} ({sys.executable})"),
-        ("memscope", package_version("memscope")),
+        ("memscope", package_version("memscope-ml")),
         ("torch", package_version("torch")),
         ("memray", package_version("memray")),
         ("scalene", package_version("scalene")),

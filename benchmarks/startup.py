@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import platform
 import queue
 import re
 import shutil
@@ -35,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from hostinfo import cpu_model, emit, hypervisor, package_version, ram  # noqa: E402
+from hostinfo import emit, machine_rows, package_version  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLEEPER = """import sys, time
@@ -171,19 +170,7 @@ def wall(code: str, preload: str = "") -> float:
 
 # -- report -----------------------------------------------------------------------------------------------------
 def machine() -> list[tuple[str, str]]:
-    return [
-        ("CPU", cpu_model() + hypervisor()),
-        ("cores", str(os.cpu_count())),
-        ("RAM", ram()),
-        ("kernel", f"{platform.system()} {platform.release()}"),
-        ("Python", platform.python_version()),
-        ("memscope", package_version("memscope")),
-        ("ipykernel", package_version("ipykernel")),
-        ("ipywidgets", package_version("ipywidgets")),
-        ("anywidget", package_version("anywidget")),
-        ("bokeh", package_version("bokeh")),
-        ("load average at start", " ".join(f"{x:.2f}" for x in os.getloadavg())),
-    ]
+    return machine_rows(*((p, package_version(p)) for p in ("ipykernel", "ipywidgets", "anywidget", "bokeh")))
 
 
 def _range(xs: list[float], fmt: str = "{:.3f}") -> str:
