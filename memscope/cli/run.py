@@ -125,7 +125,7 @@ class RunCommand:
         view = TerminalView(run).start() if not ns.quiet and TerminalView.wanted() else None
         try:
             while not run.ended:
-                time.sleep(0.1)
+                run.wait(0.5)  # wakes the moment the run ends; signal handlers still run meanwhile (PEP 475)
         finally:
             if view is not None:
                 view.close()

@@ -108,6 +108,7 @@ class AgentServer:
         if self._stop.is_set():
             return
         self._stop.set()
+        self._wake()
         self._thread.join(timeout=2)
         # Drain: messages sent just before the processes exited are still in the sockets.
         for _ in range(100):
@@ -127,6 +128,17 @@ class AgentServer:
             os.unlink(self.path)
         except OSError:
             pass
+
+    def _wake(self) -> None:
+        # The loop sleeps in select() for up to 0.2 s, and the end of every run waits on its join: a connection
+        # to our own socket makes the listener readable now. No descriptor is held for this between runs (a
+        # wake-up pair would cost two, and a tree short of descriptors needs every one).
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.setblocking(False)
+                s.connect(self.path)
+        except OSError:
+            pass  # accepting paused, backlog full or no descriptor left: the loop's short timeout ends it anyway
 
     def request(self, pid: int, msg: dict[str, Any], timeout: float = 1.0) -> bool:
         """Send one request line to the agent of ``pid``; False if it has no live connection or no room."""
