@@ -36,7 +36,8 @@ def measure(loop_args: list[str]) -> dict:
     t_imp = time.perf_counter()
     c_imp = thread_cpu(threading.get_native_id()) or 0.0
     from memscope.record.reader import RunData
-    from memscope.session import Options, Run
+    from memscope.session.options import Options
+    from memscope.session.run import Run
 
     imports_cpu = (thread_cpu(threading.get_native_id()) or 0.0) - c_imp
     imports_wall = time.perf_counter() - t_imp

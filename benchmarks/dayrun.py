@@ -58,7 +58,7 @@ from memscope.analysis.summary import summarize  # noqa: E402
 from memscope.model import Event, HostSample, ProcessExited, ProcessSeen, ProcMem, RunEnded, TreeSample  # noqa: E402
 from memscope.record.reader import RunData  # noqa: E402
 from memscope.record.writer import Recorder  # noqa: E402
-from memscope.session import Snapshot  # noqa: E402
+from memscope.session.live import Snapshot  # noqa: E402
 from memscope.ui.chart import chart_payload, count_points  # noqa: E402
 from memscope.ui.series import RunSeries  # noqa: E402
 

@@ -46,7 +46,8 @@ for k in kids:
 
 
 def measure(seconds: float) -> dict:
-    from memscope.session import Options, Run
+    from memscope.session.options import Options
+    from memscope.session.run import Run
 
     tmp = tempfile.mkdtemp(prefix="memscope-bench-exporter-")
     script = os.path.join(tmp, "tree.py")

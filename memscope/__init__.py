@@ -15,7 +15,8 @@ from .markers import mark, phase  # tiny, stdlib only: safe to import in trainin
 from .version import __version__
 
 if TYPE_CHECKING:
-    from .session import Options, Run
+    from .session.options import Options
+    from .session.run import Run
 
 # The package's face: everything the README uses. Only this module, the CLI and the IPython extension import
 # lazily (the engine, the views and the exporter load when first used, so that `import memscope` stays cheap).
@@ -52,7 +53,8 @@ def run(command: Sequence[str] | str, **options: Any) -> "Run":
     """
     import shlex
 
-    from .session import Options, Run
+    from .session.options import Options
+    from .session.run import Run
 
     argv = shlex.split(command) if isinstance(command, str) else list(command)
     keep_previous = bool(options.pop("keep_previous", False))
@@ -127,17 +129,22 @@ def load_ipython_extension(ip: Any) -> None:
 
 def attach(pid: int, **options: Any) -> "Run":
     """Watch a process tree that is already running (sampling only, no agent)."""
-    from .session import Options, Run
+    from .session.options import Options
+    from .session.run import Run
 
     return Run(attach=pid, options=Options(**options)).start()
 
 
 def __getattr__(name: str) -> Any:
     # Lazy, so that `import memscope` stays cheap in a notebook kernel.
-    if name in ("Run", "Options"):
-        from . import session
+    if name == "Run":
+        from .session.run import Run
 
-        return getattr(session, name)
+        return Run
+    if name == "Options":
+        from .session.options import Options
+
+        return Options
     raise AttributeError(name)
 
 

@@ -172,7 +172,7 @@ def start_in_notebook(argv: list[str] | None, attach: int | None, options: Any, 
     A run this cell started in an earlier execution is stopped first, unless ``keep_previous``."""
     from IPython import get_ipython
 
-    from .session import Run
+    from .session.run import Run
 
     global _last
     options.output = "capture"

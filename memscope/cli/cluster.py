@@ -7,7 +7,6 @@ import sys
 
 from .. import outfile
 from ..errors import ClusterError
-from ..record.cluster import load_job
 from .options import EXIT_BAD_INPUT
 
 
@@ -27,6 +26,7 @@ class ClusterCommand:
 
     def run(self, ns: argparse.Namespace) -> int:
         """Print the job's table (or write its page)."""
+        from ..record.cluster import load_job  # http.client, urllib: only for this command
         from ..ui.cluster import text_table, write_html  # bokeh: imported by the view
 
         try:

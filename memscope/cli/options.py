@@ -7,7 +7,6 @@ import argparse
 import math
 import re
 
-from ..export.prometheus import check_pushgateway, parse_listen
 from ..session.options import Options
 
 EXIT_BAD_INPUT = 2
@@ -146,6 +145,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 def _listen(text: str) -> str:
+    # The exporter's own parser, imported when the option is given: `memscope --help`, `ls` or a run without
+    # Prometheus need none of the exporter.
+    from ..export.prometheus import parse_listen
+
     try:
         parse_listen(text)
     except ValueError as exc:
@@ -154,6 +157,8 @@ def _listen(text: str) -> str:
 
 
 def _pushgateway(text: str) -> str:
+    from ..export.prometheus import check_pushgateway
+
     try:
         return check_pushgateway(text)
     except ValueError as exc:

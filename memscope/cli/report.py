@@ -8,8 +8,6 @@ import os
 import sys
 
 from .. import outfile
-from ..analysis.summary import read_summary
-from ..record.catalogue import default_record_dir, find_run
 from .command import one_line
 from .options import EXIT_BAD_INPUT
 
@@ -35,6 +33,9 @@ class ReportCommand:
 
     def run(self, ns: argparse.Namespace) -> int:
         """Print (or write) the report; a file that is no record is said in one line, never a traceback."""
+        from ..analysis.summary import read_summary  # the analyses: only for this command
+        from ..record.catalogue import default_record_dir, find_run
+
         try:
             path = find_run(ns.record or default_record_dir(), ns.run)
         except LookupError as exc:

@@ -39,8 +39,8 @@ class RunCommand:
         # layer, one of the few places that import lazily).
         from .. import supervise
         from ..export.prometheus import PUSH_TIMEOUT_S
-        from ..session import Run
         from ..session.options import check_summary_path
+        from ..session.run import Run
         from ..ui.terminal import TerminalView, print_final
 
         argv = list(command if command is not None else ns.command)
