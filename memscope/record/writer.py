@@ -61,8 +61,9 @@ class Recorder:
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._flush_s = flush_s
         self._con = connect(path)
-        self._con.executescript(SCHEMA)
-        self._con.commit()
+        # One transaction: each statement on its own would be a commit, and each commit an fsync (synchronous=FULL)
+        # that the run's start waits on.
+        self._con.executescript(f"BEGIN;{SCHEMA}COMMIT;")
         self._warn = warn if warn is not None else stderr_line
         self.bad_records = 0
         self.lost_records = 0

@@ -92,17 +92,20 @@ def launch(run: Run) -> None:
     run._spawn(run.sampler.rss_loop, "memscope-rss")
     run._spawn(run.sampler.pss_loop, "memscope-pss")
     run._spawn(lambda: finish_mod.wait_loop(run), "memscope-waiter")
-    nvml = gpu_mod.Nvml.open()  # None without a driver: no thread, nothing recorded
-    if nvml is not None:
-        run._spawn(
-            lambda: gpu_mod.sample_loop(
-                nvml, run.publish, run.elapsed, run.tree.alive_pids, run.sampler.done, o.host_interval_s
-            ),
-            "memscope-gpu",
-        )
+    run._spawn(lambda: _gpu_loop(run), "memscope-gpu")
     if run._proc is not None and run.output_files:
         for name, path in zip(("stdout", "stderr"), run.output_files):
             run._spawn(lambda name=name, path=path: finish_mod.read_output(run, path, name), f"memscope-{name}")
+
+
+def _gpu_loop(run: Run) -> None:
+    # NVML is opened on this thread, not before the run goes: loading pynvml and the driver's library costs
+    # 15-25 ms that the start would wait on. Without a driver it returns at once and nothing is recorded.
+    nvml = gpu_mod.Nvml.open()
+    if nvml is not None:
+        gpu_mod.sample_loop(
+            nvml, run.publish, run.elapsed, run.tree.alive_pids, run.sampler.done, run.options.host_interval_s
+        )
 
 
 def _stat(pid: int) -> Any:
