@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import time
+from typing import Any
 
 from ..errors import LaunchError
 from .options import add_run_options, options_from
@@ -38,10 +39,8 @@ class RunCommand:
         # Imported here, not at the top: `memscope ls` or `--help` need none of the engine (the CLI is the top
         # layer, one of the few places that import lazily).
         from .. import supervise
-        from ..export.prometheus import PUSH_TIMEOUT_S
         from ..session.options import check_summary_path
         from ..session.run import Run
-        from ..ui.terminal import TerminalView, print_final
 
         argv = list(command if command is not None else ns.command)
         if argv and argv[0] == "--":
@@ -57,7 +56,7 @@ class RunCommand:
         run = Run(argv or None, attach=attach, options=options_from(ns))
         presses = {"n": 0}
         last = {"sig": 0, "t": 0.0}  # the last press counted: its signal, and when its handling ended
-        view: TerminalView | None = None
+        view: Any = None  # the live status line (ui.terminal.TerminalView), once the run is going
 
         pending: list[int] = []
 
@@ -122,7 +121,10 @@ class RunCommand:
             on_signal(signum, None)
         if run.exporter is not None and run.exporter.url and not ns.quiet:
             sys.stderr.write(f"memscope: Prometheus metrics at {run.exporter.url}\n")
-        view = TerminalView(run).start() if not ns.quiet and TerminalView.wanted() else None
+        if not ns.quiet:  # rich is imported while the run starts, not before it: the start waits on nothing
+            from ..ui.terminal import TerminalView
+
+            view = TerminalView(run).start() if TerminalView.wanted() else None
         try:
             while not run.ended:
                 run.wait(0.5)  # wakes the moment the run ends; signal handlers still run meanwhile (PEP 475)
@@ -131,7 +133,11 @@ class RunCommand:
                 view.close()
         summary = run.wait() or {}
         if not ns.quiet:
+            from ..ui.terminal import print_final
+
             print_final(summary)
         if run.exporter is not None:  # the final push, and the last scrape of the final state
+            from ..export.prometheus import PUSH_TIMEOUT_S
+
             run.exporter.wait_closed(run.options.prometheus_linger_s + PUSH_TIMEOUT_S + 5)
         return exit_status(run.returncode)
