@@ -99,6 +99,15 @@ BENCHES = [
         "and import times.",
     ),
     Bench(
+        "fixed_cost",
+        "fixed_cost.py",
+        "memscope's fixed cost at a run's start and end",
+        [],
+        ["--quick"],
+        "`memscope run --quiet -- python -c pass` against `python -c pass` in alternated pairs: what every run "
+        "pays once, whatever its length; then one run's steps traced.",
+    ),
+    Bench(
         "torch_probe",
         "torch_probe_cost.py",
         "The torch probe's cost",
@@ -273,6 +282,11 @@ def _imports(r: dict[str, str]) -> tuple[str, bool | None]:
     return (f"`import memscope` {a} s; the magic's imports {b} s" if a else "—"), None
 
 
+def _fixed_cost(r: dict[str, str]) -> tuple[str, bool | None]:
+    v = _num(_find(r"fixed cost \(per-pair difference\), wall\*\* \| \*\*([0-9.]+) s", r.get("fixed_cost", "")))
+    return (f"{v:.3f} s" if v is not None else "—"), (v <= 0.15 if v is not None else None)
+
+
 def _exporter(r: dict[str, str]) -> tuple[str, bool | None]:
     v = _num(_find(r"\| \*\*all\*\* \| \*\*[0-9.]+\*\* \| \*\*([0-9.]+) %\*\* \|", r.get("exporter", "")))
     return (f"{v:.3f} % of one core" if v is not None else "—"), (v < 0.5 if v is not None else None)
@@ -289,6 +303,7 @@ TARGETS: list[Target] = [
     ("Day-long run: record on disk", "(reported)", "dayrun", _disk),
     ("Start-up: `%memscope` to the first chart point (kernel side)", "≤ 1 s", "startup", _startup),
     ("Import time", "(reported)", "startup", _imports),
+    ("Fixed cost: `memscope run -- python -c pass` minus plain, wall", "≤ 0.15 s", "fixed_cost", _fixed_cost),
     ("Prometheus exporter: 1 s scrapes, 16-process tree", "< 0.5 % of one core", "exporter", _exporter),
 ]
 
