@@ -7,6 +7,8 @@ import shlex
 import pytest
 from conftest import PY, script
 
+from memscope.collect.roles import ProcInfo, classify
+
 
 def pids_running(s, name):
     """The processes (not the shell) whose command line names ``name``."""
@@ -107,3 +109,52 @@ def test_multiprocessing_child_segfault_is_named_in_the_verdict(start, method):
     assert ex["cause"] == "ok" and ex["pid"] == run.pid, ex
     assert f"pid {child} (other) of the run died of SIGSEGV in mp_child_segfault.py, line 7 in crash" in ex["message"]
     assert "Fatal Python error: Segmentation fault" in ex["traceback"]
+
+
+# -- the choice itself, on process tables (pure) ------------------------------------------------------------------
+BASH = ("bash", "-c", "python train.py | python filter.py")
+
+
+def test_pipe_ends_both_exited_0_the_one_that_worked_is_the_main():
+    procs = {
+        5: ProcInfo(5, 1, "bash", BASH, alive=False),
+        6: ProcInfo(6, 5, "python", ("python", "train.py"), alive=False, cpu=900),
+        7: ProcInfo(7, 5, "python", ("python", "filter.py"), alive=False, cpu=20),
+    }
+    assert classify(procs, 5) == {5: "wrapper", 6: "main", 7: "other"}
+    # While train.py's reader still runs after train.py exited, it is the live main; its failure decides too.
+    procs[7] = ProcInfo(7, 5, "python", ("python", "filter.py"), cpu=20)
+    assert classify(procs, 5)[7] == "main"
+    procs[7] = ProcInfo(7, 5, "python", ("python", "filter.py"), alive=False, cpu=20, failed_at=2.0)
+    assert classify(procs, 5)[7] == "main"
+
+
+def test_the_first_failure_wins_over_its_consequences():
+    # gen.py | train.py: train.py raised at 1.0; gen.py then failed writing to the closed pipe.
+    procs = {
+        5: ProcInfo(5, 1, "bash", BASH, alive=False),
+        6: ProcInfo(6, 5, "python", ("python", "gen.py"), alive=False, cpu=500, failed_at=1.5),
+        7: ProcInfo(7, 5, "python", ("python", "train.py"), alive=False, cpu=10, failed_at=1.0),
+    }
+    assert classify(procs, 5)[7] == "main"
+
+
+def test_phases_reported_beat_cpu_and_a_fork_of_the_main_is_never_a_candidate():
+    procs = {
+        5: ProcInfo(5, 1, "bash", ("bash", "job.sh"), alive=False),
+        6: ProcInfo(6, 5, "python", ("python", "tokenize.py"), alive=False, cpu=5000),
+        7: ProcInfo(7, 5, "python", ("python", "train.py"), alive=False, cpu=800, phases=3),
+        8: ProcInfo(8, 7, "python", ("python", "train.py"), alive=False, cpu=9000, failed_at=1.0),
+    }
+    assert classify(procs, 5) == {5: "wrapper", 6: "other", 7: "main", 8: "other"}
+
+
+def test_a_retitled_process_is_known_by_its_agents_argv_and_forkserver_children_are_not_helpers():
+    fs = ("python", "-c", "from multiprocessing.forkserver import main; main(3, 4)")
+    procs = {
+        5: ProcInfo(5, 1, "bash", ("bash", "-c", "python train.py; exit $?")),
+        6: ProcInfo(6, 5, "trainer", ("trainer: epoch 1",), agent_argv=("python", "train.py")),
+        7: ProcInfo(7, 6, "python", fs),
+        8: ProcInfo(8, 7, "python", fs),
+    }
+    assert classify(procs, 5) == {5: "wrapper", 6: "main", 7: "helper", 8: "other"}
