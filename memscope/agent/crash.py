@@ -171,7 +171,8 @@ def install_excepthook(run_dir, channel):
                 pass
         elif event == "os.exec":
             try:
-                channel.send_now({"t": "exec", "path": os.fsdecode(args[0]),
+                path = args[0] if not isinstance(args[0], int) else "/proc/self/fd/%d" % args[0]  # fexecve
+                channel.send_now({"t": "exec", "path": os.fsdecode(path),
                                   "argv": [os.fsdecode(a)[:4096] for a in args[1]][:64]}, timeout=1.0)
             except Exception:
                 pass
