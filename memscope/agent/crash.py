@@ -1,8 +1,9 @@
 """Evidence for the exit card, written where it survives the process: per-pid files in the run directory.
 
 faulthandler dumps every thread's Python stack on SIGSEGV/SIGABRT/SIGBUS/SIGFPE/SIGILL; the excepthook saves an
-uncaught exception before Python prints it, and an exit handler saves it from ``sys.last_value`` when the user's
-own excepthook (rich, loguru, better_exceptions) replaced ours. All keep working when the collector's socket is
+uncaught exception before Python prints it; when the user's own excepthook (rich, loguru, better_exceptions, one
+that ends with os._exit) replaced ours, the "sys.excepthook" audit event saves it before that hook runs, and an
+exit handler from ``sys.last_value``. All keep working when the collector's socket is
 gone.
 """
 import atexit
@@ -156,8 +157,29 @@ def install_excepthook(run_dir, channel):
         except Exception:
             pass
 
+    def audit(event, args):
+        # The interpreter raises this audit event just before it calls whatever sys.excepthook is then: a hook
+        # of the user's that replaced ours and ends the process with os._exit (no exit handlers) still leaves
+        # the exception. os.exec*: this image and its agent are about to be replaced (the next image may load
+        # no agent: python -I, a cleared environment); the collector must not speak for it with our hello.
+        # Compares strings and returns for every other event; never raises (that would abort the operation).
+        if event == "sys.excepthook":
+            try:
+                if args[0] is not hook:
+                    save_exception(run_dir, channel, args[1], args[2], args[3], "excepthook (yours)")
+            except Exception:
+                pass
+        elif event == "os.exec":
+            try:
+                path = args[0] if not isinstance(args[0], int) else "/proc/self/fd/%d" % args[0]  # fexecve
+                channel.send_now({"t": "exec", "path": os.fsdecode(path),
+                                  "argv": [os.fsdecode(a)[:4096] for a in args[1]][:64]}, timeout=1.0)
+            except Exception:
+                pass
+
     sys.excepthook = hook
     atexit.register(at_exit)
+    sys.addaudithook(audit)
 
 
 def after_fork():

@@ -22,6 +22,9 @@ KINDS = {
     "hello": ({"ppid": "int", "argv": "strs", "orig_argv": "strs", "executable": "str?", "runs_script": "bool",
                "forked": "bool", "rank": "str?", "faulthandler_stderr": "bool"}, False, ("pid",)),
     "role": ({"role": "str"}, False, ("role",)),
+    # os.exec* is about to replace this image: its hello no longer speaks for the process (the next image may
+    # have no agent: python -I, a cleared environment).
+    "exec": ({"path": "str", "argv": "strs"}, False, ()),
     "exception": ({"type": "str", "module": "str?", "message": "str", "traceback": "str", "rank": "str?",
                    "how": "str?"}, False, ("type", "traceback")),
     "phase": ({"name": "str", "state": "str", "auto": "bool"}, False, ("name", "state")),

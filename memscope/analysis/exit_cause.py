@@ -61,6 +61,8 @@ class ExitEvidence:
     ranks: dict[int, str] = field(default_factory=dict)  # pid -> its RANK (torchrun), from its agent
     host_available_bytes: int | None = None  # at the last host sample
     host_total_bytes: int | None = None
+    execs: dict[int, dict[str, Any]] = field(default_factory=dict)  # pid -> the os.exec* its agent announced
+    # last, with no hello since: the image that ended has no agent
 
 
 def fault_signal(text: str | None) -> str | None:
@@ -152,13 +154,14 @@ def counter_rise(values: list[tuple[float, int | None]], breaks: Sequence[float]
 
 
 def crashed_workers(e: ExitEvidence) -> list[tuple[int, str]]:
-    """(pid, signal) of DataLoader workers or ranks that died of a signal."""
+    """(pid, signal) of DataLoader workers or ranks that died of a signal, and of any other process of the run
+    (a multiprocessing.Process child, a compile worker, a helper) that crashed (a fatal signal)."""
     out: dict[int, str] = {}
     for pid, role in e.roles.items():
-        if role not in ("dataloader_worker", "rank") or pid == e.main_pid:
+        if role in ("main", "wrapper") or pid == (e.main_pid or e.root_pid):
             continue
         sig = fault_signal(e.faults.get(pid)) or e.proc_signals.get(pid)
-        if sig and sig not in ("SIGINT", "SIGTERM"):
+        if sig and (sig in FATAL if role not in ("dataloader_worker", "rank") else sig not in ("SIGINT", "SIGTERM")):
             out[pid] = sig
     main_exc = e.exceptions.get(e.main_pid or e.root_pid)
     if main_exc:
@@ -181,7 +184,8 @@ class _Facts:
     main_sig: str | None  # the signal that ended the main process, however it is known
     fault: str | None  # the main process's faulthandler dump
     exc: dict[str, Any] | None  # the main process's uncaught exception
-    failed: bool  # a non-zero status or a death by signal
+    failed: bool  # a non-zero status, a death by signal, or an exception recorded in a wrapped main
+    hidden: bool = False  # the main failed, but the wrapper (a pipe, tee) exited 0
 
     def out(
         self, cause: str, message: str, *, sig: str | None = None, pid: int | None = None, tb: str | None = None
@@ -214,8 +218,22 @@ def _facts(e: ExitEvidence) -> _Facts:
         or wrapped_sig
         or root_sig
     )
-    failed = (rc is not None and rc != 0) or main_sig is not None
-    return _Facts(e, code, main, main_sig, fault, e.exceptions.get(main), failed)
+    exc = e.exceptions.get(main)
+    # Behind a wrapper, the status is the wrapper's: `train.py | tee log` exits 0 when train.py raised. What was
+    # recorded inside the main says how it ended.
+    recorded = main != e.root_pid and (exc is not None or main_sig is not None)
+    failed = (rc is not None and rc != 0) or main_sig is not None or recorded
+    return _Facts(e, code, main, main_sig, fault, exc, failed, hidden=recorded and rc == 0)
+
+
+def _hid(f: _Facts) -> str:
+    """What to add when the wrapper's status 0 hid the main's failure."""
+    if not f.hidden:
+        return ""
+    return (
+        f" The command (pid {f.e.root_pid}) exited 0 all the same: what wraps the program (a pipe such as "
+        "`| tee log`, a script that ignores its status) hid the failure."
+    )
 
 
 # -- the rules, one per cause, tried in this order (RULES below); the first that answers decides ---------------------
@@ -240,20 +258,25 @@ def _worker_crash(f: _Facts) -> dict[str, Any] | None:
         return None
     wpid, wsig = workers[0]
     role = e.roles.get(wpid, "dataloader_worker")
-    what = "DataLoader worker" if role == "dataloader_worker" else "rank"
+    what = {"dataloader_worker": "DataLoader worker", "rank": "rank"}.get(role, "process")
     extra = f" (and {len(workers) - 1} more)" if len(workers) > 1 else ""
+    where = _last_frame(e.faults.get(wpid)) if what == "process" else None
     hint = (
         "look for an OOM kill: " + "; ".join(oom_evidence(e))
         if wsig == "SIGKILL" and oom_evidence(e)
         else "run with num_workers=0 to see the failing code in the main process, or use fewer workers"
         if role == "dataloader_worker"
         else "read that rank's stack in exit.traceback"
+        if role == "rank"
+        else "its Python stack is in exit.traceback"
+        if e.faults.get(wpid)
+        else "no Python stack was captured"
     )
     tb = e.faults.get(wpid) or (f.exc or {}).get("traceback")
     return f.out(
         "worker_crash",
-        f"{what[0].upper() + what[1:]} pid {wpid} ({role}) died of {wsig}{extra} and the "
-        f"main process failed after it; {hint}.",
+        f"{what[0].upper() + what[1:]} pid {wpid} ({role}) died of {wsig}{f' in {where}' if where else ''}{extra} "
+        f"and the main process failed after it; {hint}.",
         sig=wsig,
         pid=wpid,
         tb=tb,
@@ -281,7 +304,7 @@ def _fatal_signal(f: _Facts) -> dict[str, Any] | None:
     return f.out(
         FATAL[f.main_sig],
         f"The main process (pid {main}) died of {f.main_sig}{at}; {stack}; a crash in "
-        "native code (an extension, a library or CUDA) is the usual cause.",
+        f"native code (an extension, a library or CUDA) is the usual cause.{_hid(f)}",
         sig=f.main_sig,
         tb=fault,
     )
@@ -302,7 +325,10 @@ def _exception(f: _Facts) -> dict[str, Any] | None:
             tb=exc.get("traceback"),
         )
     at = f" at {where}" if where else ""
-    return f.out("exception", f"{name}: {first}{at}." if first else f"{name} was raised{at}.", tb=exc.get("traceback"))
+    said = f"{name}: {first}{at}." if first else f"{name} was raised{at}."
+    if f.hidden:
+        said = f"{said[:-1]} (in pid {f.main}, the main process).{_hid(f)}"
+    return f.out("exception", said, tb=exc.get("traceback"))
 
 
 def _sigkill(f: _Facts) -> dict[str, Any] | None:
@@ -365,11 +391,17 @@ def _exit_status(f: _Facts) -> dict[str, Any]:
         )
     if e.agent_pids is not None and main not in e.agent_pids:
         # No agent in the process: an exception may well have ended it; memscope cannot say.
+        ex = e.execs.get(main)
+        why = (
+            f"it re-executed itself after its agent said hello ({' '.join(ex.get('argv') or [])[:120]}), and the "
+            "new image loaded no agent — python -I or -S, or a cleared environment"
+            if ex is not None
+            else "no agent loaded — not Python, started with python -I or -S, or a PYTHONPATH that dropped memscope's"
+        )
         return f.out(
             "exit_nonzero",
             f"The command exited with status {rc}; memscope could not see inside this "
-            f"process (pid {main}: no agent loaded — not Python, started with python -I or -S, or a "
-            "PYTHONPATH that dropped memscope's), so whether an exception ended it is unknown; read its "
+            f"process (pid {main}: {why}), so whether an exception ended it is unknown; read its "
             "last output lines for the reason.",
         )
     return f.out(
@@ -399,8 +431,35 @@ def decide(e: ExitEvidence) -> ExitInfo:
     for rule in RULES:
         verdict = rule(f)
         if verdict is not None:
-            return verdict
+            return _with_crashed_children(e, verdict)
     raise AssertionError("the last rule always answers")
+
+
+def _with_crashed_children(e: ExitEvidence, verdict: ExitInfo) -> ExitInfo:
+    """A process of the run that crashed (a multiprocessing.Process child's segfault) is named in the verdict
+    even when the main went on and ended by itself: nothing else would say it."""
+    if verdict["cause"] in ("stopped_by_user", "worker_crash"):
+        return verdict
+    crashed = [(p, sig) for p, sig in crashed_workers(e) if sig in FATAL and p != verdict["pid"]]
+    if not crashed:
+        return verdict
+    pid, sig = crashed[0]
+    where = _last_frame(e.faults.get(pid))
+    more = f" (and {len(crashed) - 1} more)" if len(crashed) > 1 else ""
+    stack = (
+        f"its Python stack is in exit.traceback{'' if verdict['traceback'] is None else ' after the main one'}"
+        if e.faults.get(pid)
+        else "no Python stack was captured"
+    )
+    tb = verdict["traceback"]
+    if e.faults.get(pid):
+        tb = f"{tb}\n\n{e.faults[pid]}" if tb else e.faults[pid]
+    return dict(  # type: ignore[return-value]
+        verdict,
+        message=f"{verdict['message']} Process pid {pid} ({e.roles.get(pid) or 'other'}) of the run died of {sig}"
+        f"{f' in {where}' if where else ''}{more} while it ran; {stack}.",
+        traceback=tb,
+    )
 
 
 def first_rank_failure(e: ExitEvidence) -> int | None:

@@ -77,13 +77,24 @@ def evidence(rd: RunData) -> ExitEvidence:
 
 
 def _agents(rd: RunData, run: dict[str, Any]) -> dict[str, Any]:
-    """Which processes memscope could see inside (their agent said hello), and each one's torchrun RANK."""
+    """Which processes memscope could see inside (their agent said hello, and the image that said it is the
+    last one: a process that re-executed itself after its hello, with python -I or a cleared environment, runs
+    an image with no agent), each one's torchrun RANK, and the re-executions."""
     meta = run.get("meta") or {}
     hellos = rd.events("agent_hello")
     ranks = {h["pid"]: str(h["data"]["rank"]) for h in hellos if h["data"].get("rank") is not None}
     if meta.get("attached"):
         return {"ranks": ranks}  # never an agent: the exit status itself is unknown
-    return {"agent_pids": {h["pid"] for h in hellos}, "ranks": ranks}
+    seen: set[int] = set()
+    execs: dict[int, dict[str, Any]] = {}
+    for e in sorted(rd.events("agent_exec") + hellos, key=lambda e: e["t"]):  # in time order
+        if e["kind"] == "agent_exec":
+            seen.discard(e["pid"])
+            execs[e["pid"]] = e["data"]
+        else:
+            seen.add(e["pid"])
+            execs.pop(e["pid"], None)  # the new image said hello: it has an agent
+    return {"agent_pids": seen, "ranks": ranks, "execs": execs}
 
 
 def _guard(unavailable: dict[str, str], name: str, compute: Callable[[], Any], fallback: Callable[[], Any]) -> Any:

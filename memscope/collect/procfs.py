@@ -77,6 +77,7 @@ class Stat:
     starttime: int  # clock ticks since boot: (pid, starttime) identifies a process across pid reuse
     exit_code: int | None  # wait status, meaningful for zombies (Linux >= 3.5)
     flags: int = 0  # PF_* flags: PF_EXITING (0x4) while the process is on its way out
+    cpu: int = 0  # utime + stime, clock ticks: how much work it did (which Python process is the training)
 
 
 def parse_stat(data: bytes) -> Stat | None:
@@ -89,8 +90,9 @@ def parse_stat(data: bytes) -> Stat | None:
         comm = text[lp + 1 : rp]
         rest = text[rp + 2 :].split()
         exit_code = int(rest[49]) if len(rest) > 49 else None
+        cpu = int(rest[11]) + int(rest[12])  # utime + stime
         return Stat(
-            pid, comm, rest[0], int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]), exit_code, int(rest[6])
+            pid, comm, rest[0], int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]), exit_code, int(rest[6]), cpu
         )
     except (ValueError, IndexError):
         return None

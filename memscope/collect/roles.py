@@ -43,12 +43,21 @@ _PY_EXE = re.compile(r"^(python|pypy)(\d+(\.\d+)?)?[a-z]?(\.exe)?$")
 
 @dataclass(frozen=True)
 class ProcInfo:
-    """What the role of a process is decided from: its name, command line and parent."""
+    """What the role of a process is decided from: its name, command line and parent, and (for the main, among
+    several Python processes) what it did."""
 
     pid: int
     ppid: int
     name: str  # comm: DataLoader workers rename themselves "pt_data_worker"
     cmdline: tuple[str, ...]
+    # The interpreter's own argv, from its agent's hello (this image's): a process that retitled itself
+    # (setproctitle) is still the Python running train.py.
+    agent_argv: tuple[str, ...] | None = None
+    alive: bool = True
+    cpu: int = 0  # CPU time so far (clock ticks)
+    failed_at: float | None = None  # when it was seen to fail (an exception, a fatal signal, a non-zero status)
+    phases: int = 0  # training phases (model.train()/eval(), DataLoader epochs) its agent reported
+    start: int = 0  # start time (clock ticks since boot)
 
 
 @dataclass(frozen=True)
@@ -142,7 +151,11 @@ def classify(
             for q in subtree(p.pid):
                 roles.setdefault(q, "compile_worker")
         elif any(h in _joined(p) for h in _HELPER_PATTERNS):
-            roles.setdefault(p.pid, "helper")
+            parent = procs.get(p.ppid)
+            if parent is None or parent.cmdline != p.cmdline:
+                # A forkserver's children are forks of it (the same command line): they run the user's
+                # multiprocessing.Process targets, they are not helpers.
+                roles.setdefault(p.pid, "helper")
     for p in procs.values():
         if p.name == "pt_data_worker":
             roles[p.pid] = "dataloader_worker"
@@ -155,21 +168,28 @@ def classify(
         order.extend(frontier)
         frontier = [c for pid in frontier for c in children.get(pid, ())]
     if main is None:
+        candidates: list[int] = []
         for pid in order:
             if pid in roles:
                 continue
-            t = python_target(procs[pid].cmdline)
-            parent = procs.get(procs[pid].ppid)
+            p = procs[pid]
+            t = python_target(p.cmdline)
+            if t is None and p.agent_argv:
+                p = ProcInfo(pid, p.ppid, p.name, p.agent_argv)  # renamed itself: what its interpreter runs
+                t = python_target(p.cmdline)
+            parent = procs.get(p.ppid)
             # Scalene re-launches itself as a child (to set its environment) and that child runs the script.
-            runs_under_scalene = parent is not None and _is_scalene(procs[pid]) and _is_scalene(parent)
+            runs_under_scalene = parent is not None and _is_scalene(p) and _is_scalene(parent)
             if t is None or t.kind == "repl" or (_is_launcher(t) and not runs_under_scalene):
                 continue
             if t.kind == "code" and "multiprocessing" in t.value:
                 continue  # spawn-method children: workers, not the main
             if script_real and t.kind == "script" and os.path.basename(t.value) != os.path.basename(script_real):
                 continue
-            main = pid
-            break
+            if _has_ancestor(procs, pid, candidates):
+                continue  # under a candidate (its fork, its own subprocess): the topmost runs the user's code
+            candidates.append(pid)
+        main = choose_main(procs, candidates)
     if main is not None:
         parent = procs[main].ppid
         if parent in procs and _is_rank_launcher(procs[parent]):
@@ -188,3 +208,32 @@ def classify(
     for pid in procs:
         roles.setdefault(pid, "other")
     return roles
+
+
+def _has_ancestor(procs: Mapping[int, ProcInfo], pid: int, among: list[int]) -> bool:
+    seen: set[int] = set()
+    q = procs[pid].ppid
+    while q in procs and q not in seen:
+        if q in among:
+            return True
+        seen.add(q)
+        q = procs[q].ppid
+    return False
+
+
+def choose_main(procs: Mapping[int, ProcInfo], candidates: list[int]) -> int | None:
+    """The main among the Python processes that run the user's code side by side or one after another (a
+    script's stages, the two ends of a pipe, a program under `tee`): the one that failed first (what ended the
+    run, whatever status the wrapper passed on), else one still running (a stage that finished hands over to
+    the next), else the one that reported training phases, else the one that did the most work (CPU time),
+    else the first. ``candidates`` in breadth-first order."""
+    if not candidates:
+        return None
+
+    def rank(i_pid: tuple[int, int]) -> tuple:
+        i, pid = i_pid
+        p = procs[pid]
+        failed = p.failed_at is not None
+        return (failed, -(p.failed_at or 0.0), p.alive, p.phases > 0, p.cpu, -i)
+
+    return max(enumerate(candidates), key=rank)[1]

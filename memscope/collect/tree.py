@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, replace
 from typing import Callable, Protocol
 
 from ..fmt import decode_wait_status
@@ -25,6 +26,8 @@ from .estimate import PssCarry
 from .platform import procfs
 from .roles import ProcInfo
 
+# Deaths that are a failure of the process itself (not a stop: SIGINT/SIGTERM/SIGKILL may be memscope's own).
+_FAILURE_SIGNALS = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL")
 FOREIGN_RECHECK_S = 2.0  # how often discovery reads again the processes it found not to be ours
 _KEEP_BASES_ROUNDS = 3  # torn PSS rounds in a row whose readings are not taken as bases (then one is)
 
@@ -42,6 +45,10 @@ class Tracked:
     exit_known: bool = False
     forked: bool = False  # a fork of a tracked parent that did not exec: it shares the parent's pages
     proof: str = ""  # how it was found to be the run's (supervise.Membership.proof)
+    agent_argv: tuple[str, ...] | None = None  # its interpreter's argv, from this image's agent hello
+    cpu: int = 0  # CPU ticks at the last read
+    failed_at: float | None = None  # wall time of its first failure seen (exception, fatal signal, status)
+    phases: int = 0  # phase and epoch messages from its agent
 
 
 class MembershipRule(Protocol):
@@ -60,6 +67,7 @@ class MembershipRule(Protocol):
 # Exited processes are dropped from memory once recorded (a run that forks 50 processes a second must not grow
 # memscope), except those the roles of the others hang on.
 KEEP_ROLES = ("main", "wrapper", "rank")
+KEEP_FORMER_MAINS = 16  # exited processes that were the main once, kept to be weighed again at the end
 
 
 class TreeSampler:
@@ -90,6 +98,7 @@ class TreeSampler:
         self._foreign_checked = -1e18  # time.monotonic() of the last full check of foreign pids
         self.agent_main: int | None = None
         self._hints: dict[int, str] = {}
+        self._former_mains: OrderedDict[int, None] = OrderedDict()  # pids once "main", most recent last
         self._dirty = False
         self.refused: list[dict[str, object]] = []  # agents whose membership could not be proven (first 20)
         self._boot = procfs.boot_time()
@@ -196,6 +205,8 @@ class TreeSampler:
             for t in list(self.procs.values()):
                 if t.alive:
                     st = procfs.read_stat(t.pid)
+                    if st is not None and st.starttime == t.start:
+                        t.cpu = st.cpu
                     if st is None or st.starttime != t.start:
                         self.mark_exited(t.pid, None, None)
                     elif st.state in ("Z", "X") and st.ppid == me and t.pid != self.root and self._reap:
@@ -257,6 +268,9 @@ class TreeSampler:
                             self.refused.append({"pid": pid, "claimed_pid": None, "name": st.comm})
                         return None
                     self._add(pid, st, proof)
+            tracked = self.procs.get(pid)
+            if tracked is not None and argv:
+                tracked.agent_argv = tuple(argv)
             if runs_script and self.agent_main is None:
                 self.agent_main = pid
                 self._reclassify()
@@ -279,6 +293,36 @@ class TreeSampler:
             self._hints[pid] = role
             self._reclassify()
 
+    def note_exec(self, pid: int) -> None:
+        """The agent of ``pid`` said its image is about to be replaced (os.exec*): its hello no longer speaks
+        for what runs there. Its name and command line are read again at the next discovery."""
+        with self._lock:
+            t = self.procs.get(pid)
+            if t is None:
+                return
+            t.agent_argv = None
+            t.info = replace(t.info, name="")  # differs from any comm: the next discovery re-reads the cmdline
+            self._dirty = True
+
+    def note_failure(self, pid: int, wall: float) -> None:
+        """``pid`` failed at ``wall`` (time.time()): an uncaught exception or a fatal signal recorded inside it.
+        The first failure counts: it weighs in the choice of the main (the stage that failed, not one that
+        exited 0 before it or after it)."""
+        with self._lock:
+            t = self.procs.get(pid)
+            if t is not None and (t.failed_at is None or wall < t.failed_at):
+                t.failed_at = wall
+                self._dirty = True
+
+    def note_phase(self, pid: int) -> None:
+        """``pid``'s agent reported a training phase or epoch: that process runs the training loop."""
+        with self._lock:
+            t = self.procs.get(pid)
+            if t is not None:
+                t.phases += 1
+                if t.phases == 1:
+                    self._dirty = True
+
     def members(self) -> dict[int, int]:
         """pid -> start time of every live process of the run that may be signalled. An orphan known only by
         being re-parented to memscope is left out where that does not prove it is the run's (see
@@ -299,12 +343,26 @@ class TreeSampler:
 
     def _reclassify(self) -> None:
         self._dirty = False
-        infos = {pid: t.info for pid, t in self.procs.items()}
+        infos = {
+            pid: replace(
+                t.info,
+                agent_argv=t.agent_argv,
+                alive=t.alive,
+                cpu=t.cpu,
+                failed_at=t.failed_at,
+                phases=t.phases,
+                start=t.start,
+            )
+            for pid, t in self.procs.items()
+        }
         roles = roles_mod.classify(infos, self.root, self._script, self.agent_main)
         roles.update({pid: r for pid, r in self._hints.items() if pid in roles})
         t_now = self._clock()
         for pid, t in self.procs.items():
             role = roles.get(pid, "other")
+            if role == "main":
+                self._former_mains.pop(pid, None)
+                self._former_mains[pid] = None
             if role != t.role or not getattr(t, "_announced", False):
                 t.role = role
                 t._announced = True  # type: ignore[attr-defined]
@@ -328,6 +386,8 @@ class TreeSampler:
                 return
             t.alive = False
             t.exit_known = code is not None or signal_name is not None
+            if (code or signal_name in _FAILURE_SIGNALS) and t.failed_at is None:
+                t.failed_at = time.time()
             if self._dirty:
                 self._reclassify()  # its ProcessSeen goes out before its ProcessExited
             parent = self.procs.get(t.info.ppid)
@@ -345,8 +405,22 @@ class TreeSampler:
         t = self.procs.get(pid)
         if t is None or t.alive or pid == self.root or pid == self.agent_main or t.role in KEEP_ROLES:
             return
+        if pid in self._former_mains:
+            # A stage that was the main: weighed again at the end (a pipe's first end may have done the work).
+            while len(self._former_mains) > KEEP_FORMER_MAINS:
+                old, _ = self._former_mains.popitem(last=False)
+                if old != pid:
+                    self._forget(old)
+            return
+        self._forget(pid)
+
+    def _forget(self, pid: int) -> None:
+        t = self.procs.get(pid)
+        if t is None or t.alive or pid == self.root or pid == self.agent_main or t.role in KEEP_ROLES:
+            return
         del self.procs[pid]
         self._hints.pop(pid, None)
+        self._former_mains.pop(pid, None)
         if t.start >= 0:
             self._gone[pid] = t.start
 

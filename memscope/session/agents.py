@@ -9,6 +9,7 @@ import os
 import secrets
 import tempfile
 import threading
+import time
 from typing import Any
 
 from ..agent import protocol
@@ -19,6 +20,8 @@ from ..errors import CensusError
 from ..model import Event
 from .options import AGENT_SITE
 
+# Exceptions that end a process without it failing (a stop asked for, an exit asked for).
+_NOT_FAILURES = ("KeyboardInterrupt", "SystemExit")
 # Parts of a Run take the Run itself, typed Any: run.py imports this module, and a type-only import back would
 # be a circle in the import graph.
 Run = Any
@@ -84,6 +87,9 @@ class Agents:
                 run.sampler.follow_cgroup()
         elif kind == "role":
             run.tree.hint_role(pid, str(msg.get("role")))
+        elif kind == "exec":
+            run.tree.note_exec(pid)
+            run.publish(Event(t, pid, "agent_exec", msg))
         elif kind == "scalene":
             if run.scalene is not None:
                 run.scalene.on_agent_message(pid, dict(msg))
@@ -94,6 +100,11 @@ class Agents:
                 waiting[1].append((t, msg))
                 waiting[0].set()
         else:
+            if kind == "exception" and msg.get("type") not in _NOT_FAILURES:
+                wall = msg.get("wall")
+                run.tree.note_failure(pid, float(wall) if isinstance(wall, (int, float)) else time.time())
+            elif kind in ("phase", "epoch"):
+                run.tree.note_phase(pid)
             run.publish(Event(t, pid, f"agent_{kind}" if kind == "exception" else kind, msg))
 
     def census(self, timeout: float) -> Census:
@@ -162,12 +173,16 @@ class Agents:
                     with open(path, errors="replace") as f:
                         text = f.read(200000)
                     run.publish(Event(run.elapsed(), pid, "fault", {"text": text}))
+                    run.tree.note_failure(pid, os.path.getmtime(path))  # written at the crash
                     if protocol.FAULT_ECHO + "." in name:
                         self._echo_stderr(text)
                 elif name.startswith(protocol.EXC_PREFIX) and name.endswith(".json"):
                     pid = int(name[len(protocol.EXC_PREFIX) :].split(".")[0])
                     with open(path) as f:
-                        run.publish(Event(run.elapsed(), pid, "exception", json.load(f)))
+                        exc = json.load(f)
+                    run.publish(Event(run.elapsed(), pid, "exception", exc))
+                    if isinstance(exc, dict) and exc.get("type") not in _NOT_FAILURES:
+                        run.tree.note_failure(pid, os.path.getmtime(path))
                 elif name.startswith("cuda_snapshot_") and name.endswith(".pickle"):
                     run.publish(
                         Event(

@@ -105,6 +105,7 @@ def _finish_steps(run: Run) -> None:
         pass
     run.agents.collect_crash_files()
     run.agents.close()
+    tree.settle()  # the main weighed with everything known at the end (failures recorded inside processes)
     run.publish(
         Event(
             t,
