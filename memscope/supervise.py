@@ -187,9 +187,7 @@ def exited(pid: int) -> bool:
     return st is None or st.state in ("Z", "X")
 
 
-def send(
-    pid: int, start: int | None, sig: int, skip_group: int | None = None, require_handler: bool = False
-) -> bool:
+def send(pid: int, start: int | None, sig: int, skip_group: int | None = None, require_handler: bool = False) -> bool:
     """Signal ``pid`` if it is still the process that started at ``start`` (clock ticks since boot).
 
     The pidfd is opened first and the start time checked after: if they agree, the pidfd names the process that

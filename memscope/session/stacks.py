@@ -65,7 +65,9 @@ class StackTaker:
             self.handlers.pop(pid, None)  # a fork whose parent's registration did not carry over
 
     # -- capture ---------------------------------------------------------------------------------------------
-    def take(self, reason: str = "request", deadline_s: float = DEADLINE_S, extra: dict[str, Any] | None = None) -> Stacks:
+    def take(
+        self, reason: str = "request", deadline_s: float = DEADLINE_S, extra: dict[str, Any] | None = None
+    ) -> Stacks:
         """Every process's stacks now, recorded as a "stacks" event; returns them."""
         run = self.run
         if run.ended:
