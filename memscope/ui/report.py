@@ -20,7 +20,7 @@ from .bokeh_format import HOVER_JS as _HOVER_JS
 from .bokeh_format import TICK_JS as _TICK_JS
 from .census import census_html
 from .fragments import esc as _esc
-from .fragments import leak_line, output_tail, process_table, record_procs, verdict_card, with_gpu
+from .fragments import leak_line, output_tail, process_table, record_procs, stacks_html, verdict_card, with_gpu
 from .probes import any_shown, probes_html
 from .series import RunSeries
 from .terminal import limit_text
@@ -354,6 +354,9 @@ def render_html(record_path: str) -> str:
             "output was not captured, or it printed nothing)</div>"
         )
     )
+    captures = summary.get("stacks") or []
+    if captures:
+        bottom = f"<h2>Stacks ({len(captures)} taken; the last first)</h2>{stacks_html(captures)}" + bottom
     censuses = summary.get("census") or []
     if censuses:
         bottom = f"<h2>Tensor census ({len(censuses)} taken; the last)</h2>{census_html(censuses[-1])}" + bottom
