@@ -2,6 +2,8 @@
 never a signal to a process without the handler. Real processes, a real memory cgroup."""
 
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -120,3 +122,19 @@ def test_a_real_oom_kill_comes_with_the_stack_taken_before_it(start):
     finally:
         _wait(lambda: not open(os.path.join(cg, "cgroup.procs")).read().strip(), timeout=30)
         os.rmdir(cg)
+
+
+def test_memscope_stacks_from_another_terminal(start, record_dir):
+    # The CLI (another process) asks; the supervisor (this one) signals, with its proofs, and records.
+    run = start([script("gil_c_call.py")])
+    wait_for_output(run, "calling")
+    cli = [sys.executable, "-m", "memscope.cli", "stacks", run.run_id, "--record", record_dir]
+    out = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("Stacks on request at ") and "gil_c_call.py:17 `ctypes.PyDLL" in out.stdout
+    bad = subprocess.run([*cli[:4], "no-such-run", *cli[5:]], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    run.kill()
+    run.wait(30)
+    ended = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+    assert ended.returncode == 2 and "has ended" in ended.stderr, ended.stderr

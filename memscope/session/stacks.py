@@ -34,6 +34,7 @@ QUIET_S = 0.01  # a dump is complete once its file has stopped growing this long
 REARM_BELOW = 0.05  # the high-water mark re-arms once the tree is this far (of the limit) below it
 MIN_GAP_S = 5.0  # automatic captures at most this often
 GROWTH_WINDOW_S = 5.0  # "grew fastest over the last seconds"
+REQUEST = "stacks.request"  # `memscope stacks` (another process) asks by leaving this file, holding an id
 MAX_DUMP = 1 << 20  # bytes read from one dump at most (faulthandler stops at 100 threads x 100 frames)
 
 
@@ -208,6 +209,10 @@ class StackTaker:
             self._mem.popleft()
         if run.attached or run.agents.server is None or self._busy:
             return
+        req = _take_request(os.path.join(run.agents.dir, REQUEST))
+        if req is not None:
+            self._auto("request", {"request": req}, automatic=False)
+            return
         if o.stacks_at:
             self._near_limit(sample, now)
         if o.stall_after_s:
@@ -251,14 +256,17 @@ class StackTaker:
             self._stall_taken = True
             self._auto("stall", {"stall_after_s": after, "cpu_s": round(used, 3)})
 
-    def _auto(self, reason: str, extra: dict[str, Any]) -> None:
-        self._last_auto = self.run.elapsed()
+    def _auto(self, reason: str, extra: dict[str, Any], automatic: bool = True) -> None:
+        if automatic:
+            self._last_auto = self.run.elapsed()
         self._busy = True
 
         def go() -> None:
             try:
                 s = self.take(reason, extra=extra)
-                if reason == "stall":
+                if not automatic:
+                    pass
+                elif reason == "stall":
                     self.note = f"no progress for {extra['stall_after_s']:g} s: stacks taken"
                     self.run.say(f"memscope: {self.note}")
                 else:
@@ -275,6 +283,28 @@ class StackTaker:
                 self._busy = False
 
         threading.Thread(target=go, name="memscope-stacks", daemon=True).start()
+
+
+def request(agent_dir: str) -> str:
+    """Ask the memscope that supervises a run (another process) for its stacks: leave the request in the run's
+    directory; the supervisor takes it at its next sampling round and records a "stacks" event whose
+    ``request`` is the id returned. The supervisor does the signalling, with its proofs."""
+    rid = secrets.token_hex(4)
+    tmp = os.path.join(agent_dir, f".{REQUEST}.{rid}")
+    with open(tmp, "w") as f:
+        f.write(rid)
+    os.replace(tmp, os.path.join(agent_dir, REQUEST))
+    return rid
+
+
+def _take_request(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            rid = f.read(64).strip()
+        os.unlink(path)
+    except OSError:
+        return None
+    return rid if rid.isalnum() else None
 
 
 def _size(path: str) -> int | None:
