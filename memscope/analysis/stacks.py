@@ -258,7 +258,13 @@ def summary_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def last_words(
-    captures: list[dict[str, Any]], exit_: dict[str, Any], end_t: float | None, agent: bool, agents_seen: bool
+    captures: list[dict[str, Any]],
+    exit_: dict[str, Any],
+    end_t: float | None,
+    agent: bool,
+    agents_seen: bool,
+    last_fraction: float | None = None,
+    high_water: float | None = None,
 ) -> dict[str, Any] | None:
     """The summary's ``last_words`` for a run that ended by a kill or a crash (oom_kill, killed, worker_crash,
     cuda_oom): the last capture before the end in one sentence, or why there is none. None for other ends."""
@@ -270,6 +276,13 @@ def last_words(
             why = "no stacks: the run had no agent (--no-agent or attached)"
         elif not agents_seen:
             why = "no stacks: no process of the run loaded memscope's agent (not Python, or python -I)"
+        elif not high_water:
+            why = "no stacks: automatic captures were off (--stacks-at 0) and none was asked for"
+        elif last_fraction is not None and last_fraction < high_water:
+            why = (
+                f"no stacks: the tree was at {last_fraction * 100:.0f} % of its limit at the last sample, below "
+                f"the {high_water * 100:.0f} % high-water mark where memscope takes them (--stacks-at)"
+            )
         else:
             why = (
                 "no stacks: memory rose past the high-water mark and the kill came between two sampling rounds "

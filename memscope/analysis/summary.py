@@ -224,7 +224,18 @@ def _last_words(
         end_t = st["t"] if st else None
     meta = run.get("meta") or {}
     agent = bool(meta.get("agent", True)) and not meta.get("attached")
-    return last_words(summary.get("stacks") or [], dict(exit_), end_t, agent, bool(rd.events("agent_hello")))
+    lim, last = summary.get("limit_bytes"), rd.last_tree_total()
+    frac = last[1] / lim if lim and last and last[1] else None
+    high = meta.get("stacks_at", 0.9)  # records from before the option: its default
+    return last_words(
+        summary.get("stacks") or [],
+        dict(exit_),
+        end_t,
+        agent,
+        bool(rd.events("agent_hello")),
+        frac,
+        high if isinstance(high, (int, float)) else None,
+    )
 
 
 def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:

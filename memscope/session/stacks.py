@@ -33,6 +33,7 @@ DEADLINE_S = 1.0  # the whole tree's stacks, or what came by then
 QUIET_S = 0.01  # a dump is complete once its file has stopped growing this long (faulthandler writes in µs)
 REARM_BELOW = 0.05  # the high-water mark re-arms once the tree is this far (of the limit) below it
 MIN_GAP_S = 5.0  # automatic captures at most this often
+STALL_CHECK_S = 1.0  # the stall watch reads each process's CPU time this often (a stall is seconds long)
 GROWTH_WINDOW_S = 5.0  # "grew fastest over the last seconds"
 REQUEST = "stacks.request"  # `memscope stacks` (another process) asks by leaving this file, holding an id
 MAX_DUMP = 1 << 20  # bytes read from one dump at most (faulthandler stops at 100 threads x 100 frames)
@@ -52,6 +53,7 @@ class StackTaker:
         self._mem: collections.deque[tuple[float, dict[int, int]]] = collections.deque()
         self._cpu: collections.deque[tuple[float, dict[int, int]]] = collections.deque()
         self._stall_taken = False
+        self._stall_checked = -1e9
         self.last_output_t = 0.0  # when the run last printed (capture mode): set by the output readers
         self.note: str | None = None  # the status line's word about the last automatic capture
 
@@ -215,7 +217,8 @@ class StackTaker:
             return
         if o.stacks_at:
             self._near_limit(sample, now)
-        if o.stall_after_s:
+        if o.stall_after_s and now - self._stall_checked >= STALL_CHECK_S:
+            self._stall_checked = now
             self._stall(sample, now)
 
     def _near_limit(self, sample: TreeSample, now: float) -> None:
