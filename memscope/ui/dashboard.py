@@ -28,6 +28,7 @@ from .fragments import (
     output_tail,
     process_table,
     record_procs,
+    stack_marks,
     verdict_card,
     with_gpu,
 )
@@ -74,6 +75,7 @@ class Dashboard:
         self._gpu_version = -1
         self._record_procs = procs or {}
         self._phase_events: list[dict[str, Any]] = []
+        self._stacks: list[dict[str, Any]] = []  # the stacks captures seen live (time, reason): the chart's marks
         self._phase_keys: set[tuple[float, int | None, str]] = set()  # the record and the subscription overlap
         self._unsubscribe_phases: Callable[[], None] | None = None
         self._release_lock = threading.Lock()
@@ -131,6 +133,8 @@ class Dashboard:
         name = type(rec).__name__
         if name == "Event" and rec.kind in ("phase", "epoch"):  # epochs: where the training starts
             self._add_phase_event({"t": rec.t, "pid": rec.pid, "kind": rec.kind, "data": rec.data})
+        elif name == "Event" and rec.kind == "stacks":  # a mark on the chart
+            self._stacks.append({"t_s": rec.t, "reason": rec.data.get("reason")})
         self.gpu.add(rec)
 
     def _add_phase_event(self, e: dict[str, Any]) -> None:
@@ -188,6 +192,7 @@ class Dashboard:
             snap["phases"] = [
                 {"name": n, "start_s": a, "end_s": b} for n, a, b in phases_mod.intervals(events, end, main)
             ]
+        snap["marks"] = stack_marks((final_summary or {}).get("stacks") or self._stacks)
         self.chart.data = snap
         if self.gpu.has_data and self.gpu.version != self._gpu_version:
             self._gpu_version = self.gpu.version

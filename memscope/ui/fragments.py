@@ -143,6 +143,16 @@ def stacks_html(captures: list[dict[str, Any]]) -> str:
     )
 
 
+def stack_marks(captures: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The chart's marks for the stacks captures: where each was taken, and why."""
+    words = {"near_limit": "stacks: near the limit", "stall": "stacks: stall", "request": "stacks"}
+    return [
+        {"t_s": c["t_s"], "text": words.get(c.get("reason") or "", "stacks")}
+        for c in captures or []
+        if isinstance(c.get("t_s"), (int, float))
+    ]
+
+
 def snapshot_link(summary: dict[str, Any]) -> str:
     """The CUDA memory snapshot saved at an OOM, and how to open it (a notebook cannot follow a file:// link)."""
     import shlex
