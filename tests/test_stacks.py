@@ -138,3 +138,60 @@ def test_memscope_stacks_from_another_terminal(start, record_dir):
     run.wait(30)
     ended = subprocess.run(cli, capture_output=True, text=True, timeout=60)
     assert ended.returncode == 2 and "has ended" in ended.stderr, ended.stderr
+
+
+DUMP = """Thread 0x00007f0000000002 (most recent call first):
+  File "/usr/lib/python3.11/selectors.py", line 415 in select
+  File "/usr/lib/python3.11/multiprocessing/connection.py", line 930 in wait
+  File "/usr/lib/python3.11/multiprocessing/queues.py", line 113 in get
+  File "/site-packages/torch/utils/data/_utils/worker.py", line 309 in _worker_loop
+  File "/usr/lib/python3.11/multiprocessing/process.py", line 108 in run
+  File "/usr/lib/python3.11/multiprocessing/process.py", line 314 in _bootstrap
+  File "/usr/lib/python3.11/multiprocessing/popen_fork.py", line 71 in _launch
+  File "/home/u/train.py", line 17 in train_epoch
+  File "/home/u/train.py", line 30 in <module>
+"""
+
+
+def test_grouping_and_words_from_dumps():
+    from memscope.analysis.stacks import Stacks, last_words, parse_dump
+
+    worker = parse_dump(DUMP)
+    assert [f["func"] for f in worker[0]["frames"]][:3] == ["select", "wait", "get"]
+    main = parse_dump(
+        "Current thread 0x00007f0000000001 (most recent call first):\n"
+        '  File "/home/u/train.py", line 142 in mine_negatives\n'
+        '  File "/home/u/train.py", line 17 in train_epoch\n'
+        '  File "/home/u/train.py", line 30 in <module>\n'
+    )
+    main[0]["frames"][0]["code"] = "bank = np.concatenate(chunks)  # <b>why</b>"
+    cap = {
+        "reason": "near_limit",
+        "t_s": 40.0,
+        "limit_bytes": 2 << 30,
+        "fraction": 0.96,
+        "processes": [
+            {"pid": 10, "role": "main", "state": "R", "status": "ok", "threads": main},
+            {"pid": 11, "role": "dataloader_worker", "state": "S", "status": "ok", "threads": worker},
+            {"pid": 12, "role": "dataloader_worker", "state": "S", "status": "ok", "threads": parse_dump(DUMP)},
+            {"pid": 13, "role": "helper", "state": "S", "status": "no_agent", "threads": []},
+        ],
+    }
+    s = Stacks(cap)
+    assert s.headline == (
+        "at 96 % of the 2.00 GiB limit, the main process was in train.py:142 `bank = np.concatenate(chunks)` "
+        "(mine_negatives ← train_epoch); 2 DataLoader workers waiting in get ← _worker_loop (queues.py); "
+        "helper 13: no memscope agent (not Python, or started with python -I/-S) (sleeping)"
+    ), s.headline
+    assert "&lt;b&gt;why&lt;/b&gt;" in s._repr_html_() and "<b>why</b>" not in s._repr_html_()
+    from memscope.analysis.stacks import compact
+
+    c = dict(compact(cap), id="x")
+    lw = last_words([c], {"cause": "oom_kill"}, 43.1, True, True)
+    assert lw["text"].startswith("3.1 s before the kill, at 96 % of the 2.00 GiB limit, the main process was in ")
+    assert last_words([c], {"cause": "ok"}, 43.1, True, True) is None
+    assert "no agent" in last_words([], {"cause": "killed"}, 5.0, False, False)["text"]
+    far = last_words([], {"cause": "killed"}, 5.0, True, True, 0.3, 0.9)["text"]
+    assert "at 30 % of its limit" in far and "90 % high-water mark" in far
+    fast = last_words([], {"cause": "oom_kill"}, 5.0, True, True, 0.97, 0.9)["text"]
+    assert "too fast to catch" in fast

@@ -36,6 +36,8 @@ STATUS_WORDS = {
     "no_answer": "did not answer before the capture's deadline",
     "partial": "answered in part before the deadline",
 }
+_MP_BOOT = "multiprocessing/process.py"
+_PLUMBING = ("/selectors.py", "/threading.py", "/connection.py", "/synchronize.py", "/socket.py", "/popen_fork.py")
 FATAL_CAUSES = ("oom_kill", "killed", "worker_crash", "cuda_oom")
 
 
@@ -78,6 +80,14 @@ def main_thread(threads: list[dict[str, Any]]) -> dict[str, Any] | None:
     return next((t for t in mains if t["current"]), mains[0] if mains else threads[0])
 
 
+def _no_comment(code: str) -> str:
+    """A source line without its inline comment ("x = f()  # why"), where the cut is surely outside a string."""
+    i = code.find("  #")
+    if i > 0 and code[:i].count('"') % 2 == 0 and code[:i].count("'") % 2 == 0:
+        return code[:i].rstrip()
+    return code
+
+
 def _base(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
@@ -89,19 +99,25 @@ def where(thread: dict[str, Any] | None) -> str:
     if not thread or not thread["frames"]:
         return "no Python frame"
     frames = thread["frames"]
+    # A forked worker (multiprocessing, a DataLoader's) still shows its parent's frames up to the fork: its own
+    # story starts at the process's _bootstrap.
+    cut = next((i for i, f in enumerate(frames) if f["func"] == "_bootstrap" and f["file"].endswith(_MP_BOOT)), None)
+    if cut is not None:
+        frames = frames[: cut + 1]
     user = [i for i, f in enumerate(frames) if not is_library(f["file"])]
     if user:
         i = user[0]
         f = frames[i]
-        code = f" `{f['code']}`" if f.get("code") else ""
+        code = f" `{_no_comment(f['code'])}`" if f.get("code") else ""
         callers = [frames[j]["func"] for j in user[1:3] if frames[j]["func"] != "<module>"]
         chain = " ← ".join([f["func"], *callers]) if f["func"] != "<module>" else ""
         lib = ""
         if i > 0:  # the user's line called into a library: say what it is doing there
             lib = f", inside {frames[0]['func']} ({_base(frames[0]['file'])})"
         return f"{_base(f['file'])}:{f['line']}{code}" + (f" ({chain})" if chain else "") + lib
-    named = [f["func"] for f in frames if not f["func"].startswith("_")][:2] or [frames[0]["func"]]
-    return " ← ".join(named) + f" ({_base(frames[0]['file'])})"
+    # Library code only: name the functions above the plumbing (selectors, locks, pipes) that every wait ends in.
+    lib = [f for f in frames if not f["file"].endswith(_PLUMBING)] or frames
+    return " ← ".join(f["func"] for f in lib[:2]) + f" ({_base(lib[0]['file'])})"
 
 
 def signature(proc: dict[str, Any]) -> tuple:
