@@ -195,3 +195,5 @@ def test_grouping_and_words_from_dumps():
     assert "at 30 % of its limit" in far and "90 % high-water mark" in far
     fast = last_words([], {"cause": "oom_kill"}, 5.0, True, True, 0.97, 0.9)["text"]
     assert "too fast to catch" in fast
+    old = last_words([], {"cause": "oom_kill"}, 5.0, True, True, 0.97, None)["text"]
+    assert "did not take them" in old  # a record from before stacks

@@ -38,6 +38,7 @@ STATUS_WORDS = {
 }
 _MP_BOOT = "multiprocessing/process.py"
 _PLUMBING = ("/selectors.py", "/threading.py", "/connection.py", "/synchronize.py", "/socket.py", "/popen_fork.py")
+KEEP = 20  # captures kept in the summary (all stay in the record)
 FATAL_CAUSES = ("oom_kill", "killed", "worker_crash", "cuda_oom")
 
 
@@ -270,7 +271,8 @@ def compact(capture: dict[str, Any]) -> dict[str, Any]:
 
 def summary_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The summary's ``stacks``: every capture, in time order."""
-    return [compact(dict(e["data"], t_s=e["data"].get("t_s", round(e["t"], 3)))) for e in events]
+    # The last KEEP captures (a script calling run.stacks() in a loop must not grow the summary without end).
+    return [compact(dict(e["data"], t_s=e["data"].get("t_s", round(e["t"], 3)))) for e in events[-KEEP:]]
 
 
 def last_words(
@@ -292,6 +294,8 @@ def last_words(
             why = "no stacks: the run had no agent (--no-agent or attached)"
         elif not agents_seen:
             why = "no stacks: no process of the run loaded memscope's agent (not Python, or python -I)"
+        elif high_water is None:
+            why = "no stacks: this record was written by a memscope that did not take them"
         elif not high_water:
             why = "no stacks: automatic captures were off (--stacks-at 0) and none was asked for"
         elif last_fraction is not None and last_fraction < high_water:

@@ -226,7 +226,7 @@ def _last_words(
     agent = bool(meta.get("agent", True)) and not meta.get("attached")
     lim, last = summary.get("limit_bytes"), rd.last_tree_total()
     frac = last[1] / lim if lim and last and last[1] else None
-    high = meta.get("stacks_at", 0.9)  # records from before the option: its default
+    high = meta.get("stacks_at")  # None: a record from before stacks
     return last_words(
         summary.get("stacks") or [],
         dict(exit_),

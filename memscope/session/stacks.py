@@ -88,7 +88,10 @@ class StackTaker:
         t0, c0 = time.monotonic(), run.elapsed()
         members = run.tree.members()
         procs = run.tree.procs
-        last = self._mem[-1][1] if self._mem else {}
+        try:
+            last = self._mem[-1][1]
+        except IndexError:
+            last = {}
         rows: dict[int, dict[str, Any]] = {}
         waiting: dict[int, tuple[str, int]] = {}
         for pid, start in sorted(members.items()):
@@ -185,9 +188,10 @@ class StackTaker:
         return threads
 
     def _grew_fastest(self) -> dict[str, Any] | None:
-        if len(self._mem) < 2:
+        try:  # the sampling thread trims the window meanwhile
+            (ta, a), (tb, b) = self._mem[0], self._mem[-1]
+        except IndexError:
             return None
-        (ta, a), (tb, b) = self._mem[0], self._mem[-1]
         if tb - ta <= 0:
             return None
         best = max(((b[p] - a[p], p) for p in b if p in a and b[p] is not None and a[p] is not None), default=None)
