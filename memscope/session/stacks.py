@@ -235,6 +235,8 @@ class StackTaker:
         if lim["source"] == "cgroup" and h is not None and h.cgroup_usage:
             used = max(used, h.cgroup_usage)  # the kernel kills on the cgroup's count (page cache included)
         frac = used / lim["bytes"]
+        if lim["source"] == "host" and h is not None and h.total:
+            frac = max(frac, 1 - h.available / h.total)  # the host runs out for everyone, not at the tree's size
         if not self._armed:
             if frac < mark - REARM_BELOW:
                 self._armed = True
