@@ -177,7 +177,7 @@ def headline(capture: dict[str, Any]) -> str:
         at = f"at {capture['fraction'] * 100:.0f} % of the {fmt_bytes(capture['limit_bytes'])} limit, "
     grew = capture.get("grew_fastest")
     grew_s = ""
-    if grew and grew.get("bytes_per_s", 0) >= 1 << 20:
+    if grew and grew.get("bytes_per_s", 0) >= 1 << 20 and capture.get("reason") == "near_limit":
         grew_s = (
             f" (fastest growth: pid {grew['pid']}, {grew.get('role', '?')}, "
             f"+{fmt_bytes(grew['bytes_per_s'])}/s over {grew.get('window_s', 0):.0f} s)"
