@@ -2,8 +2,10 @@
 never a signal to a process without the handler. Real processes, a real memory cgroup."""
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -197,3 +199,19 @@ def test_grouping_and_words_from_dumps():
     assert "too fast to catch" in fast
     old = last_words([], {"cause": "oom_kill"}, 5.0, True, True, 0.97, None)["text"]
     assert "did not take them" in old  # a record from before stacks
+
+
+def test_a_process_that_exits_mid_capture_is_named_not_waited_for(start):
+    run = start([script("fork_sleeps.py")])
+    wait_for_output(run, "ready")
+    child = int(next(x for x in run.output_tail if x.startswith("ready")).split()[1])
+    _wait(lambda: child in run.stack_taker.handlers and child in run.tree.members())
+    os.kill(child, signal.SIGSTOP)  # it cannot answer: the signal stays pending
+    killer = threading.Timer(0.3, os.kill, (child, signal.SIGKILL))  # and it dies while memscope waits
+    killer.start()
+    s = run.stacks(timeout=20.0)
+    killer.join()
+    by_pid = {p["pid"]: p for p in s.processes}
+    assert by_pid[child]["status"] == "exited", by_pid[child]
+    assert by_pid[run.pid]["status"] == "ok"
+    assert s.data["duration_s"] < 20.0  # named as soon as it was gone, not waited for until the deadline
