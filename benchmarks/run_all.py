@@ -127,6 +127,17 @@ BENCHES = [
         stdout="text",
     ),
     Bench(
+        "stacks",
+        "stacks.py",
+        "Stacks (last words): what a capture costs",
+        [],
+        ["--quick"],
+        "A main process timing ~0.1 ms Python steps with 15 forked workers waiting in a queue (16 processes, "
+        "each with the agent); memscope takes 10 captures with run.stacks(). The dump's time inside one process, "
+        "request to every process's stacks, the main's longest step during a capture, the sampling round's watches.",
+        stdout="text",
+    ),
+    Bench(
         "exporter",
         "exporter.py",
         "The Prometheus exporter's cost",

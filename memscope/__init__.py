@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from . import wiring as _wiring
-from .errors import CensusError, ClusterError, LaunchError, ScaleneError
+from .errors import CensusError, ClusterError, LaunchError, ScaleneError, StacksError
 from .markers import mark, phase  # tiny, stdlib only: safe to import in training code
 from .version import __version__
 
@@ -34,6 +34,7 @@ __all__ = [
     "Options",
     "LaunchError",
     "CensusError",
+    "StacksError",
     "ScaleneError",
     "ClusterError",
     "__version__",

@@ -11,6 +11,10 @@ class CensusError(Exception):
     """A census could not be taken; the message says why, in one line."""
 
 
+class StacksError(Exception):
+    """Stacks could not be taken; the message says why, in one line."""
+
+
 class ScaleneError(Exception):
     """A Scalene snapshot could not be taken; the message says why, in one line."""
 

@@ -209,6 +209,15 @@ class AdviceLine(TypedDict):
     text: str
 
 
+class LastWords(TypedDict, total=False):
+    """The last stacks before a kill or crash (oom_kill, killed, worker_crash, cuda_oom), in one sentence."""
+
+    capture: str | None  # the capture's id in ``stacks``; None: there is none, and ``text`` says why
+    t_s: float
+    reason: str  # request | near_limit | stall
+    text: str  # "3.1 s before the kill, at 96 % of the 2.00 GiB limit, the main process was in train.py:142 ..."
+
+
 class Summary(TypedDict, total=False):
     """A run's summary. Keys are added, never renamed: records written by older memscope read with this."""
 
@@ -241,3 +250,5 @@ class Summary(TypedDict, total=False):
     advice: list[AdviceLine]
     record_errors: dict[str, Any]
     unavailable: dict[str, str]  # a section whose data broke it (left empty) -> why
+    stacks: list[dict[str, Any]]  # every capture of the tree's stacks (analysis/stacks.compact), in time order
+    last_words: LastWords | None  # a run killed or crashed: its last capture before the end, or why none

@@ -187,13 +187,15 @@ def exited(pid: int) -> bool:
     return st is None or st.state in ("Z", "X")
 
 
-def send(pid: int, start: int | None, sig: int, skip_group: int | None = None) -> bool:
+def send(pid: int, start: int | None, sig: int, skip_group: int | None = None, require_handler: bool = False) -> bool:
     """Signal ``pid`` if it is still the process that started at ``start`` (clock ticks since boot).
 
     The pidfd is opened first and the start time checked after: if they agree, the pidfd names the process that
     was recorded, and a pid reused in between can never receive the signal. ``start`` None: the root, which
     cannot be reused before memscope reaps it. ``skip_group``: a process group just signalled as a whole; a
-    member still in it is not signalled twice (a second SIGTERM can land while its handler is being undone)."""
+    member still in it is not signalled twice (a second SIGTERM can land while its handler is being undone).
+    ``require_handler``: send only if the process catches ``sig`` now (SigCgt, read after the pidfd is open: a
+    signal whose default action kills, as a real-time signal's does, never reaches a process without a handler)."""
     if pid <= 1 or pid == os.getpid():
         return False
     fd = None
@@ -207,12 +209,16 @@ def send(pid: int, start: int | None, sig: int, skip_group: int | None = None) -
     try:
         if start is not None and not same_process(pid, start):
             return False
+        if require_handler and (start is None or not procfs.catches(pid, sig)):
+            return False
         if skip_group is not None:
             st = procfs.read_stat(pid)
             if st is not None and st.pgid == skip_group:
                 return False
         if fd is not None:
             signal.pidfd_send_signal(fd, sig)
+        elif require_handler:
+            return False  # without a pidfd the check and the kill could name two processes: not for this signal
         else:
             os.kill(pid, sig)
         return True

@@ -131,6 +131,14 @@ def test_magic_streams_while_idle_and_stop_click_stops_the_run(kernel, tmp_path)
         # under Colab's pins): then the second click started a census of its own, after it, not alongside.
         assert texts.count("counting the main process") == 2, texts
     assert "'census': 2" in texts  # the kernel acknowledged both clicks by their ids
+    # Stacks: every process's stacks, shown under the buttons (escaped), in milliseconds.
+    kc.session.send(
+        kc.shell_channel.socket,
+        "comm_msg",
+        {"comm_id": controls[0], "data": {"method": "custom", "content": {"action": "stacks", "clicks": 1}}},
+    )
+    texts = " ".join(str(m["content"].get("data", {}).get("state", {})) for m in widget_updates(drain(kc, 3.0)))
+    assert "stacks taken in" in texts and "<b>Stacks</b> the main process was in sleeper.py:" in texts, texts
     # Click Stop as the browser does: a custom message on the Controls comm.
     kc.session.send(
         kc.shell_channel.socket,

@@ -7,7 +7,7 @@ user code, and keeps the training untouched if the collector goes away.
 import os
 import sys
 
-from . import crash, phases
+from . import crash, phases, stacks
 from .channel import Channel
 from .protocol import ENV_DIR, ENV_SCRIPT, ENV_SOCK, ENV_TOKEN
 
@@ -20,21 +20,29 @@ def _hello():
     argv0 = sys.argv[0] if sys.argv else ""
     runs_script = bool(script) and not _forked and bool(argv0) and \
         os.path.realpath(argv0) == os.path.realpath(script)
+    sig, stack_file = stacks.info()
     return {"pid": os.getpid(), "ppid": os.getppid(), "argv": list(sys.argv),
             "orig_argv": list(getattr(sys, "orig_argv", [])), "executable": sys.executable,
-            "runs_script": runs_script, "forked": _forked, "rank": os.environ.get("RANK")}
+            "runs_script": runs_script, "forked": _forked, "rank": os.environ.get("RANK"),
+            "stacks_signal": sig, "stacks_file": stack_file}
 
 
 def _after_fork():
     global _forked
     try:
         _forked = True
+        stacks.after_fork()  # first: the parent's file must never be named in this child's hello
         crash.after_fork()
         crash.enable_faulthandler(os.environ[ENV_DIR])
         phases.after_fork()
         channel.after_fork(_hello())
     except Exception:
         pass
+
+
+def _check_fds():
+    crash.check_faulthandler()
+    stacks.check()
 
 
 def _serve():
@@ -60,9 +68,13 @@ def start():
     if not (sock and token and run_dir):
         return
     channel = Channel(sock, token)
-    channel.on_lost = crash.check_faulthandler  # the program took our socket's number: it may have the others
+    channel.on_lost = _check_fds  # the program took our socket's number: it may have the others
     try:
         crash.enable_faulthandler(run_dir)
+    except Exception:
+        pass
+    try:
+        stacks.install(run_dir)  # stacks on request: memscope signals only where this handler shows
     except Exception:
         pass
     try:

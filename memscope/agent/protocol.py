@@ -8,6 +8,8 @@ ENV_SCRIPT = "MEMSCOPE_SCRIPT"  # the user's script, when known
 FAULT_PREFIX = "fault-"         # fault-<pid>.txt: faulthandler's dump of every thread on a fatal signal
 FAULT_ECHO = ".stderr"         # fault-<pid>.stderr.txt: the user asked for the dump on stderr too
 EXC_PREFIX = "exc-"             # exc-<pid>.json: an uncaught exception (type, message, traceback)
+STACK_PREFIX = "stack-"         # stack-<pid>.txt: faulthandler's dumps on the stacks signal (appended to)
+STACKS_SIGNAL_OFFSET = 6        # the stacks signal is SIGRTMIN+6, where the program leaves it at SIG_DFL
 MAX_LINE = 1 << 20              # longest message accepted from an agent
 
 # -- message kinds ----------------------------------------------------------------------------------------------
@@ -20,7 +22,8 @@ MAX_LINE = 1 << 20              # longest message accepted from an agent
 # kind: (fields, extra fields allowed, required fields)
 KINDS = {
     "hello": ({"ppid": "int", "argv": "strs", "orig_argv": "strs", "executable": "str?", "runs_script": "bool",
-               "forked": "bool", "rank": "str?", "faulthandler_stderr": "bool"}, False, ("pid",)),
+               "forked": "bool", "rank": "str?", "faulthandler_stderr": "bool",
+               "stacks_signal": "int?", "stacks_file": "str?"}, False, ("pid",)),
     "role": ({"role": "str"}, False, ("role",)),
     # os.exec* is about to replace this image: its hello no longer speaks for the process (the next image may
     # have no agent: python -I, a cleared environment).

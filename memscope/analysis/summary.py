@@ -18,6 +18,8 @@ from .exit_cause import ExitEvidence, counter_rise, decide, fault_signal
 from .leak import assess_by_role, assess_leak, find_spikes, fit_plan, trim_teardown
 from .probes import probe_summary
 from .scalene import summary_rows as scalene_rows
+from .stacks import last_words
+from .stacks import summary_rows as stacks_rows
 from .supervision import NOTE_EVENTS, main_pid, notes, process_end
 
 SCHEMA = SUMMARY_SCHEMA
@@ -207,12 +209,44 @@ def summarize(rd: RunData) -> Summary:
         **probe_summary(rd, unavailable),  # loads, faiss, malloc: each on its own
         "census": _guard(unavailable, "census", lambda: census_rows(rd.events("census")), list),
         "scalene": _guard(unavailable, "scalene", lambda: scalene_rows(rd.events("scalene_snapshot")), list),
+        "stacks": _guard(unavailable, "stacks", lambda: stacks_rows(rd.events("stacks")), list),
     }
+    summary["last_words"] = _guard(
+        unavailable, "last_words", lambda: _last_words(rd, run, summary, procs, ended), lambda: None
+    )
     # Last: advice reads the whole summary (probe keys included).
     summary["advice"] = _guard(unavailable, "advice", lambda: advise(summary), list)
     summary["leak"]["advice"] = next((a["text"] for a in summary["advice"] if a["topic"] == "leak"), None)
     summary["unavailable"] = unavailable
     return summary
+
+
+def _last_words(
+    rd: RunData, run: dict[str, Any], summary: Summary, procs: list[dict[str, Any]], ended: bool
+) -> dict[str, Any] | None:
+    """The last capture before a kill or crash, in one sentence, or why there is none (analysis/stacks.py)."""
+    if not ended:
+        return None
+    exit_ = summary["exit"]
+    row = next((p for p in procs if p["pid"] == exit_.get("pid")), None)
+    end_t = row["exit_t"] if row and row.get("exit_t") is not None else None
+    if end_t is None:
+        st = next(iter(rd.events("exit_status")), None)
+        end_t = st["t"] if st else None
+    meta = run.get("meta") or {}
+    agent = bool(meta.get("agent", True)) and not meta.get("attached")
+    lim, last = summary.get("limit_bytes"), rd.last_tree_total()
+    frac = last[1] / lim if lim and last and last[1] else None
+    high = meta.get("stacks_at")  # None: a record from before stacks
+    return last_words(
+        summary.get("stacks") or [],
+        dict(exit_),
+        end_t,
+        agent,
+        bool(rd.events("agent_hello")),
+        frac,
+        high if isinstance(high, (int, float)) else None,
+    )
 
 
 def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""memscope run | ls | prune | report | snapshot | cluster | demo — the terminal face of the engine.
+"""memscope run | ls | prune | report | stacks | snapshot | cluster | demo — the terminal face of the engine.
 
 One module per subcommand (``command.Command``: the class docstring is its ``--help`` line); the run options
 shared with ``%memscope`` are in ``options``.
@@ -21,6 +21,7 @@ from .prune import PruneCommand
 from .report import ReportCommand
 from .run import RunCommand
 from .snapshot import SnapshotCommand
+from .stacks import StacksCommand
 
 # The order of `memscope --help`.
 COMMANDS: tuple[type[Command], ...] = (
@@ -28,6 +29,7 @@ COMMANDS: tuple[type[Command], ...] = (
     LsCommand,
     PruneCommand,
     ReportCommand,
+    StacksCommand,
     SnapshotCommand,
     ClusterCommand,
     DemoCommand,

@@ -60,6 +60,18 @@ def _seconds(text: str, zero_ok: bool) -> float:
     return v
 
 
+def _share(text: str) -> float:
+    """A share of the limit: 0 to 1 (or a percentage: 90%)."""
+    t = text.strip()
+    try:
+        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a share of the limit: {text!r} (try 0.9 or 90%)") from None
+    if not math.isfinite(v) or not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"a share of the limit is from 0 to 1 (or 0% to 100%): {text}")
+    return v
+
+
 def _positive_int(text: str) -> int:
     """A whole number above 0."""
     try:
@@ -92,6 +104,20 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         help="a memory budget to compare against, e.g. 12G (default: the container's limit)",
     )
     p.add_argument("--no-agent", action="store_true", help="sample from outside only; load nothing into the run")
+    p.add_argument(
+        "--stacks-at",
+        type=_share,
+        default=0.9,
+        metavar="SHARE",
+        help="take every process's stacks once the tree reaches this share of its limit (0.9; 0: never)",
+    )
+    p.add_argument(
+        "--stall-after",
+        type=_seconds_or_zero,
+        default=60.0,
+        metavar="S",
+        help="take every process's stacks once the tree used no CPU and printed nothing for S seconds (60; 0: never)",
+    )
     # Exact option strings: argparse matches "--scalene=memory" whole before splitting at "=", so a bare --scalene
     # never swallows the script name that follows it.
     p.add_argument(
@@ -181,4 +207,6 @@ def options_from(ns: argparse.Namespace) -> Options:
         hostname=ns.hostname,
         pushgateway=ns.pushgateway,
         prometheus_linger_s=ns.prometheus_linger,
+        stacks_at=getattr(ns, "stacks_at", 0.9),
+        stall_after_s=getattr(ns, "stall_after", 60.0),
     )

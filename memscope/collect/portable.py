@@ -83,3 +83,23 @@ def read_environ(pid: int) -> dict[str, str] | None:
         return psutil.Process(pid).environ() or None
     except (psutil.Error, OSError):
         return None
+
+
+def catches(pid: int, sig: int) -> bool:
+    """No SigCgt outside Linux: never proven, so the stacks signal is never sent there."""
+    return False
+
+
+def thread_count(pid: int) -> int | None:
+    try:
+        return psutil.Process(pid).num_threads()
+    except psutil.Error:
+        return None
+
+
+def cpu_ticks(pid: int) -> int | None:
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return None
+    return int(t.user + t.system)  # CLK_TCK is 1 here

@@ -83,6 +83,7 @@ class Agents:
                 )
                 return
             run.publish(Event(t, pid, "agent_hello", dict(msg, membership=proof)))
+            run.stack_taker.on_hello(pid, msg)
             if not msg.get("forked"):  # a Python main says hello at once: catch a move before it can be OOM-killed
                 run.sampler.follow_cgroup()
         elif kind == "role":

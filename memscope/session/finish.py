@@ -212,6 +212,7 @@ def read_output(run: Run, path: str, name: str) -> None:
     """A reader thread (capture mode): the run's output file ``path`` as "output" events and the live tail."""
 
     def on_text(text: str) -> None:
+        run.stack_taker.last_output_t = run.elapsed()  # the stall watch: printing is progress
         run.publish(Event(run.elapsed(), run.pid, "output", {"stream": name, "text": text}))
 
     reader = LineReader(on_text, run.output_tail)

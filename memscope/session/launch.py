@@ -60,6 +60,10 @@ def launch(run: Run) -> None:
             "interval_s": o.interval_s,
             "pss_interval_s": o.pss_interval_s,
             "scalene": run.scalene.mode if run.scalene else None,
+            # Where `memscope stacks` from another terminal leaves its request (0700: this user only).
+            "agent_dir": run.agents.dir if o.agent and not run.attached else None,
+            "stacks_at": o.stacks_at,
+            "stall_after_s": o.stall_after_s,
         },
     )
     marker = None if run.attached else f"{protocol.ENV_RUN}={run.run_id}".encode()

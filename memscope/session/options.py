@@ -43,6 +43,8 @@ class Options:
     hostname: str | None = None  # the hostname label (default: this machine's)
     pushgateway: str | None = None  # push the final state to this Pushgateway at the end
     prometheus_linger_s: float = 0.0  # keep the endpoint up this long after the end, for a last scrape
+    stacks_at: float = 0.9  # take every process's stacks once the tree reaches this share of its limit (0: never)
+    stall_after_s: float = 60.0  # ... and once it used no CPU and printed nothing this long (0: never)
 
 
 def check_options(o: Options) -> None:
@@ -55,6 +57,12 @@ def check_options(o: Options) -> None:
     v = o.prometheus_linger_s
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v <= 86400):
         raise LaunchError(f"prometheus_linger_s must be a number of seconds from 0 to 86400, not {v!r}")
+    v = o.stacks_at
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v <= 1):
+        raise LaunchError(f"stacks_at must be a share of the limit from 0 (never) to 1, not {v!r}")
+    v = o.stall_after_s
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v <= 86400):
+        raise LaunchError(f"stall_after_s must be a number of seconds from 0 (never) to 86400, not {v!r}")
     if o.limit_bytes is not None and not (isinstance(o.limit_bytes, int) and 0 < o.limit_bytes < 2**63):
         raise LaunchError(f"limit_bytes must be a positive number of bytes, not {o.limit_bytes!r}")
 

@@ -32,9 +32,11 @@ from .agents import Agents
 from .live import Snapshot, Subscribers
 from .options import Options, attach_target, check_options, check_record_dir, check_summary_path, resolve_command
 from .sampling import Sampler
+from .stacks import StackTaker
 
 if TYPE_CHECKING:
     from ..analysis.census import Census
+    from ..analysis.stacks import Stacks
     from .scalene import ScaleneSnapshot
 
 
@@ -96,6 +98,7 @@ class Run:
         base = os.path.join(self.record_dir, self.run_id)
         self.output_files = (base + ".stdout", base + ".stderr") if o.output == "capture" else None
         self.agents, self.sampler, self._subs = Agents(self), Sampler(self), Subscribers()
+        self.stack_taker = StackTaker(self)
         self._summary: dict[str, Any] | None = None
         self._ended, self._ended_early, self._output_done = threading.Event(), threading.Event(), threading.Event()
         self._stop_requested: str | None = None
@@ -248,6 +251,16 @@ class Run:
         Raises CensusError (one line) when the run has no agent in its main process or does not answer.
         """
         return self.agents.census(timeout)
+
+    def stacks(self, timeout: float = 1.0) -> "Stacks":
+        """Every process's Python stacks now (every thread: file, line, function, source line), grouped by role,
+        identical stacks collapsed; processes without memscope's agent named with their state. Works while the
+        main thread is inside a long C call that holds the GIL (faulthandler dumps from a signal handler).
+        Recorded with the run as a "stacks" event. ``timeout``: the whole tree's deadline.
+
+        Raises StacksError (one line) when the run has ended or has no agent.
+        """
+        return self.stack_taker.take("request", deadline_s=timeout)
 
     def subscribe(self, fn: Callable[[Record], None], maxsize: int = 10000) -> Callable[[], None]:
         """Call ``fn(record)`` for every new record, on a thread of its own; returns an unsubscribe function.

@@ -41,8 +41,9 @@ class Sampler:
                 if start >= next_discover:
                     run.tree.discover()
                     next_discover = start + o.discover_interval_s
-                run.tree.rss_round()
+                sample = run.tree.rss_round()
                 run.tree.settle()
+                run.stack_taker.after_round(sample)
                 self.follow_cgroup()
                 if start >= next_host:
                     if self.cg is None:

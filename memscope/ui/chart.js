@@ -274,11 +274,15 @@ export function columns(data) {
     right: sx(isFinite(num(p.end_s)) ? num(p.end_s) : tEnd),
   }));
 
+  const markData = (Array.isArray(data.marks) ? data.marks : [])
+    .filter((m) => m && isFinite(num(m.t_s)))
+    .map((m) => ({ x: sx(num(m.t_s)), top: sy(yMax), text: String(m.text ?? "") }));
+
   let points = stack.t.length * stack.present.length;
   for (const key of ["main_rss", "tree_rss", "host_available", "limit"]) points += lines[key].t.length;
   const present = new Set(stack.present);
   for (const [key, s] of Object.entries(lines)) if (s.t.length) present.add(key);
-  return { farKeys, stackData, lineData, phaseData, xu, yu, present, points, span: sx(span) };
+  return { farKeys, stackData, lineData, phaseData, markData, xu, yu, present, points, span: sx(span) };
 }
 
 // ---------------------------------------------------------------- the chart
@@ -331,6 +335,16 @@ function buildChart(B, model) {
     x: { field: "x" }, y: { value: 4 }, y_units: "screen", x_offset: 3, text: { field: "text" },
     source: phaseLabels, text_font_size: "10px", text_color: "#555555", text_alpha: 0.9,
   }));
+  // Marks: where stacks were taken (near the limit, a stall, by hand), a dashed line each.
+  const markSource = new B.ColumnDataSource({ data: { x: [], top: [], text: [] } });
+  fig.segment({
+    x0: { field: "x" }, y0: { value: 0 }, x1: { field: "x" }, y1: { field: "top" },
+    source: markSource, line_color: "#c62828", line_dash: "dashed", line_width: 1,
+  });
+  fig.add_layout(new B.LabelSet({
+    x: { field: "x" }, y: { value: 18 }, y_units: "screen", x_offset: 3, text: { field: "text" },
+    source: markSource, text_font_size: "10px", text_color: "#c62828",
+  }));
   const boxes = [];
   let legendKey = "", unitKey = "";
   const autoVis = {}, userSet = new Set();
@@ -361,6 +375,9 @@ function buildChart(B, model) {
     for (let i = c.phaseData.length; i < boxes.length; i++) if (boxes[i].visible) boxes[i].visible = false;
     const labelled = c.phaseData.filter((p) => p.right - p.left >= minWidth);
     phaseLabels.data = { x: labelled.map((p) => p.left), text: labelled.map((p) => p.name) };
+    markSource.data = {
+      x: c.markData.map((m) => m.x), top: c.markData.map((m) => m.top), text: c.markData.map((m) => m.text),
+    };
 
     const uk = c.xu.name + "/" + c.yu.name;
     if (uk !== unitKey) {

@@ -124,6 +124,12 @@ def chart_payload(snapshot: Mapping[str, Any] | None) -> dict[str, Any]:
             out[k] = _series(snap[k])
     if snap.get("phases"):
         out["phases"] = _phases(snap["phases"])
+    if snap.get("marks"):  # vertical marks: where stacks were taken
+        out["marks"] = [
+            {"t_s": float(m["t_s"]), "text": str(m.get("text", ""))[:60]}
+            for m in snap["marks"]
+            if isinstance(m, Mapping) and isinstance(m.get("t_s"), (int, float))
+        ][-50:]
     for k in _SCALAR_KEYS:
         if k in snap:
             out[k] = snap[k]

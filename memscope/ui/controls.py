@@ -1,4 +1,4 @@
-"""The dashboard's buttons: Stop, Kill, Scalene snapshot, Tensor census.
+"""The dashboard's buttons: Stop, Kill, Scalene snapshot, Tensor census, Stacks.
 
 An anywidget rather than ipywidgets Buttons because a click must show its effect in the browser at once: the JS
 marks the button "sent…" before the kernel has seen anything, and if the kernel has not acknowledged the click
@@ -23,12 +23,14 @@ import traitlets
 _ESM = r"""
 const ACTIONS = [
   ["stop", "Stop"], ["kill", "Kill"], ["scalene", "Scalene snapshot"], ["census", "Tensor census"],
+  ["stacks", "Stacks"],
 ];
 const QUEUED = {   // one line each: what will happen, and how to act now
   stop: "Stop is queued behind the running cell; to stop now, interrupt that cell (■).",
   kill: "Kill is queued behind the running cell; to kill now, interrupt that cell (■).",
   scalene: "Queued behind the running cell: the snapshot starts when that cell ends.",
   census: "Queued behind the running cell: the census starts when that cell ends.",
+  stacks: "Queued behind the running cell: the stacks are taken when that cell ends.",
 };
 function render({ model, el }) {
   const bar = document.createElement("div");

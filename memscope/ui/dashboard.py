@@ -28,6 +28,7 @@ from .fragments import (
     output_tail,
     process_table,
     record_procs,
+    stack_marks,
     verdict_card,
     with_gpu,
 )
@@ -74,6 +75,7 @@ class Dashboard:
         self._gpu_version = -1
         self._record_procs = procs or {}
         self._phase_events: list[dict[str, Any]] = []
+        self._stacks: list[dict[str, Any]] = []  # the stacks captures seen live (time, reason): the chart's marks
         self._phase_keys: set[tuple[float, int | None, str]] = set()  # the record and the subscription overlap
         self._unsubscribe_phases: Callable[[], None] | None = None
         self._release_lock = threading.Lock()
@@ -100,6 +102,7 @@ class Dashboard:
         self.notes = w.HTML()  # memscope's own lines about the run (warnings), here and not in another cell
         self._notes: list[str] = []
         self.census = w.HTML()
+        self.stacks = w.HTML()  # the last stacks taken (the Stacks button)
         self.probes = w.HTML()  # NumPy loads, FAISS indexes, glibc heap
         self._probe_feed = ProbesFeed(run)
         self.scalene = w.HTML()  # Scalene snapshots, newest first
@@ -109,7 +112,7 @@ class Dashboard:
         parts: list[w.Widget] = [self.status, self.notes, self.card]
         if self.controls is not None:
             parts.append(self.controls)
-        parts.append(self.census)
+        parts += [self.census, self.stacks]
         parts += [self.chart, w.Accordion(children=[self.table, self.output, self.scalene, self.probes])]
         self.widget = w.VBox(parts)
         acc = parts[-1]
@@ -130,6 +133,8 @@ class Dashboard:
         name = type(rec).__name__
         if name == "Event" and rec.kind in ("phase", "epoch"):  # epochs: where the training starts
             self._add_phase_event({"t": rec.t, "pid": rec.pid, "kind": rec.kind, "data": rec.data})
+        elif name == "Event" and rec.kind == "stacks":  # a mark on the chart
+            self._stacks.append({"t_s": rec.t, "reason": rec.data.get("reason")})
         self.gpu.add(rec)
 
     def _add_phase_event(self, e: dict[str, Any]) -> None:
@@ -187,6 +192,7 @@ class Dashboard:
             snap["phases"] = [
                 {"name": n, "start_s": a, "end_s": b} for n, a, b in phases_mod.intervals(events, end, main)
             ]
+        snap["marks"] = stack_marks((final_summary or {}).get("stacks") or self._stacks)
         self.chart.data = snap
         if self.gpu.has_data and self.gpu.version != self._gpu_version:
             self._gpu_version = self.gpu.version
@@ -214,7 +220,7 @@ class Dashboard:
 
                 self.scalene.value = snapshots_html(final_summary["scalene"])
             if self.controls is not None:  # what the buttons said about the run no longer applies
-                self.controls.disabled = ["stop", "kill", "scalene", "census"]
+                self.controls.disabled = ["stop", "kill", "scalene", "census", "stacks"]
                 self.controls.labels = {}
                 if not self._working:
                     self.controls.note = ""
@@ -235,6 +241,7 @@ class Dashboard:
             cur = None
             limit = summary.get("limit")
             leak, spikes = summary.get("leak") or {}, summary.get("spikes") or []
+            note = None
         else:
             assert run is not None
             s = run.snapshot
@@ -243,6 +250,7 @@ class Dashboard:
             limit = run.limit()
             leak = self._live_leak(snap, limit["bytes"] if limit else None)
             spikes = self._spikes
+            note = run.stack_taker.note  # an automatic capture (near the limit, a stall): said where the eye is
         color = CAUSE_COLOR.get(state, "#c62828")
         lim = limit["bytes"] if limit else None
         head = f"{fmt_bytes(lim - cur)} headroom to the {limit_text(limit)}" if lim and cur else limit_text(limit)
@@ -250,7 +258,9 @@ class Dashboard:
         return (
             f"<div class='memscope-status' style='font-family:monospace;font-size:13px'>"
             f"<b style='color:{color}'>● {esc(state)}</b> {fmt_elapsed(elapsed)} · {now}"
-            f"peak {fmt_bytes(peak)} · {esc(head)} · {esc(leak_line(leak, spikes))}</div>"
+            f"peak {fmt_bytes(peak)} · {esc(head)} · {esc(leak_line(leak, spikes))}"
+            + (f" · {esc(note)}" if note else "")
+            + "</div>"
         )
 
     def _main_events(self) -> tuple[int | None, list[dict[str, Any]]]:
@@ -297,7 +307,8 @@ class Dashboard:
             self.controls.labels = {"kill": "killing…"}
             return "SIGKILL sent to every process of the run"
         if action in self._working:
-            return f"the {'census' if action == 'census' else 'Scalene snapshot'} asked for before is still running"
+            what = {"census": "census", "stacks": "stacks"}.get(action, "Scalene snapshot")
+            return f"the {what} asked for before {'are' if action == 'stacks' else 'is'} still running"
         if action == "scalene":
             if run.scalene is None:
                 from ..session.scalene import HOW_TO
@@ -310,19 +321,23 @@ class Dashboard:
             self.controls.labels = {"census": "counting…"}
             self._in_background("census", "Tensor census", self._take_census)
             return "counting the main process's tensors…"
+        if action == "stacks":
+            self.controls.labels = {"stacks": "taking…"}
+            self._in_background("stacks", "Stacks", self._take_stacks)
+            return "taking every process's stacks…"
         return f"unknown action {action}"
 
     def _in_background(self, action: str, label: str, work: Callable[[], str]) -> None:
         """Run a button's slow work (a census, a Scalene window) off the kernel's message thread; its outcome
         becomes the controls' note, and the button gets its label back."""
-        from ..errors import CensusError, ScaleneError
+        from ..errors import CensusError, ScaleneError, StacksError
 
         assert self.controls is not None
 
         def go() -> None:
             try:
                 note = work()
-            except (CensusError, ScaleneError) as exc:
+            except (CensusError, ScaleneError, StacksError) as exc:
                 note = f"no {label.lower()}: {exc}"
             except Exception as exc:  # never let a button break the dashboard
                 note = f"{label} failed: {exc!r}"
@@ -343,6 +358,12 @@ class Dashboard:
         return f"census taken in {c.duration_s:.2f} s" + (
             "" if c.diff.get("since") is not None else "; take another later to see what grows"
         )
+
+    def _take_stacks(self) -> str:
+        assert self.run is not None
+        s = self.run.stacks()
+        self.stacks.value = s._repr_html_()
+        return f"stacks taken in {s.data.get('duration_s', 0) * 1000:.0f} ms: {len(s.processes)} processes"
 
     def _take_scalene(self) -> str:
         from .scalene import snapshots_html

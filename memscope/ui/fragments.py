@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from ..analysis.stacks import text as stacks_text
 from ..fmt import fmt_bytes
 from .terminal import verdict_text
 
@@ -109,13 +110,47 @@ def verdict_card(summary: dict[str, Any]) -> str:
     return (
         f"<div class='memscope-verdict' style='border-left:6px solid {color};padding:6px 10px;margin:6px 0;"
         f"background:#fafafa;overflow-wrap:anywhere'>"
-        f"<div style='font-weight:bold;color:{color}'>{esc(ex['cause'])}</div>"
+        f"<div style='font-weight:bold;color:{color}'>{esc(ex['cause'])}</div>{last_words_html(summary)}"
         f"<div>{esc(ex['message'])}</div>"
         f"<div>peak tree PSS {fmt_bytes(peak.get('tree_pss_bytes'))}, RSS {fmt_bytes(peak.get('tree_rss_bytes'))}"
         f" at {peak.get('at_s', 0):.1f} s; {_plural(len(summary.get('processes', [])), 'process')}</div>{leak_html}"
         f"<div style='font-size:11px;color:#666'>record: {esc(summary.get('record', ''))} "
         f"(memscope.reopen('{esc(summary.get('run_id', ''))}'))</div>{tb_html}</div>"
     )
+
+
+def last_words_html(summary: dict[str, Any]) -> str:
+    """A killed or crashed run's last stacks, first on the card: one sentence, and the capture in full below it."""
+    lw = summary.get("last_words")
+    if not lw:
+        return ""
+    cap = next((c for c in summary.get("stacks") or [] if c.get("id") == lw.get("capture")), None)
+    full = (
+        f"<details><summary>every process's stacks then</summary><pre style='font-size:11px'>"
+        f"{esc(stacks_text(cap))}</pre></details>"
+        if cap
+        else ""
+    )
+    return f"<div class='memscope-last-words'><b>Last words:</b> {esc(lw.get('text', ''))}{full}</div>"
+
+
+def stacks_html(captures: list[dict[str, Any]]) -> str:
+    """Every capture of the run (the report's Stacks section), newest first."""
+    return "".join(
+        f"<details{' open' if i == 0 else ''}><summary>{esc(c.get('reason'))} at {c.get('t_s') or 0:.1f} s: "
+        f"{esc(c.get('headline'))}</summary><pre style='font-size:11px'>{esc(stacks_text(c))}</pre></details>"
+        for i, c in enumerate(reversed(captures))
+    )
+
+
+def stack_marks(captures: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The chart's marks for the stacks captures: where each was taken, and why."""
+    words = {"near_limit": "stacks: near the limit", "stall": "stacks: stall", "request": "stacks"}
+    return [
+        {"t_s": c["t_s"], "text": words.get(c.get("reason") or "", "stacks")}
+        for c in captures or []
+        if isinstance(c.get("t_s"), (int, float))
+    ]
 
 
 def snapshot_link(summary: dict[str, Any]) -> str:

@@ -20,7 +20,16 @@ from .bokeh_format import HOVER_JS as _HOVER_JS
 from .bokeh_format import TICK_JS as _TICK_JS
 from .census import census_html
 from .fragments import esc as _esc
-from .fragments import leak_line, output_tail, process_table, record_procs, verdict_card, with_gpu
+from .fragments import (
+    leak_line,
+    output_tail,
+    process_table,
+    record_procs,
+    stack_marks,
+    stacks_html,
+    verdict_card,
+    with_gpu,
+)
 from .probes import any_shown, probes_html
 from .series import RunSeries
 from .terminal import limit_text
@@ -108,8 +117,14 @@ def _recorded_output(rd: RunData) -> Iterable[tuple[str, str]]:
 
 
 # -- the chart -----------------------------------------------------------------------------------------------
-def memory_figure(snap: dict[str, Any], phases: list[dict[str, Any]] | None = None, title: str = "") -> Any:
-    """A Bokeh figure of a ``RunSeries.snapshot()``: tree PSS stacked by role, the lines, phase bands."""
+def memory_figure(
+    snap: dict[str, Any],
+    phases: list[dict[str, Any]] | None = None,
+    title: str = "",
+    marks: list[dict[str, Any]] | None = None,
+) -> Any:
+    """A Bokeh figure of a ``RunSeries.snapshot()``: tree PSS stacked by role, the lines, phase bands, and a
+    vertical mark at each ``marks`` time ({"t_s", "text"}: the stacks captures)."""
     from bokeh.models import (
         BoxAnnotation,
         ColumnDataSource,
@@ -121,6 +136,7 @@ def memory_figure(snap: dict[str, Any], phases: list[dict[str, Any]] | None = No
         Legend,
         LegendItem,
         NumeralTickFormatter,
+        Span,
     )
     from bokeh.models.tickers import AdaptiveTicker
     from bokeh.plotting import figure
@@ -212,6 +228,19 @@ def memory_figure(snap: dict[str, Any], phases: list[dict[str, Any]] | None = No
 
     ends = [s["t"][-1] for s in lines.values() if s["t"]]
     span = max(ends) if ends else 0.0
+    for m in (marks or [])[-50:]:
+        fig.add_layout(Span(location=m["t_s"], dimension="height", line_color="#c62828", line_dash="dashed"))
+        fig.add_layout(
+            Label(
+                x=m["t_s"],
+                y=18,
+                y_units="screen",
+                x_offset=3,
+                text=str(m.get("text", ""))[:40],
+                text_font_size="10px",
+                text_color="#c62828",
+            )
+        )
     for p in (phases or [])[-400:]:
         a = p.get("start_s")
         if a is None:
@@ -354,12 +383,15 @@ def render_html(record_path: str) -> str:
             "output was not captured, or it printed nothing)</div>"
         )
     )
+    captures = summary.get("stacks") or []
+    if captures:
+        bottom = f"<h2>Stacks ({len(captures)} taken; the last first)</h2>{stacks_html(captures)}" + bottom
     censuses = summary.get("census") or []
     if censuses:
         bottom = f"<h2>Tensor census ({len(censuses)} taken; the last)</h2>{census_html(censuses[-1])}" + bottom
     if any_shown(summary):
         bottom = f"<h2>Loads and indexes</h2>{probes_html(summary)}" + bottom
-    fig = memory_figure(snap, phases)
+    fig = memory_figure(snap, phases, marks=stack_marks(summary.get("stacks")))
     hidden = hidden_lines(fig)
     if hidden:
         bottom = (

@@ -193,6 +193,9 @@ def print_final(summary: dict, file=None, plain: bool = False) -> None:
         **({"color_system": None, "force_terminal": False} if plain else {}),
     )
     style = "green" if ex["cause"] == "ok" else "bold red"
+    lw = summary.get("last_words")
+    if lw:  # a kill or a crash: what the code was doing before it, first
+        con.print(Text.assemble(("memscope: last words: ", "bold"), lw.get("text", "")))
     con.print(Text.assemble(("memscope: ", "bold"), (ex["cause"], style), f" — {ex['message']}"))
     # markup=False: a path such as rec[/x] is text, not a closing tag.
     con.print(

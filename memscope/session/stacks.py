@@ -1,0 +1,323 @@
+"""Stacks of every process of the run, taken by memscope: on request, near the limit, and on a stall.
+
+Each Python process's agent registered faulthandler on the stacks signal (agent/stacks.py) and said so in its
+hello. A capture signals each such process that is a proven member of the run (pid + start time, through a pidfd)
+and shows a handler for that signal in /proc/PID/status at that moment (``supervise.send(require_handler=True)``),
+then reads the dumps from the run's private directory: memscope writes the capture, never the process about to
+die. It has a deadline (``DEADLINE_S`` for the whole tree); a process that exits meanwhile is named, not waited
+for. Processes without an agent are named with their state from /proc. Nothing runs between captures: the
+sampling round only compares two numbers (and, with a stall watch, reads each process's CPU time).
+"""
+
+from __future__ import annotations
+
+import collections
+import linecache
+import os
+import secrets
+import threading
+import time
+from typing import Any
+
+from .. import supervise
+from ..analysis.stacks import Stacks, main_thread, parse_dump
+from ..collect.platform import procfs
+from ..errors import StacksError
+from ..model import Event, TreeSample
+
+# Parts of a Run take the Run itself, typed Any: run.py imports this module, and a type-only import back would
+# be a circle in the import graph.
+Run = Any
+
+DEADLINE_S = 1.0  # the whole tree's stacks, or what came by then
+QUIET_S = 0.01  # a dump is complete once its file has stopped growing this long (faulthandler writes in µs)
+REARM_BELOW = 0.05  # the high-water mark re-arms once the tree is this far (of the limit) below it
+MIN_GAP_S = 5.0  # automatic captures at most this often
+STALL_CHECK_S = 1.0  # the stall watch reads each process's CPU time this often (a stall is seconds long)
+GROWTH_WINDOW_S = 5.0  # "grew fastest over the last seconds"
+REQUEST = "stacks.request"  # `memscope stacks` (another process) asks by leaving this file, holding an id
+MAX_DUMP = 1 << 20  # bytes read from one dump at most (faulthandler stops at 100 threads x 100 frames)
+
+
+class StackTaker:
+    """The stacks of one run: the agents' handlers (from their hellos), captures, and the two watches."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.handlers: dict[int, tuple[int, str]] = {}  # pid (the kernel's) -> (signal, dump file name)
+        self.agents: set[int] = set()  # pids whose agent said hello
+        self._lock = threading.Lock()  # one capture at a time (their dumps share nothing, but the CPU does)
+        self._armed = True
+        self._last_auto = -1e9
+        self._busy = False
+        self._mem: collections.deque[tuple[float, dict[int, int]]] = collections.deque()
+        self._cpu: collections.deque[tuple[float, dict[int, int]]] = collections.deque()
+        self._stall_taken = False
+        self._stall_checked = -1e9
+        self.last_output_t = 0.0  # when the run last printed (capture mode): set by the output readers
+        self.note: str | None = None  # the status line's word about the last automatic capture
+
+    # -- the agents ------------------------------------------------------------------------------------------
+    def on_hello(self, pid: int, msg: dict[str, Any]) -> None:
+        """An agent's hello: remember its stacks signal and dump file (a bare file name in the run's directory)."""
+        self.agents.add(pid)
+        sig, name = msg.get("stacks_signal"), msg.get("stacks_file")
+        if isinstance(sig, int) and isinstance(name, str) and name == os.path.basename(name) and name:
+            self.handlers[pid] = (sig, name)
+        else:
+            self.handlers.pop(pid, None)  # a fork whose parent's registration did not carry over
+
+    # -- capture ---------------------------------------------------------------------------------------------
+    def take(
+        self, reason: str = "request", deadline_s: float = DEADLINE_S, extra: dict[str, Any] | None = None
+    ) -> Stacks:
+        """Every process's stacks now, recorded as a "stacks" event; returns them."""
+        run = self.run
+        if run.ended:
+            raise StacksError("the run has ended: stacks need its processes alive")
+        if run.attached or run.agents.server is None:
+            raise StacksError("this run has no agent (attached, or started with --no-agent): no stacks")
+        with self._lock:
+            data = self._capture(reason, deadline_s)
+        data.update(extra or {})
+        run.publish(Event(data["t_s"], None, "stacks", data))
+        return Stacks(data)
+
+    def _capture(self, reason: str, deadline_s: float) -> dict[str, Any]:
+        run = self.run
+        t0, c0 = time.monotonic(), run.elapsed()
+        members = run.tree.members()
+        procs = run.tree.procs
+        try:
+            last = self._mem[-1][1]
+        except IndexError:
+            last = {}
+        rows: dict[int, dict[str, Any]] = {}
+        waiting: dict[int, tuple[str, int]] = {}
+        for pid, start in sorted(members.items()):
+            t = procs.get(pid)
+            st = procfs.read_stat(pid)
+            row: dict[str, Any] = {
+                "pid": pid,
+                "role": t.role if t else "other",
+                "name": st.comm if st else (t.info.name if t else "?"),
+                "state": st.state if st else "X",
+                "bytes": last.get(pid),
+                "threads": [],
+            }
+            rows[pid] = row
+            h = self.handlers.get(pid)
+            if h is None:
+                row["status"] = "no_handler" if pid in self.agents else "no_agent"
+                continue
+            sig, name = h
+            path = os.path.join(run.agents.dir, name)
+            before = _size(path)
+            if before is None or not supervise.send(pid, start, sig, require_handler=True):
+                row["status"] = "exited" if supervise.exited(pid) else "no_handler"
+                continue
+            waiting[pid] = (path, before)
+        seen: dict[int, tuple[int, float]] = {}  # pid -> (size, when it was last seen to grow)
+        while waiting:
+            now = time.monotonic()
+            for pid, (path, before) in list(waiting.items()):
+                size = _size(path) or 0
+                prev = seen.get(pid)
+                if size > before and (prev is None or prev[0] != size):
+                    seen[pid] = (size, now)
+                elif size > before and now - prev[1] >= QUIET_S:  # type: ignore[index]
+                    rows[pid].update(status="ok", threads=self._read(path, before, size))
+                    del waiting[pid]
+                elif size <= before and supervise.exited(pid):
+                    rows[pid]["status"] = "exited"
+                    del waiting[pid]
+            if not waiting or now - t0 >= deadline_s:
+                break
+            time.sleep(0.002)
+        for pid, (path, before) in waiting.items():
+            size = _size(path) or 0
+            if size > before:
+                rows[pid].update(status="partial", threads=self._read(path, before, size))
+            else:
+                rows[pid]["status"] = "exited" if supervise.exited(pid) else "no_answer"
+        lim = run.limit() or {}
+        tree = sum(v for v in last.values() if v)
+        cg = run.snapshot.host.cgroup_usage if run.snapshot.host is not None else None
+        used = max(tree, cg or 0) if lim.get("source") == "cgroup" else tree
+        roles: dict[str, int] = {}
+        for r in rows.values():
+            roles[r["role"]] = roles.get(r["role"], 0) + (r["bytes"] or 0)
+        return {
+            "id": secrets.token_hex(4),
+            "reason": reason,
+            "t_s": round(c0, 3),
+            "duration_s": round(time.monotonic() - t0, 4),
+            "tree_bytes": tree or None,
+            "limit_bytes": lim.get("bytes"),
+            "limit_source": lim.get("source"),
+            "fraction": round(used / lim["bytes"], 4) if lim.get("bytes") and used else None,
+            "roles": roles,
+            "grew_fastest": self._grew_fastest(),
+            "processes": [rows[p] for p in sorted(rows)],
+        }
+
+    def _read(self, path: str, start: int, end: int) -> list[dict[str, Any]]:
+        try:
+            with open(path, "rb") as f:
+                f.seek(start)
+                raw = f.read(min(end - start, MAX_DUMP))
+        except OSError:
+            return []
+        # memscope's own agent thread is no part of the program's story.
+        threads = [
+            t
+            for t in parse_dump(raw.decode("utf-8", "replace"))
+            if not any("/memscope/agent/" in f["file"] or "_memscope_agent" in f["file"] for f in t["frames"][:1])
+        ]
+        main = main_thread(threads)
+        threads.sort(key=lambda t: 0 if t is main else 1)  # the main thread first
+        files = set()
+        for t in threads:
+            for fr in t["frames"]:
+                if fr["file"] not in files:
+                    files.add(fr["file"])
+                    linecache.checkcache(fr["file"])  # the source as it is now, not as an earlier capture read it
+                code = linecache.getline(fr["file"], fr["line"]).strip() if fr["line"] else ""
+                if code:
+                    fr["code"] = code[:200]
+        return threads
+
+    def _grew_fastest(self) -> dict[str, Any] | None:
+        try:  # the sampling thread trims the window meanwhile
+            (ta, a), (tb, b) = self._mem[0], self._mem[-1]
+        except IndexError:
+            return None
+        if tb - ta <= 0:
+            return None
+        best = max(((b[p] - a[p], p) for p in b if p in a and b[p] is not None and a[p] is not None), default=None)
+        if best is None or best[0] <= 0:
+            return None
+        t = self.run.tree.procs.get(best[1])
+        return {
+            "pid": best[1],
+            "role": t.role if t else "other",
+            "bytes_per_s": int(best[0] / (tb - ta)),
+            "window_s": round(tb - ta, 2),
+        }
+
+    # -- the watches (called by every RSS round) -------------------------------------------------------------
+    def after_round(self, sample: TreeSample) -> None:
+        """Keep the last seconds of memory; capture once when the tree crosses its high-water mark or stalls."""
+        run, o = self.run, self.run.options
+        now = sample.t
+        self._mem.append((now, {p.pid: (p.est_pss if p.est_pss is not None else p.rss) for p in sample.procs}))
+        while self._mem and now - self._mem[0][0] > GROWTH_WINDOW_S:
+            self._mem.popleft()
+        if run.attached or run.agents.server is None or self._busy:
+            return
+        req = _take_request(os.path.join(run.agents.dir, REQUEST))
+        if req is not None:
+            self._auto("request", {"request": req}, automatic=False)
+            return
+        if o.stacks_at:
+            self._near_limit(sample, now)
+        if o.stall_after_s and now - self._stall_checked >= STALL_CHECK_S:
+            self._stall_checked = now
+            self._stall(sample, now)
+
+    def _near_limit(self, sample: TreeSample, now: float) -> None:
+        run, mark = self.run, self.run.options.stacks_at
+        lim = run.limit()
+        if not lim or not lim.get("bytes"):
+            return
+        used = sample.est_total or sample.rss_total
+        h = run.snapshot.host
+        if lim["source"] == "cgroup" and h is not None and h.cgroup_usage:
+            used = max(used, h.cgroup_usage)  # the kernel kills on the cgroup's count (page cache included)
+        frac = used / lim["bytes"]
+        if lim["source"] == "host" and h is not None and h.total:
+            frac = max(frac, 1 - h.available / h.total)  # the host runs out for everyone, not at the tree's size
+        if not self._armed:
+            if frac < mark - REARM_BELOW:
+                self._armed = True
+            return
+        if frac >= mark and now - self._last_auto >= MIN_GAP_S:
+            self._armed = False
+            self._auto("near_limit", {"high_water": mark})
+
+    def _stall(self, sample: TreeSample, now: float) -> None:
+        after = self.run.options.stall_after_s
+        ticks = {}
+        for p in sample.procs:
+            c = procfs.cpu_ticks(p.pid)
+            if c is not None:
+                ticks[p.pid] = c
+        self._cpu.append((now, ticks))
+        while len(self._cpu) > 2 and now - self._cpu[1][0] >= after:
+            self._cpu.popleft()
+        t_old, old = self._cpu[0]
+        used = sum(max(0, c - old[p]) for p, c in ticks.items() if p in old) / procfs.CLK_TCK
+        quiet = now - t_old >= after and used <= 0.01 * after and self.last_output_t <= t_old
+        if not quiet:
+            self._stall_taken = False
+            return
+        if not self._stall_taken:
+            self._stall_taken = True
+            self._auto("stall", {"stall_after_s": after, "cpu_s": round(used, 3)})
+
+    def _auto(self, reason: str, extra: dict[str, Any], automatic: bool = True) -> None:
+        if automatic:
+            self._last_auto = self.run.elapsed()
+        self._busy = True
+
+        def go() -> None:
+            try:
+                s = self.take(reason, extra=extra)
+                if not automatic:
+                    pass
+                elif reason == "stall":
+                    self.note = f"no progress for {extra['stall_after_s']:g} s: stacks taken"
+                    self.run.say(f"memscope: {self.note}")
+                else:
+                    self.note = f"near the limit: stacks taken at {self.run.elapsed():.0f} s"
+                del s
+            except Exception as exc:  # the run ended meanwhile, or a bug: never the sampler's end
+                try:
+                    self.run.publish(
+                        Event(self.run.elapsed(), None, "collector_error", {"where": "stacks", "error": repr(exc)})
+                    )
+                except Exception:
+                    pass
+            finally:
+                self._busy = False
+
+        threading.Thread(target=go, name="memscope-stacks", daemon=True).start()
+
+
+def request(agent_dir: str) -> str:
+    """Ask the memscope that supervises a run (another process) for its stacks: leave the request in the run's
+    directory; the supervisor takes it at its next sampling round and records a "stacks" event whose
+    ``request`` is the id returned. The supervisor does the signalling, with its proofs."""
+    rid = secrets.token_hex(4)
+    tmp = os.path.join(agent_dir, f".{REQUEST}.{rid}")
+    with open(tmp, "w") as f:
+        f.write(rid)
+    os.replace(tmp, os.path.join(agent_dir, REQUEST))
+    return rid
+
+
+def _take_request(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            rid = f.read(64).strip()
+        os.unlink(path)
+    except OSError:
+        return None
+    return rid if rid.isalnum() else None
+
+
+def _size(path: str) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
