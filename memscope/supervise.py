@@ -7,7 +7,8 @@ Everything here rests on what the kernel says, never on what a process says abou
   start time are a member's, read after the child's, and the child is younger: a member's pid reused by a
   stranger proves nothing for the stranger's children), if its session is the
   run's session (sessions cannot be joined, only left), if its environment carries the run's marker, or if it is
-  an orphan the kernel re-parented to memscope (memscope is the child subreaper while it supervises a run).
+  an orphan the kernel re-parented to memscope (the CLI is the child subreaper while it supervises a run; a
+  library's or notebook's process never is: it would adopt its own strangers).
   A pid an agent *claims* (in a PID namespace it is not even a host pid) is never enough.
 - **signals** (``send``): a pid is signalled only after checking its start time is the one recorded when it was
   found, through a pidfd so that the check and the signal name the same process. The run's group is signalled
@@ -50,13 +51,18 @@ def _prctl_subreaper(on: bool) -> bool:
 
 
 def hold_subreaper() -> bool:
-    """Make this process the child subreaper while at least one run is supervised (refcounted).
+    """Make this process the child subreaper while at least one run is supervised (refcounted); only where it
+    forks nothing but runs (the CLI, ``declare_sole_launcher``), so that every orphan it gets is a run's.
 
-    In a notebook kernel this also re-parents to the kernel the orphans of its other children while a run is
-    going; those are never reaped here (``reap`` takes the run's pids only), and the flag is dropped again
-    when the last run ends."""
+    In a library or a notebook kernel the flag would re-parent to the caller the orphans of all its other
+    children while a run is going: its daemons were listed as the run's, and orphans that are nobody's run were
+    left zombies of the caller (nothing there waits for a pid it did not start). There the caller adopts
+    nothing: the run's orphans go where they would without memscope, and those already seen stay members
+    (pid and start time), found again by their marker or session otherwise. Returns whether the role is held."""
     global _subreaper_users
     with _lock:
+        if not _sole_launcher:
+            return False
         _subreaper_users += 1
         return _prctl_subreaper(True) if _subreaper_users == 1 else True
 

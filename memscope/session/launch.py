@@ -35,7 +35,8 @@ def launch(run: Run) -> None:
             run.agents.environment(env)
         if o.output == "capture":
             env.setdefault("PYTHONUNBUFFERED", "1")
-        # The subreaper first: an orphan made in the run's first milliseconds must come to memscope too.
+        # The subreaper first (the CLI's only: see hold_subreaper): an orphan made in the run's first
+        # milliseconds must come to memscope too.
         run._subreaper = supervise.hold_subreaper()
         try:
             run._proc = supervise.launch(run.command, o.cwd, env, run.output_files)
