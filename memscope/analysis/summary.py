@@ -73,7 +73,23 @@ def evidence(rd: RunData) -> ExitEvidence:
         **_agents(rd, run),
         host_available_bytes=hosts[-1][2] if hosts else None,
         host_total_bytes=hosts[-1][1] if hosts else None,
+        oom_victims=_oom_victims(rd),
+        names={p["pid"]: p["name"] or "" for p in procs},
     )
+
+
+def _oom_victims(rd: RunData) -> dict[int, str] | None:
+    """pid -> name of each process the kernel's log says the OOM killer killed during the run; None where the log
+    was not readable (or an older record)."""
+    ev = next(iter(rd.events("kernel_log")), None)
+    data = ev["data"] if ev and isinstance(ev.get("data"), dict) else {}
+    if data.get("readable") is not True or not isinstance(data.get("oom_victims"), list):
+        return None
+    return {
+        v["pid"]: str(v.get("name", ""))
+        for v in data["oom_victims"]
+        if isinstance(v, dict) and isinstance(v.get("pid"), int)
+    }
 
 
 def _agents(rd: RunData, run: dict[str, Any]) -> dict[str, Any]:

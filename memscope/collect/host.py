@@ -7,6 +7,7 @@ Every function takes ``root`` (the filesystem root) so the parsers run on fixtur
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 from dataclasses import dataclass
@@ -193,3 +194,54 @@ class CgroupFollower:
                 return None
             before, self.cgroup = self.cgroup, cg
             return cg, before
+
+
+# The OOM killer's line, the same for the host's and a cgroup's: "Memory cgroup out of memory: Killed process 4130
+# (python3) total-vm:...". Its pid is the process's in the kernel's namespace (the host's).
+_OOM_VICTIM = re.compile(rb"Killed process (\d+) \(([^)]*)\)")
+_KMSG_MAX_RECORDS = 100_000  # one read a record; a log flooded faster than it is read cannot keep us here
+
+
+class KernelLog:
+    """The kernel's log (/dev/kmsg) from the moment this is made: which processes the OOM killer killed. A
+    cgroup's oom_kill counter counts the kills of *any* process in it (a sidecar in the same container), so only
+    the kernel's own line names the victim. Unreadable (no CAP_SYSLOG, dmesg_restrict, a container): ``victims``
+    says None and the evidence falls back on the counter."""
+
+    def __init__(self, path: str = "/dev/kmsg") -> None:
+        try:
+            self._fd: int | None = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            self._fd = None
+            return
+        try:
+            os.lseek(self._fd, 0, os.SEEK_END)  # what came before the run is not its business
+        except OSError:
+            self.close()
+
+    def victims(self) -> list[tuple[int, str]] | None:
+        """(pid, name) of each process the OOM killer killed since, in order; None when the log is unreadable."""
+        if self._fd is None:
+            return None
+        out = []
+        for _ in range(_KMSG_MAX_RECORDS):
+            try:
+                rec = os.read(self._fd, 8192)  # one record a read
+            except BlockingIOError:
+                break
+            except BrokenPipeError:
+                continue  # records overwritten before they were read: the next read goes on after them
+            except OSError:
+                break
+            if not rec:
+                break
+            m = _OOM_VICTIM.search(rec)
+            if m:
+                out.append((int(m.group(1)), m.group(2).decode("utf-8", "replace")))
+        return out
+
+    def close(self) -> None:
+        """Let go of the log."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
