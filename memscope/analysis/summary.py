@@ -59,7 +59,7 @@ def evidence(rd: RunData) -> ExitEvidence:
         main_pid=main_pid(procs, run["root_pid"]),
         stop_requested=st.get("stop_requested"),
         signals_sent=[e["data"] for e in rd.events("signal_sent")],
-        exceptions={e["pid"]: e["data"] for e in rd.events("exception")},
+        exceptions=exceptions(rd),
         faults={e["pid"]: e["data"].get("text", "") for e in rd.events("fault")},
         roles={p["pid"]: p["role"] for p in procs},
         proc_signals={p["pid"]: p["exit_signal"] for p in procs if p["exit_signal"]},
@@ -76,6 +76,13 @@ def evidence(rd: RunData) -> ExitEvidence:
         oom_victims=_oom_victims(rd),
         names={p["pid"]: p["name"] or "" for p in procs},
     )
+
+
+def exceptions(rd: RunData) -> dict[int, dict[str, Any]]:
+    """pid -> the uncaught exception its agent saved: the crash file's, else the one its agent sent over the
+    socket (a run that switched user, runuser -u nobody, cannot write in memscope's directory)."""
+    sent = {e["pid"]: e["data"] for e in rd.events("agent_exception") if isinstance(e.get("data"), dict)}
+    return sent | {e["pid"]: e["data"] for e in rd.events("exception")}
 
 
 def _oom_victims(rd: RunData) -> dict[int, str] | None:

@@ -1,6 +1,7 @@
 """The agents' meeting point: a Unix socket in a private directory, one JSON line per message.
 
-A connection must open with a hello carrying the run's token, or it is dropped. The peer is who the kernel says
+A connection must open with a hello carrying the run's token, or it is dropped (run as root, memscope lets
+any user connect, for a run that switches user: the token is the key). The peer is who the kernel says
 it is (SO_PEERCRED: its pid in memscope's PID namespace), never the pid its hello claims. The server runs on its own
 thread and never writes back on its own (only a request such as a census, through ``request``), so a slow or dead
 agent cannot stall the collectors.
@@ -78,7 +79,14 @@ class AgentServer:
         self._stop = threading.Event()
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(path)
-        os.chmod(path, 0o600)
+        if os.geteuid() == 0:
+            # Run as root, the run may switch to a user nobody can name in advance (runuser, su, gosu, a
+            # container entrypoint): its agents must still reach the socket. Anyone may connect, no one may list
+            # the directory or write in it, and the run's token (in its environment only) is the key.
+            os.chmod(os.path.dirname(path) or ".", 0o711)
+            os.chmod(path, 0o666)
+        else:
+            os.chmod(path, 0o600)
         self._listener.listen(128)
         self._listener.setblocking(False)
         self._sel.register(self._listener, selectors.EVENT_READ, None)
