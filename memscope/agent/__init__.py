@@ -61,6 +61,7 @@ def start():
         return
     channel = Channel(sock, token)
     channel.on_lost = crash.check_faulthandler  # the program took our socket's number: it may have the others
+    channel.on_use = crash.check_faulthandler  # and at every message: faulthandler's number alone may be taken
     try:
         crash.enable_faulthandler(run_dir)
     except Exception:
