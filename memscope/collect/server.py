@@ -71,7 +71,8 @@ def _open_fds() -> int:
 class AgentServer:
     """The agents' Unix socket: authenticates each connection, checks each message, passes it on."""
 
-    def __init__(self, path: str, token: str, on_message: OnMessage) -> None:
+    def __init__(self, path: str, token: str, on_message: OnMessage, public: bool = False) -> None:
+        """``public``: any user may connect (the token is still the key), for a run that switches user."""
         self.path = path
         self._token = token
         self._on_message = on_message
@@ -79,14 +80,7 @@ class AgentServer:
         self._stop = threading.Event()
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(path)
-        if os.geteuid() == 0:
-            # Run as root, the run may switch to a user nobody can name in advance (runuser, su, gosu, a
-            # container entrypoint): its agents must still reach the socket. Anyone may connect, no one may list
-            # the directory or write in it, and the run's token (in its environment only) is the key.
-            os.chmod(os.path.dirname(path) or ".", 0o711)
-            os.chmod(path, 0o666)
-        else:
-            os.chmod(path, 0o600)
+        os.chmod(path, 0o666 if public else 0o600)
         self._listener.listen(128)
         self._listener.setblocking(False)
         self._sel.register(self._listener, selectors.EVENT_READ, None)
