@@ -202,6 +202,16 @@ _OOM_VICTIM = re.compile(rb"Killed process (\d+) \(([^)]*)\)")
 _KMSG_MAX_RECORDS = 100_000  # one read a record; a log flooded faster than it is read cannot keep us here
 
 
+_INIT_PID_NS_INO = 0xEFFFFFFC  # PROC_PID_INIT_INO: the inode of the kernel's first PID namespace
+
+
+def _in_initial_pid_namespace() -> bool:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino == _INIT_PID_NS_INO
+    except OSError:
+        return False
+
+
 class KernelLog:
     """The kernel's log (/dev/kmsg) from the moment this is made: which processes the OOM killer killed. A
     cgroup's oom_kill counter counts the kills of *any* process in it (a sidecar in the same container), so only
@@ -209,10 +219,12 @@ class KernelLog:
     says None and the evidence falls back on the counter."""
 
     def __init__(self, path: str = "/dev/kmsg") -> None:
+        self._fd: int | None = None
+        if not _in_initial_pid_namespace():
+            return  # the log's pids are the host's: in a container they would name other processes than ours
         try:
-            self._fd: int | None = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            self._fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
-            self._fd = None
             return
         try:
             os.lseek(self._fd, 0, os.SEEK_END)  # what came before the run is not its business
