@@ -3,9 +3,12 @@
 Everything here rests on what the kernel says, never on what a process says about itself:
 
 - **launch**: the command starts in its own session, so its pid is the run's session id, group id and root.
-- **membership** (``Membership.proof``): a process belongs to the run if its parent does, if its session is the
+- **membership** (``Membership.proof``): a process belongs to the run if its parent does (the parent's pid *and*
+  start time are a member's, read after the child's, and the child is younger: a member's pid reused by a
+  stranger proves nothing for the stranger's children), if its session is the
   run's session (sessions cannot be joined, only left), if its environment carries the run's marker, or if it is
-  an orphan the kernel re-parented to memscope (memscope is the child subreaper while it supervises a run).
+  an orphan the kernel re-parented to memscope (the CLI is the child subreaper while it supervises a run; a
+  library's or notebook's process never is: it would adopt its own strangers).
   A pid an agent *claims* (in a PID namespace it is not even a host pid) is never enough.
 - **signals** (``send``): a pid is signalled only after checking its start time is the one recorded when it was
   found, through a pidfd so that the check and the signal name the same process. The run's group is signalled
@@ -48,13 +51,18 @@ def _prctl_subreaper(on: bool) -> bool:
 
 
 def hold_subreaper() -> bool:
-    """Make this process the child subreaper while at least one run is supervised (refcounted).
+    """Make this process the child subreaper while at least one run is supervised (refcounted); only where it
+    forks nothing but runs (the CLI, ``declare_sole_launcher``), so that every orphan it gets is a run's.
 
-    In a notebook kernel this also re-parents to the kernel the orphans of its other children while a run is
-    going; those are never reaped here (``reap`` takes the run's pids only), and the flag is dropped again
-    when the last run ends."""
+    In a library or a notebook kernel the flag would re-parent to the caller the orphans of all its other
+    children while a run is going: its daemons were listed as the run's, and orphans that are nobody's run were
+    left zombies of the caller (nothing there waits for a pid it did not start). There the caller adopts
+    nothing: the run's orphans go where they would without memscope, and those already seen stay members
+    (pid and start time), found again by their marker or session otherwise. Returns whether the role is held."""
     global _subreaper_users
     with _lock:
+        if not _sole_launcher:
+            return False
         _subreaper_users += 1
         return _prctl_subreaper(True) if _subreaper_users == 1 else True
 
@@ -136,12 +144,12 @@ class Membership:
         self.reparented = reparented and LINUX
         self.signal_orphans = _sole_launcher  # whether a re-parented orphan proves enough to be signalled
 
-    def proof(self, pid: int, st: "procfs.Stat", is_member: Callable[[int], bool]) -> str | None:
-        """Why ``pid`` (whose /proc stat is ``st``) belongs to the run, or None. ``is_member(pid)``: whether a
-        pid is already a live, proven member."""
-        if pid == self.root:
+    def proof(self, pid: int, st: "procfs.Stat", child_of_member: Callable[["procfs.Stat"], bool]) -> str | None:
+        """Why ``pid`` (whose /proc stat is ``st``) belongs to the run, or None. ``child_of_member(st)``: whether
+        its parent is proven, by pid and start time, to be a live member (``TreeSampler.child_of_member``)."""
+        if pid == self.root and (self.started_ticks is None or st.starttime == self.started_ticks):
             return "root"
-        if is_member(st.ppid):
+        if child_of_member(st):
             return "parent"
         if self.session is not None and st.sid == self.session:
             return "session"
@@ -161,16 +169,22 @@ class Membership:
         return self.started_ticks is None or st.starttime >= self.started_ticks
 
     def descends(self, pid: int, st: "procfs.Stat | None" = None) -> bool:
-        """Whether the ppid chain of ``pid`` reaches the root (or the run's session)."""
+        """Whether the ppid chain of ``pid`` reaches the root (or the run's session). Each link is proven as
+        ``TreeSampler.child_of_member`` proves it: the parent, read after its child, started no later than the child."""
         st = st or procfs.read_stat(pid)
         for _ in range(_ANCESTRY_DEPTH):
             if st is None:
                 return False
-            if st.pid == self.root or (self.session is not None and st.sid == self.session):
+            if st.pid == self.root and (self.started_ticks is None or st.starttime == self.started_ticks):
+                return True
+            if self.session is not None and st.sid == self.session:
                 return True
             if st.ppid <= 1:
                 return False
-            st = procfs.read_stat(st.ppid)
+            parent = procfs.read_stat(st.ppid)
+            if parent is None or parent.starttime > st.starttime:
+                return False  # the pid was reused since: whoever holds it now is not this child's parent
+            st = parent
         return False
 
 

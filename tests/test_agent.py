@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import PY, script, wait_for_output
 
 from memscope.agent import protocol
@@ -47,7 +48,9 @@ def test_a_connection_without_the_token_is_dropped(start):
     c.sendall(b'{"t":"hello","token":"wrong","pid":1}\n{"t":"exception","type":"Forged"}\n')
     time.sleep(0.5)
     assert run._server.rejected == 1
-    assert oct(os.stat(os.path.dirname(run._server.path)).st_mode & 0o777) == "0o700"
+    # Only memscope may list or write its directory; as root, anyone may reach the socket (a run that switches
+    # user), and the token is the key.
+    assert os.stat(os.path.dirname(run._server.path)).st_mode & 0o777 == (0o711 if os.geteuid() == 0 else 0o700)
     run.kill()
     from memscope.record.reader import RunData
 
@@ -151,3 +154,32 @@ def test_a_full_socket_never_cuts_a_line(tmp_path):
     lines = [line for line in data.split(b"\n") if line]
     assert len(lines) >= 3
     assert all(isinstance(_json.loads(line), dict) for line in lines)
+
+
+def _nobody_runs_the_agent() -> bool:
+    """Root, runuser, a Python the user nobody may run, and memscope's agent readable by it."""
+    if os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"):
+        return False
+    check = f"import os, sys; sys.exit(not os.access({os.path.join(AGENT_SITE, 'sitecustomize.py')!r}, os.R_OK))"
+    try:
+        p = subprocess.run(["runuser", "-u", "nobody", "--", "/usr/bin/python3", "-c", check], cwd="/", timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return p.returncode == 0
+
+
+@pytest.mark.skipif(not _nobody_runs_the_agent(), reason="needs root, runuser and a Python the user nobody can run")
+def test_a_run_that_switches_user_still_reaches_memscope(start):
+    # Issue 22 point 14: memscope as root, the training under runuser -u nobody. Its agent loaded but could not
+    # reach the socket (memscope's private directory): "no agent loaded" and no exception. The socket is
+    # reachable now (the token is the key), and the exception travels over it (no crash file can be written).
+    code = "import os; print('uid', os.getuid(), flush=True); raise ValueError('boom')"
+    run = start(["runuser", "-u", "nobody", "--", "/usr/bin/python3", "-c", code], cwd="/")
+    s = run.wait(60)
+    from memscope.record.reader import RunData
+
+    main = next(p["pid"] for p in s["processes"] if p["cmdline"].startswith("/usr/bin/python3"))
+    assert "uid 65534" in run.output_tail
+    assert main in {h["pid"] for h in RunData(s["record"]).events("agent_hello")}, s["exit"]
+    assert s["exit"]["cause"] == "exception" and "ValueError: boom" in s["exit"]["message"], s["exit"]
+    assert s["exit"]["pid"] == main

@@ -23,8 +23,19 @@ def test_oom_kill_needs_evidence_and_says_which():
     # No counter readable at all (macOS): being at the limit is the only evidence there is.
     ex = decide(ExitEvidence(**base, last_tree_bytes=int(7.8 * 2**30)))
     assert ex["cause"] == "oom_kill" and "limit at the last sample" in ex["message"]
-    ex = decide(ExitEvidence(**base, last_tree_bytes=1 << 30, cgroup_oom_delta=1))
+    ex = decide(ExitEvidence(**base, last_tree_bytes=5 << 30, cgroup_oom_delta=1))
     assert ex["cause"] == "oom_kill" and "container's oom_kill counter rose by 1" in ex["message"]
+    # Issue 22 point 7: the counter counts every process of the cgroup (a sidecar): with the run far from the
+    # limit, it is no proof; the kernel's log naming one of the run's processes is.
+    ex = decide(ExitEvidence(**base, last_tree_bytes=1 << 30, cgroup_oom_delta=1))
+    assert ex["cause"] == "killed" and "counter rose by 1, but the run held too little" in ex["message"], ex
+    far = dict(base, last_tree_bytes=1 << 30, cgroup_oom_delta=1, names={10: "python"})
+    ex = decide(ExitEvidence(**far, oom_victims={99: "sidecar"}))
+    assert ex["cause"] == "killed" and "took sidecar (pid 99), no process of the run" in ex["message"], ex
+    ex = decide(ExitEvidence(**far, oom_victims={10: "python"}))
+    assert ex["cause"] == "oom_kill" and "killed python (pid 10), a process of the run" in ex["message"], ex
+    ex = decide(ExitEvidence(**dict(far, cgroup_oom_delta=None), oom_victims={10: "bash"}))  # pid reused
+    assert ex["cause"] == "killed", ex
 
 
 def test_worker_killed_by_oom_killer_is_a_worker_crash_pointing_at_oom():
@@ -41,6 +52,8 @@ def test_worker_killed_by_oom_killer_is_a_worker_crash_pointing_at_oom():
             exceptions={10: exc},
             roles={10: "main", 77: "dataloader_worker"},
             cgroup_oom_delta=1,
+            oom_victims={77: "pt_data_worker"},
+            names={10: "python", 77: "pt_data_worker"},
         )
     )
     assert ex["cause"] == "worker_crash" and ex["pid"] == 77 and ex["signal"] == "SIGKILL"

@@ -2,6 +2,7 @@
 
 import os
 import signal
+import subprocess
 import time
 
 import pytest
@@ -119,7 +120,17 @@ def _make_memory_cgroup(limit):
     return path
 
 
-def test_real_kernel_oom_kill_in_a_cgroup(start):
+@pytest.fixture(params=["kmsg", "no_kmsg"])
+def kernel_log(request, monkeypatch):
+    """Each OOM case twice: with the kernel's log readable, and without it (a container): the counter decides."""
+    from memscope.collect import host
+
+    if request.param == "no_kmsg":
+        monkeypatch.setattr(host.KernelLog.__init__, "__defaults__", ("/nonexistent/kmsg",))
+    return request.param
+
+
+def test_real_kernel_oom_kill_in_a_cgroup(start, kernel_log):
     cg = _make_memory_cgroup(256 << 20)
     if cg is None:
         pytest.skip("no writable cgroup v1 memory controller here")
@@ -131,6 +142,40 @@ def test_real_kernel_oom_kill_in_a_cgroup(start):
         assert "oom_kill counter rose by 1" in ex["message"]
         assert "survived" not in run.output_tail
     finally:
+        os.rmdir(cg)
+
+
+HOG = "import time\nchunks = []\nwhile True:\n    chunks.append(bytearray(16 << 20))\n    time.sleep(0.01)\n"
+
+
+def test_a_sidecar_oom_killed_in_the_runs_cgroup_is_not_the_runs_oom_kill(start, kernel_log):
+    # Issue 22 point 7: one container cgroup (300 MiB), a 35 MiB training, and a sidecar outside the run that the
+    # OOM killer takes there; the training is then SIGKILLed by hand. The cgroup's counter rose, for the sidecar.
+    cg = _make_memory_cgroup(300 << 20)
+    if cg is None:
+        pytest.skip("no writable cgroup v1 memory controller here")
+    sidecar = None
+    try:
+        run = start(
+            ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$0" "$@"', PY, script("sleeper.py"), "35"],
+            host_interval_s=0.1,
+        )
+        wait_for_output(run, "ready")
+        time.sleep(0.5)  # host samples in the cgroup: the counter's first reading
+        sidecar = subprocess.Popen(["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$0" -c "$1"', PY, HOG])
+        assert sidecar.wait(60) == -signal.SIGKILL  # the OOM killer's victim
+        time.sleep(0.5)
+        os.kill(run.pid, signal.SIGKILL)
+        s = run.wait(30)
+        ex = s["exit"]
+        assert ex["cause"] == "killed", ex
+        assert "oom_kill counter rose by 1" in ex["message"] and "from outside" in ex["message"], ex
+        if kernel_log == "kmsg":
+            assert f"(pid {sidecar.pid}), no process of the run" in ex["message"], ex
+    finally:
+        if sidecar is not None and sidecar.poll() is None:
+            sidecar.kill()
+            sidecar.wait()
         os.rmdir(cg)
 
 

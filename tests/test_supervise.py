@@ -160,6 +160,89 @@ def test_send_checks_the_start_time_before_signalling(tmp_path):
             p.wait()
 
 
+# -- issue 22 point 9: a member's pid reused by a stranger while memscope was stalled -----------------------------
+# A process outside the run that notes every signal it gets, then (as "parent") starts a child doing the same.
+CATCH = r"""
+import os, signal, subprocess, sys, time
+def note(what):
+    with open(sys.argv[1], "a") as f:
+        f.write(f"{os.getpid()} {what}\n")
+for s in (signal.SIGCONT, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(s, lambda s, f: note(s))
+note("ready")
+if sys.argv[2] == "parent":
+    c = subprocess.Popen([sys.executable, "-c", sys.argv[3], sys.argv[1], "child", ""])
+    print(os.getpid(), c.pid, flush=True)
+time.sleep(30)
+"""
+
+REUSE = r"""
+import json, os, signal, subprocess, sys, time
+tmp, catch = sys.argv[1], sys.argv[2]
+log = os.path.join(tmp, "signals.log")
+cli = subprocess.Popen(
+    [sys.executable, "-m", "memscope.cli", "run", "--quiet", "--record", os.path.join(tmp, "runs"),
+     "--summary-json", os.path.join(tmp, "summary.json"), "--grace", "1", "--",
+     "sh", "-c", "sleep 60 & echo member $!; wait $!; echo reaped; sleep 60"],
+    stdout=subprocess.PIPE, text=True)
+member = int(cli.stdout.readline().split()[1])
+time.sleep(1.5)  # discovery rounds: the member is known
+os.kill(cli.pid, signal.SIGSTOP)  # memscope stalled
+os.kill(member, signal.SIGKILL)
+assert cli.stdout.readline().strip() == "reaped"  # its pid is free
+stranger = None
+for _ in range(20):  # the stranger, this script's child, takes the member's pid: the next one handed out
+    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+        f.write(str(member - 1))
+    p = subprocess.Popen([sys.executable, "-c", catch, log, "parent", catch], stdout=subprocess.PIPE, text=True)
+    if p.pid == member:
+        stranger = p
+        break
+    p.kill()
+    p.wait()
+assert stranger is not None, "the pid was not reused"
+spid, cpid = map(int, stranger.stdout.readline().split())
+deadline = time.monotonic() + 20
+while time.monotonic() < deadline and f"{cpid} ready" not in open(log).read():
+    time.sleep(0.05)
+os.kill(cli.pid, signal.SIGCONT)  # memscope goes on: it passes SIGCONT on to the run
+time.sleep(1.5)  # discovery rounds after the stall
+os.kill(cli.pid, signal.SIGTERM)  # and SIGTERM to every process of the run
+cli.wait(60)
+time.sleep(0.3)
+summary = json.load(open(os.path.join(tmp, "summary.json")))
+print(json.dumps({"member": member, "stranger": spid, "child": cpid, "log": open(log).read().splitlines(),
+                  "pids": [q["pid"] for q in summary["processes"]], "cause": summary["exit"]["cause"]}))
+"""
+
+
+def _unshare_root_works() -> bool:
+    if os.geteuid() != 0:
+        return False
+    try:
+        return subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@pytest.mark.skipif(not _unshare_root_works(), reason="needs root and PID namespaces")
+def test_a_member_pid_reused_by_a_stranger_while_memscope_was_stopped_never_gets_a_signal(tmp_path):
+    # In a PID namespace of its own (everything in it dies with it): a member exits while memscope is stopped, a
+    # process outside the run takes its pid (ns_last_pid) and forks. The child's parent pid is a member's, its
+    # parent is not: it must never be adopted, given the SIGCONT of memscope's resume or the SIGTERM of its stop.
+    p = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", PY, "-c", REUSE, str(tmp_path), CATCH],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["stranger"] == got["member"]  # the pid was reused
+    assert sorted(got["log"]) == sorted([f"{got['stranger']} ready", f"{got['child']} ready"]), got  # no signal
+    assert got["child"] not in got["pids"] and got["cause"] == "stopped_by_user", got
+
+
 # -- point 2: memscope under signals (the CLI) -----------------------------------------------------------------
 def _read_until(p, text, timeout=30.0):
     deadline, lines = time.monotonic() + timeout, []
@@ -384,28 +467,41 @@ def test_a_daemon_with_a_cleared_environment_is_found_stopped_and_named_by_the_c
             os.kill(d["pid"], signal.SIGKILL)
 
 
-def test_in_a_library_or_kernel_such_a_daemon_is_named_but_never_signalled(start, guard):
-    # A child of this process that is not the run's (a notebook kernel's other work): memscope must not reap it.
+def test_in_a_library_or_kernel_the_caller_adopts_nothing_while_a_run_is_supervised(start, guard):
+    # Issue 22 point 16: the process calling memscope.run() (a notebook kernel) has work of its own. Its daemon
+    # started during the run must never be listed as the run's, and orphans of its other children must not
+    # become its zombies: it is not the child subreaper (the CLI is, and forks nothing else).
     other = os.posix_spawn("/bin/sh", ["sh", "-c", "sleep 0.3; exit 7"], dict(os.environ))
-    # Discovery only at the start and the end: the daemon is met only as an orphan (caught while still its
-    # parent's child, it would be proven the run's by parentage, and stopped).
-    run = start(["bash", "-c", "sleep 0.3; " + DAEMON], discover_interval_s=5.0)
-    assert _subreaper_flag() == 1
+    run = start(["bash", "-c", "echo started; sleep 2"], discover_interval_s=0.2)
+    wait_for_output(run, "started")
+    held = _subreaper_flag()
+    # The caller's own work, outside the run: a daemon that leaves its session, and a short-lived orphan.
+    mine = subprocess.Popen(
+        ["sh", "-c", "(setsid sleep 21.6 >/dev/null & echo $!); (sleep 0.2 >/dev/null & echo $!); exit 0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    out, _ = mine.communicate(timeout=10)
+    daemon, orphan = map(int, out.split())
     s = run.wait(60)
     try:
-        assert _subreaper_flag() == 0  # dropped with the last run: the kernel's other orphans are not ours
         assert os.waitpid(other, 0)[1] >> 8 == 7  # its status was left to its parent
-        daemons = [q for q in s["processes"] if q["cmdline"].startswith("sleep 21.5")]
-        assert len(daemons) == 1, s["processes"]
-        d = daemons[0]
-        # Here an orphan cannot be told from the kernel's own Popen(start_new_session=True) children: watched,
-        # said, not signalled.
-        assert alive([d["pid"]]) == [d["pid"]] and d["end"] is None, d
-        assert any("still running" in w and str(d["pid"]) in w for w in s["warnings"]), s["warnings"]
-        assert d["pid"] not in guard.sent and guard.refused == []
-        assert s["exit"]["cause"] == "ok"
+        pids = {q["pid"] for q in s["processes"]}
+        assert daemon not in pids and orphan not in pids, s["processes"]
+        deadline = time.monotonic() + 10  # the short one has ended: not our zombie, not our child
+        while (
+            (st := supervise.procfs.read_stat(orphan)) is not None and st.state != "Z" and time.monotonic() < deadline
+        ):
+            time.sleep(0.05)
+        assert st is None or st.ppid != os.getpid(), st  # never re-parented to the caller, left for it to reap
+        assert supervise.procfs.read_stat(daemon).ppid != os.getpid()
+        assert set(guard.sent) <= pids and guard.refused == []
+        assert s["exit"]["cause"] == "ok" and held == 0
     finally:
-        _end_our_orphans()
+        try:
+            os.kill(daemon, signal.SIGKILL)
+        except (OSError, NameError):
+            pass
 
 
 # -- point 11: out of descriptors ------------------------------------------------------------------------------

@@ -69,6 +69,7 @@ def start():
         return
     channel = Channel(sock, token)
     channel.on_lost = _check_fds  # the program took our socket's number: it may have the others
+    channel.on_use = _check_fds  # and at every message: faulthandler's (or the stacks file's) number alone may be taken
     try:
         crash.enable_faulthandler(run_dir)
     except Exception:

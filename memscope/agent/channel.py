@@ -3,8 +3,8 @@
 A message that cannot be sent at once is dropped whole (never cut: a line that the buffer took only in part is
 finished first); if the collector is gone the channel goes quiet for good.
 
-The socket sits on a high, close-on-exec descriptor (``fds.lift``), and before each use the channel checks that
-the number still names its socket: a program that closed it and was handed the number again keeps it untouched
+The socket sits on a close-on-exec descriptor the program cannot be handed (``fds.lift``), and before each use
+the channel checks that the number still names its socket: a program that closed it and was handed the number again keeps it untouched
 (the channel goes quiet, letting go of the number without closing it).
 """
 import json
@@ -30,6 +30,9 @@ class Channel:
         self._pending = b""
         self.dropped = 0
         self.on_lost = None  # called once the socket's number is found to be the program's (check the others)
+        # Called before every message, sent or not: the agent's other descriptors (faulthandler's, written from C
+        # with no check at the crash) are checked as often as the program gives the agent control.
+        self.on_use = None
 
     def connect(self, hello):
         """Connect and authenticate with the run's token; False when memscope cannot be reached."""
@@ -50,6 +53,11 @@ class Channel:
 
     def send(self, msg):
         """Send one message (a dict) without ever blocking the user's code; False when it could not go."""
+        if self.on_use is not None:
+            try:
+                self.on_use()
+            except Exception:
+                pass
         if self._dead or self._sock is None:
             return False
         data = _encode(msg)
@@ -90,7 +98,7 @@ class Channel:
                         if left <= 0:
                             self._pending = data  # finished by the next send, never cut
                             return False
-                        select.select([], [self._sock], [], min(left, 0.1))
+                        _wait(self._sock, select.POLLOUT, min(left, 0.1))
                 return True
             except OSError:
                 self._close()
@@ -102,8 +110,7 @@ class Channel:
         while not self._dead and self._sock is not None:
             sock = self._sock
             try:
-                ready, _, _ = select.select([sock], [], [], 1.0)
-                if not ready:
+                if not _wait(sock, select.POLLIN, 1.0):
                     continue
                 with self._lock:  # never read from a number the program was handed since
                     if not self._mine():
@@ -185,6 +192,14 @@ class Channel:
         self._pending = b""
         self._dead = False
         self.connect(hello)
+
+
+def _wait(sock, event, timeout):
+    """Whether ``sock`` is ready for ``event`` within ``timeout`` s. poll, not select: the agent's descriptors sit
+    at or above the descriptor limit (fds.lift), past what select() takes."""
+    p = select.poll()
+    p.register(sock, event | select.POLLERR | select.POLLHUP)
+    return bool(p.poll(timeout * 1000))
 
 
 def _encode(msg):

@@ -106,9 +106,12 @@ def save_exception(run_dir, channel, etype, value, tb, how):
         "how": how,
     }
     path = os.path.join(run_dir, "%s%d.json" % (EXC_PREFIX, os.getpid()))
-    with open(path + ".tmp", "w") as f:
-        json.dump(rec, f)
-    os.replace(path + ".tmp", path)
+    try:
+        with open(path + ".tmp", "w") as f:
+            json.dump(rec, f)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass  # a run that switched user may not write in memscope's directory: the socket still carries it
     channel.send(dict(rec, t="exception"))
     if "CUDA out of memory" in rec["message"]:
         from .probes.torch_memory import save_at_exception

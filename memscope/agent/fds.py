@@ -1,14 +1,21 @@
-"""The agent's own descriptors: held above the program's usual range, close-on-exec, and checked before each use.
+"""The agent's own descriptors: held where the program cannot be handed their numbers, close-on-exec, and checked
+before each use.
 
 A program may close every inherited descriptor (``os.closerange(3, ...)``, as daemonizers do) and be handed the
-same numbers by its next open(). The agent must then never write to, read from or close that number: it would be
-the program's file or connection. So each descriptor the agent keeps is moved to a high number (the program's own
-opens get the lowest free one) and remembered by identity (st_dev, st_ino); before each use the number is checked
-to still name that object, and one that does not is forgotten, never closed.
+same numbers by its next open() or dup2(). The agent must then never write to, read from or close that number: it
+would be the program's file or connection. So each descriptor the agent keeps is moved to a number at or above
+the process's soft RLIMIT_NOFILE (the limit is lifted for the time of one fcntl, then put back): open(), dup(),
+dup2() and F_DUPFD never hand out such a number, so no thread of the program can be given it, not even one that
+races the agent between its check and its use. Where that cannot be done (the soft limit is already the hard
+one and this process may not raise it; a huge limit, whose descriptor table would cost memory; the program
+raised its limit later), the descriptor goes to a high number below the limit (the program's own opens get the
+lowest free one). Either way it is remembered by identity (st_dev, st_ino) and checked before each use: a number
+that no longer names it is forgotten, never closed.
 """
 
 import os
 import stat
+import sys
 
 try:
     import fcntl
@@ -16,6 +23,8 @@ except ImportError:  # not on Linux/macOS: no descriptor juggling, the identity 
     fcntl = None
 
 HIGH = 1000  # above what a program usually holds; below the common soft limit of 1024
+SPAN = 16  # numbers lifted above the soft limit: the agent's own descriptors (socket, faulthandler, probes)
+MAX_LIFTED = 1 << 14  # a descriptor at number N makes the kernel's table ~8 N bytes (fork copies it): not above
 
 
 def _floor():
@@ -36,7 +45,9 @@ def lift(fd):
     if fcntl is None:
         return fd
     try:
-        high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _floor())
+        high = _above_limit(fd)
+        if high is None:
+            high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _floor())
     except (OSError, ValueError, AttributeError):
         try:
             os.set_inheritable(fd, False)
@@ -45,6 +56,36 @@ def lift(fd):
         return fd
     os.close(fd)
     return high
+
+
+def _above_limit(fd):
+    """A close-on-exec duplicate of ``fd`` at the soft RLIMIT_NOFILE or just above, or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        inf = resource.RLIM_INFINITY
+        if soft == inf or soft > MAX_LIFTED:
+            return None
+        if hard != inf and hard < soft + SPAN:
+            if os.geteuid() != 0:  # only a privileged process may raise its hard limit (then put it back)
+                return None
+            with open("/proc/sys/fs/nr_open") as f:
+                if int(f.read()) < soft + SPAN:
+                    return None
+        raised = (soft + SPAN, max(hard, soft + SPAN) if hard != inf else inf)
+        resource.setrlimit(resource.RLIMIT_NOFILE, raised)
+        try:
+            return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, soft)
+        except OSError:
+            return None  # all SPAN numbers taken (the agent's, a fork's): the high floor below the limit
+        finally:
+            if resource.getrlimit(resource.RLIMIT_NOFILE) == raised:  # not the program's own setting since
+                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    except (OSError, ValueError):
+        return None
 
 
 def identity(fd):

@@ -1,10 +1,11 @@
 """Why the run ended: a pure function of the evidence gathered around it.
 
-SIGKILL leaves nothing inside the process, so the evidence for an OOM kill is outside: the run's own cgroup's
-OOM counter (memory.events / memory.oom_control; the kernel counts there the kills of the cgroup's processes by
-any OOM killer, the host's included), or, where the run has no readable cgroup counter, the host's
-/proc/vmstat counter rising while the run was near a limit. The host counter alone proves nothing on a shared
-host (someone else's process was the victim). dmesg is never needed.
+SIGKILL leaves nothing inside the process, so the evidence for an OOM kill is outside: the kernel's log naming
+a process of the run as the OOM killer's victim (/dev/kmsg, where memscope may read it); else the run's cgroup's
+OOM counter (memory.events / memory.oom_control) rising while the run held much of the limit: the counter counts
+the kills of *every* process in the cgroup, and a container's sidecar killed there says nothing about the run;
+else, where the run has no readable cgroup counter, the host's /proc/vmstat counter rising while the run was near
+a limit. The host counter alone proves nothing on a shared host (someone else's process was the victim).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ _DL_WORKER = re.compile(
     r"exited unexpectedly)"
 )
 NEAR_LIMIT = 0.95
+# Without the kernel's log, a cgroup's OOM kill is the run's only if the run held at least this share of the limit
+# at its last sample: the OOM killer takes the largest process, and one that holds half the cgroup is that.
+# Samples lag an allocation's last burst, so "near" (95 %) would miss a run that died mid-burst.
+RUN_SHARE_OF_LIMIT = 0.5
 JOB_CONTROL = {"SIGCONT", "SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU"}  # they pause or resume; they end nothing
 
 
@@ -63,6 +68,8 @@ class ExitEvidence:
     host_total_bytes: int | None = None
     execs: dict[int, dict[str, Any]] = field(default_factory=dict)  # pid -> the os.exec* its agent announced
     # last, with no hello since: the image that ended has no agent
+    oom_victims: dict[int, str] | None = None  # pid -> name the kernel's log says the OOM killer took; None: unread
+    names: dict[int, str] = field(default_factory=dict)  # pid -> name of every process of the run
 
 
 def fault_signal(text: str | None) -> str | None:
@@ -120,14 +127,42 @@ def near_limit(e: ExitEvidence) -> list[str]:
     return out
 
 
+def oom_victims_of_run(e: ExitEvidence) -> list[tuple[int, str]]:
+    """The processes of the run the kernel's log names as the OOM killer's victims (pid and name both match)."""
+    return [
+        (pid, name)
+        for pid, name in (e.oom_victims or {}).items()
+        if pid in e.names and (not name or not e.names[pid] or e.names[pid][:15] == name[:15])
+    ]
+
+
+def run_share(e: ExitEvidence) -> str | None:
+    """'the tree used X of its Y limit at the last sample' when the run held enough of the limit to be the OOM
+    killer's choice (``RUN_SHARE_OF_LIMIT``), or its peak RSS came near the limit; else None."""
+    if not e.limit_bytes:
+        return None
+    if e.last_tree_bytes is not None and e.last_tree_bytes >= RUN_SHARE_OF_LIMIT * e.limit_bytes:
+        return f"the tree used {_gib(e.last_tree_bytes)} of its {_gib(e.limit_bytes)} limit at the last sample"
+    if e.maxrss_bytes and e.maxrss_bytes >= NEAR_LIMIT * e.limit_bytes:
+        return f"its peak RSS was {_gib(e.maxrss_bytes)} of its {_gib(e.limit_bytes)} limit"
+    return None
+
+
 def oom_evidence(e: ExitEvidence) -> list[str]:
     """Why a SIGKILL was the OOM killer's, or [] when the evidence does not say so.
 
-    The run's own cgroup counter decides where it can be read. Without it, the host counter must have risen
-    and the run must have been near a limit; with no counter readable at all, being near the limit is all
-    there is to go on."""
+    The kernel's log naming a process of the run decides. Else the run's own cgroup counter, where it can be
+    read, must have risen while the run held much of the limit (``run_share``) or was near a limit: the
+    counter also counts a sidecar killed in the same container. Without it, the host counter must have risen and the run must have
+    been near a limit; with no counter readable at all, being near the limit is all there is to go on."""
+    rose = [f"the container's oom_kill counter rose by {e.cgroup_oom_delta}"] if e.cgroup_oom_delta else []
+    named = oom_victims_of_run(e)
+    if named:
+        pid, name = named[-1]
+        return [f"the kernel's log says the OOM killer killed {name or 'pid'} (pid {pid}), a process of the run", *rose]
     if e.cgroup_oom_delta:
-        return [f"the container's oom_kill counter rose by {e.cgroup_oom_delta}"]
+        held = [share] if (share := run_share(e)) else near_limit(e)
+        return [*rose, *held] if held else []
     if e.cgroup_oom_delta is not None:
         return []  # its own counter was read and did not move: the OOM killer did not take this run
     near = near_limit(e)
@@ -346,7 +381,15 @@ def _sigkill(f: _Facts) -> dict[str, Any] | None:
         )
     at = f" at {_gib(e.last_tree_bytes)}" if e.last_tree_bytes is not None else ""
     lim = f" of a {_gib(e.limit_bytes)} limit" if e.limit_bytes else ""
-    if e.cgroup_oom_delta is not None and e.host_oom_delta:
+    if e.cgroup_oom_delta:  # an OOM kill in its cgroup, not proven to be the run's: mention it, blame none
+        rose = f"its container's oom_kill counter rose by {e.cgroup_oom_delta}"
+        others = [f"{n or 'a process'} (pid {p})" for p, n in (e.oom_victims or {}).items() if p not in e.names]
+        if e.oom_victims is not None:
+            took = f"took {', '.join(others[-3:])}, " if others else ""
+            why = f"{rose}, but the kernel's log says the OOM killer {took}no process of the run"
+        else:
+            why = f"{rose}, but the run held too little of the limit to be its victim: another process there was"
+    elif e.cgroup_oom_delta is not None and e.host_oom_delta:
         why = (
             f"its cgroup's oom_kill counter did not rise (the host's rose by {e.host_oom_delta}: the OOM "
             "killer took another process on this host)"

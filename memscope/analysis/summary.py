@@ -61,7 +61,7 @@ def evidence(rd: RunData) -> ExitEvidence:
         main_pid=main_pid(procs, run["root_pid"]),
         stop_requested=st.get("stop_requested"),
         signals_sent=[e["data"] for e in rd.events("signal_sent")],
-        exceptions={e["pid"]: e["data"] for e in rd.events("exception")},
+        exceptions=exceptions(rd),
         faults={e["pid"]: e["data"].get("text", "") for e in rd.events("fault")},
         roles={p["pid"]: p["role"] for p in procs},
         proc_signals={p["pid"]: p["exit_signal"] for p in procs if p["exit_signal"]},
@@ -75,7 +75,30 @@ def evidence(rd: RunData) -> ExitEvidence:
         **_agents(rd, run),
         host_available_bytes=hosts[-1][2] if hosts else None,
         host_total_bytes=hosts[-1][1] if hosts else None,
+        oom_victims=_oom_victims(rd),
+        names={p["pid"]: p["name"] or "" for p in procs},
     )
+
+
+def exceptions(rd: RunData) -> dict[int, dict[str, Any]]:
+    """pid -> the uncaught exception its agent saved: the crash file's, else the one its agent sent over the
+    socket (a run that switched user, runuser -u nobody, cannot write in memscope's directory)."""
+    sent = {e["pid"]: e["data"] for e in rd.events("agent_exception") if isinstance(e.get("data"), dict)}
+    return sent | {e["pid"]: e["data"] for e in rd.events("exception")}
+
+
+def _oom_victims(rd: RunData) -> dict[int, str] | None:
+    """pid -> name of each process the kernel's log says the OOM killer killed during the run; None where the log
+    was not readable (or an older record)."""
+    ev = next(iter(rd.events("kernel_log")), None)
+    data = ev["data"] if ev and isinstance(ev.get("data"), dict) else {}
+    if data.get("readable") is not True or not isinstance(data.get("oom_victims"), list):
+        return None
+    return {
+        v["pid"]: str(v.get("name", ""))
+        for v in data["oom_victims"]
+        if isinstance(v, dict) and isinstance(v.get("pid"), int)
+    }
 
 
 def _agents(rd: RunData, run: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ Every function takes ``root`` (the filesystem root) so the parsers run on fixtur
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 from dataclasses import dataclass
@@ -193,3 +194,66 @@ class CgroupFollower:
                 return None
             before, self.cgroup = self.cgroup, cg
             return cg, before
+
+
+# The OOM killer's line, the same for the host's and a cgroup's: "Memory cgroup out of memory: Killed process 4130
+# (python3) total-vm:...". Its pid is the process's in the kernel's namespace (the host's).
+_OOM_VICTIM = re.compile(rb"Killed process (\d+) \(([^)]*)\)")
+_KMSG_MAX_RECORDS = 100_000  # one read a record; a log flooded faster than it is read cannot keep us here
+
+
+_INIT_PID_NS_INO = 0xEFFFFFFC  # PROC_PID_INIT_INO: the inode of the kernel's first PID namespace
+
+
+def _in_initial_pid_namespace() -> bool:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino == _INIT_PID_NS_INO
+    except OSError:
+        return False
+
+
+class KernelLog:
+    """The kernel's log (/dev/kmsg) from the moment this is made: which processes the OOM killer killed. A
+    cgroup's oom_kill counter counts the kills of *any* process in it (a sidecar in the same container), so only
+    the kernel's own line names the victim. Unreadable (no CAP_SYSLOG, dmesg_restrict, a container): ``victims``
+    says None and the evidence falls back on the counter."""
+
+    def __init__(self, path: str = "/dev/kmsg") -> None:
+        self._fd: int | None = None
+        if not _in_initial_pid_namespace():
+            return  # the log's pids are the host's: in a container they would name other processes than ours
+        try:
+            self._fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            os.lseek(self._fd, 0, os.SEEK_END)  # what came before the run is not its business
+        except OSError:
+            self.close()
+
+    def victims(self) -> list[tuple[int, str]] | None:
+        """(pid, name) of each process the OOM killer killed since, in order; None when the log is unreadable."""
+        if self._fd is None:
+            return None
+        out = []
+        for _ in range(_KMSG_MAX_RECORDS):
+            try:
+                rec = os.read(self._fd, 8192)  # one record a read
+            except BlockingIOError:
+                break
+            except BrokenPipeError:
+                continue  # records overwritten before they were read: the next read goes on after them
+            except OSError:
+                break
+            if not rec:
+                break
+            m = _OOM_VICTIM.search(rec)
+            if m:
+                out.append((int(m.group(1)), m.group(2).decode("utf-8", "replace")))
+        return out
+
+    def close(self) -> None:
+        """Let go of the log."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)

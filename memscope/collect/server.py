@@ -1,6 +1,7 @@
 """The agents' meeting point: a Unix socket in a private directory, one JSON line per message.
 
-A connection must open with a hello carrying the run's token, or it is dropped. The peer is who the kernel says
+A connection must open with a hello carrying the run's token, or it is dropped (run as root, memscope lets
+any user connect, for a run that switches user: the token is the key). The peer is who the kernel says
 it is (SO_PEERCRED: its pid in memscope's PID namespace), never the pid its hello claims. The server runs on its own
 thread and never writes back on its own (only a request such as a census, through ``request``), so a slow or dead
 agent cannot stall the collectors.
@@ -70,7 +71,8 @@ def _open_fds() -> int:
 class AgentServer:
     """The agents' Unix socket: authenticates each connection, checks each message, passes it on."""
 
-    def __init__(self, path: str, token: str, on_message: OnMessage) -> None:
+    def __init__(self, path: str, token: str, on_message: OnMessage, public: bool = False) -> None:
+        """``public``: any user may connect (the token is still the key), for a run that switches user."""
         self.path = path
         self._token = token
         self._on_message = on_message
@@ -78,7 +80,7 @@ class AgentServer:
         self._stop = threading.Event()
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(path)
-        os.chmod(path, 0o600)
+        os.chmod(path, 0o666 if public else 0o600)
         self._listener.listen(128)
         self._listener.setblocking(False)
         self._sel.register(self._listener, selectors.EVENT_READ, None)

@@ -57,7 +57,7 @@ class MembershipRule(Protocol):
 
     signal_orphans: bool
 
-    def proof(self, pid: int, st: "procfs.Stat", is_member: Callable[[int], bool]) -> str | None:
+    def proof(self, pid: int, st: "procfs.Stat", child_of_member: Callable[["procfs.Stat"], bool]) -> str | None:
         """How ``pid`` belongs to the run, or None."""
 
     def descends(self, pid: int, st: "procfs.Stat | None" = None) -> bool:
@@ -132,13 +132,34 @@ class TreeSampler:
         t = self.procs.get(pid)
         return t is not None and t.alive
 
-    def _proof(self, pid: int, st: procfs.Stat, parent_only: bool) -> str | None:
-        if self._is_member(st.ppid):
+    def child_of_member(self, st: procfs.Stat, seen: dict[int, procfs.Stat | None] | None = None) -> bool:
+        """Whether the process whose stat is ``st`` is the child of a live member, proven by (pid, start time).
+
+        Its parent's pid being a member's is not enough: while memscope was stalled a member may have exited and
+        a stranger taken its pid (the entry is not marked exited yet), and the stranger's children would be
+        adopted and signalled. So the parent's pid is read again *after* the child's: a process alive then that
+        started at the member's recorded start time, no later than the child, held that pid all along, so it is
+        the parent the child had when read. ``seen``: parents' stats already read after ``st`` (one discovery)."""
+        t = self.procs.get(st.ppid)
+        if t is None or not t.alive or t.start < 0 or st.starttime < t.start:
+            return False
+        if seen is not None and st.ppid in seen:
+            now = seen[st.ppid]
+        else:
+            now = procfs.read_stat(st.ppid)
+            if seen is not None:
+                seen[st.ppid] = now
+        return now is not None and now.starttime == t.start
+
+    def _proof(
+        self, pid: int, st: procfs.Stat, parent_only: bool, seen: dict[int, procfs.Stat | None] | None = None
+    ) -> str | None:
+        if self.child_of_member(st, seen):
             return "parent"
         if parent_only:
             return None
         if self._membership is not None:
-            return self._membership.proof(pid, st, self._is_member)
+            return self._membership.proof(pid, st, lambda s: self.child_of_member(s, seen))
         return "marker" if self._marker and procfs.environ_has(pid, self._marker) else None
 
     def discover(self, full: bool = False) -> None:
@@ -171,13 +192,15 @@ class TreeSampler:
                 new[pid] = st
             # Parentage to a fixed point (a new child of a new child), then the kernel's other proofs (session,
             # environment marker, re-parented orphan) once for what is left; what they find may have children.
+            # Every stat above was read before any parent's is read again below (``child_of_member``).
             tried: set[int] = set()
+            seen: dict[int, procfs.Stat | None] = {}
             while new:
                 grew = True
                 while grew and new:
                     grew = False
                     for pid, st in list(new.items()):
-                        if self._proof(pid, st, parent_only=True):
+                        if self._proof(pid, st, parent_only=True, seen=seen):
                             changed |= self._add(pid, st)
                             del new[pid]
                             grew = True
@@ -185,7 +208,7 @@ class TreeSampler:
                     pid: how
                     for pid in new
                     if pid not in tried
-                    for how in [self._proof(pid, new[pid], parent_only=False)]
+                    for how in [self._proof(pid, new[pid], parent_only=False, seen=seen)]
                     if how
                 }
                 tried.update(new)
@@ -242,6 +265,9 @@ class TreeSampler:
         with self._lock:
             known = self.procs.get(pid)
             proof: str | None = "known"
+            if known is not None and known.alive and self._reused(known):
+                self.mark_exited(pid, None, None)  # its pid was reused: the one saying hello is someone else
+                known = self.procs.get(pid)
             if known is not None and known.alive:
                 # Discovery may have caught it between fork and exec (still "bash"): take what it is now.
                 known.info = ProcInfo(
@@ -277,6 +303,11 @@ class TreeSampler:
             else:
                 self._dirty = True  # roles settle at the next round (settle()): one pass for many hellos
             return proof
+
+    @staticmethod
+    def _reused(t: Tracked) -> bool:
+        st = procfs.read_stat(t.pid)
+        return st is not None and t.start >= 0 and st.starttime != t.start
 
     def settle(self) -> None:
         """Classify what joined since the last pass (called every sampling round)."""

@@ -43,7 +43,13 @@ class Agents:
         """Start the server and point the run's environment at it (the agent's sitecustomize first on the path)."""
         run, o = self.run, self.run.options
         sock = os.path.join(self.dir, "agent.sock")
-        self.server = AgentServer(sock, self.token, self.on_message)
+        # Run as root, the run may switch to a user no one can name in advance (runuser, su, gosu, a container's
+        # entrypoint): its agents must still reach the socket. Any user may connect; none may list or write the
+        # directory (its crash files stay memscope's); the run's token, in its environment only, is the key.
+        public = hasattr(os, "geteuid") and os.geteuid() == 0
+        if public:
+            os.chmod(self.dir, 0o711)
+        self.server = AgentServer(sock, self.token, self.on_message, public=public)
         self.server.start()
         env.update({protocol.ENV_SOCK: sock, protocol.ENV_TOKEN: self.token, protocol.ENV_DIR: self.dir})
         if run.script:

@@ -60,6 +60,7 @@ def finish(run: Run) -> None:
                 _say_unwritten(run, exc)
     finally:
         shutil.rmtree(run.agents.dir, ignore_errors=True)  # the socket and crash files, whatever happened
+        _close_kmsg(run)
         run._output_done.set()
         if run._subreaper:
             run._subreaper = False
@@ -105,6 +106,11 @@ def _finish_steps(run: Run) -> None:
         pass
     run.agents.collect_crash_files()
     run.agents.close()
+    if run._kmsg is not None:  # whom the OOM killer took: the cgroup's counter counts its other processes too
+        victims = run._kmsg.victims()
+        _close_kmsg(run)
+        oom = [{"pid": p, "name": n} for p, n in (victims or [])[-100:]]
+        run.publish(Event(t, None, "kernel_log", {"readable": victims is not None, "oom_victims": oom}))
     tree.settle()  # the main weighed with everything known at the end (failures recorded inside processes)
     run.publish(
         Event(
@@ -235,8 +241,15 @@ def _end_output(run: Run) -> None:
                 pass
 
 
+def _close_kmsg(run: Run) -> None:
+    if run._kmsg is not None:
+        run._kmsg.close()
+        run._kmsg = None
+
+
 def abort(run: Run) -> None:
     """The run could not start: let go of everything it holds and leave no record behind."""
+    _close_kmsg(run)
     for a in list(run.attachments.values()):
         a.close()
     run.attachments.clear()

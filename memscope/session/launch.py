@@ -10,6 +10,7 @@ from typing import Any
 from .. import supervise
 from ..agent import protocol
 from ..collect import gpu as gpu_mod
+from ..collect import host as host_mod
 from ..collect import procfs
 from ..collect.tree import TreeSampler
 from ..errors import LaunchError
@@ -29,13 +30,15 @@ def launch(run: Run) -> None:
         except LaunchError:
             finish_mod.abort(run)
             raise
+    run._kmsg = host_mod.KernelLog()  # before the run: its OOM kill may come at once
     if not run.attached:
         env[protocol.ENV_RUN] = run.run_id
         if o.agent:
             run.agents.environment(env)
         if o.output == "capture":
             env.setdefault("PYTHONUNBUFFERED", "1")
-        # The subreaper first: an orphan made in the run's first milliseconds must come to memscope too.
+        # The subreaper first (the CLI's only: see hold_subreaper): an orphan made in the run's first
+        # milliseconds must come to memscope too.
         run._subreaper = supervise.hold_subreaper()
         try:
             run._proc = supervise.launch(run.command, o.cwd, env, run.output_files)

@@ -106,6 +106,7 @@ class Run:
         self._stop_lock = threading.Lock()
         self._detached = self._subreaper = False
         self._maxrss: int | None = None
+        self._kmsg: Any = None  # collect.host.KernelLog: the OOM killer's victims while the run goes
         self._readers: dict[str, Any] = {}  # stream name -> collect.output.LineReader (capture mode)
         self._proc: subprocess.Popen | None = None
         self._sup = supervise.Supervisor(0, self.attached, dict, lambda: True)  # replaced at start()

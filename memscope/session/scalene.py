@@ -31,7 +31,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from .. import supervise
 from ..analysis.scalene import diff_profiles
+from ..collect.platform import procfs
 from ..errors import LaunchError, ScaleneError
 from ..model import Event
 
@@ -128,6 +130,7 @@ class ScaleneSession:
         self.outfile = os.path.join(out_dir, "profile.json")
         self.python = python
         self.pid: int | None = None
+        self._start: int | None = None  # its start time: a signal goes to that process only, never a pid reuser
         self._signals: tuple[int, int] | None = None
         self._ready = threading.Event()
         self._cond = threading.Condition()
@@ -140,7 +143,10 @@ class ScaleneSession:
         """``{"t": "scalene", "state": "ready"|"written", ...}`` from the profiled process's agent."""
         state = msg.get("state")
         if state == "ready" and msg.get("on") and msg.get("off"):
-            self.pid, self._signals = pid, (int(msg["on"]), int(msg["off"]))
+            st = procfs.read_stat(pid)  # it is alive: it just sent this
+            if st is None:
+                return
+            self.pid, self._start, self._signals = pid, st.starttime, (int(msg["on"]), int(msg["off"]))
             self._ready.set()
         elif state == "written" and pid == self.pid:  # not a forked child's write at its exit
             with self._cond:
@@ -174,17 +180,16 @@ class ScaleneSession:
         if not catches(pid, on, off):
             raise ScaleneError(f"the profiled process (pid {pid}) is not taking Scalene's signals: it is ending")
         started = time.time()
-        os.kill(pid, on)
+        if not supervise.send(pid, self._start, on):
+            raise ScaleneError(f"the profiled process (pid {pid}) is gone")
         note = ""
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             time.sleep(min(0.1, max(end - time.monotonic(), 0.0)))
             if not catches(pid, on, off):
                 break
-        if catches(pid, on, off):
-            os.kill(pid, off)
-        else:  # the script ended inside the window: Scalene writes its profile on the way out
-            note = "the script ended during the window"
+        if not (catches(pid, on, off) and supervise.send(pid, self._start, off)):
+            note = "the script ended during the window"  # Scalene writes its profile on the way out
         deadline = time.monotonic() + 60.0
         with self._cond:
             while len(self._writes) <= writes_before:
