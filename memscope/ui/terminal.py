@@ -200,7 +200,7 @@ def print_final(summary: dict, file=None, plain: bool = False) -> None:
     # markup=False: a path such as rec[/x] is text, not a closing tag.
     con.print(
         f"memscope: peak tree PSS {fmt_bytes(peak['tree_pss_bytes'])}, RSS {fmt_bytes(peak['tree_rss_bytes'])}"
-        f" at {peak['at_s']:.1f} s; {len(summary['processes'])} processes; record {summary.get('record')}",
+        f" at {peak['at_s']:.1f} s; {_count(len(summary['processes']), 'process', 'processes')}; record {summary.get('record')}",
         markup=False,
     )
     con.print(
@@ -216,3 +216,7 @@ def print_final(summary: dict, file=None, plain: bool = False) -> None:
         con.print(Text.assemble(("memscope: note: ", "bold"), w))
     for a in (summary.get("advice") or [])[:4]:
         con.print(Text.assemble(("memscope: next: ", "bold"), a["text"]))
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
