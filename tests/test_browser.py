@@ -501,7 +501,7 @@ def test_chart_follows_fits_800_px_and_leaves_a_static_copy(tmp_path):
     static copy of the final dashboard, not "model not found"."""
     cells = [
         f"%load_ext memscope\nrun = %memscope --interval 0.1 --pss-interval 0.5 --grace 1 "
-        f"{script('phases_leak.py')} --seconds 60",
+        f"{script('phases_leak.py')} --seconds 120",
         "from memscope.ui import dashboard as D\nprint('WINDOW', D.last.chart.window_s)",
     ]
     proc, url = _serve(tmp_path, "lab", cells, PORT + 9)
