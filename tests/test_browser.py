@@ -481,7 +481,8 @@ CHART_JS = """() => {
   const o = out.getBoundingClientRect(), r = reset ? reset.getBoundingClientRect() : null;
   const chart = document.querySelector('.memscope-chart').getBoundingClientRect();
   const census = document.querySelector('.memscope-census');
-  return { start: v.model.x_range.start, end: v.model.x_range.end, following: bar.dataset.following,
+  const rc = r ? { x: r.left + r.width / 2, y: r.top + r.height / 2 } : null;
+  return { reset_at: rc, start: v.model.x_range.start, end: v.model.x_range.end, following: bar.dataset.following,
            note: bar.textContent, cx: canvas.left + f.left + f.width / 2, cy: canvas.top + f.top + f.height / 2,
            plot: f.width, chart: chart.width, out: o.width, chart_bottom: chart.bottom,
            census_top: census ? census.getBoundingClientRect().top : null,
@@ -561,6 +562,14 @@ def test_chart_follows_fits_800_px_and_leaves_a_static_copy(tmp_path):
             time.sleep(2.0)
             resumed = page.evaluate(CHART_JS)
             assert resumed["following"] == "true" and resumed["end"] > paused["end"], resumed
+            page.mouse.move(c["cx"], c["cy"])  # paused again; the toolbar's Reset resumes too
+            page.mouse.down()
+            page.mouse.move(c["cx"] + 120, c["cy"], steps=8)
+            page.mouse.up()
+            assert page.evaluate(CHART_JS)["following"] == "false"
+            reset = page.evaluate(CHART_JS)["reset_at"]
+            page.mouse.click(reset["x"], reset["y"])
+            page.wait_for_function(f"() => ({CHART_JS})().following === 'true'", timeout=5_000)
             page.select_option(".memscope-chart-window", "60")  # "last 1 min": the person's choice reaches the kernel
             page.screenshot(path=os.path.join(shots, "chart-800px.png"))
             run_cell(page, 1)
