@@ -348,6 +348,12 @@ def test_dashboard_in_notebook_7(tmp_path):
                 " return s.top - c.bottom; }"
             )
             assert below >= -1, below
+            page.set_viewport_size({"width": 800, "height": 1100})  # Notebook 7 at 800 px: the plot keeps the width
+            page.wait_for_function(
+                f"() => {{ const c = ({CHART_JS})(); return c && c.plot >= 0.75 * c.chart && c.reset; }}",
+                timeout=10_000,
+            )
+            page.set_viewport_size({"width": 1280, "height": 1100})
             page.locator(".memscope-btn-stop").last.click()
             page.wait_for_function(
                 "() => { const v = [...document.querySelectorAll('.memscope-verdict')];"
