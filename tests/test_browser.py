@@ -221,7 +221,8 @@ def open_notebook(browser, url, width, height=1000):
     page = browser.new_page(viewport={"width": width, "height": height})
     page.goto(url)
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+    # Attached: at 800 px the notebook's toolbar folds the indicator into its "more" menu.
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", state="attached", timeout=120_000)
     return page
 
 
@@ -340,6 +341,19 @@ def test_dashboard_in_notebook_7(tmp_path):
             time.sleep(3)  # the script stores more attention maps, with their graphs
             census.click()
             wait_text(page, ".memscope-census", "since the census at", "(8,4,48,48)", ".detach()", timeout=60_000)
+            # The census panel sits below its chart (above, it pushed the chart off screen).
+            below = page.evaluate(
+                "() => { const c = [...document.querySelectorAll('.memscope-chart')].pop().getBoundingClientRect();"
+                " const s = [...document.querySelectorAll('.memscope-census')].pop().getBoundingClientRect();"
+                " return s.top - c.bottom; }"
+            )
+            assert below >= -1, below
+            page.set_viewport_size({"width": 800, "height": 1100})  # Notebook 7 at 800 px: the plot keeps the width
+            page.wait_for_function(
+                f"() => {{ const c = ({CHART_JS})(); return c && c.plot >= 0.75 * c.chart && c.reset; }}",
+                timeout=10_000,
+            )
+            page.set_viewport_size({"width": 1280, "height": 1100})
             page.locator(".memscope-btn-stop").last.click()
             page.wait_for_function(
                 "() => { const v = [...document.querySelectorAll('.memscope-verdict')];"
@@ -453,6 +467,152 @@ def test_live_leak_verdict_before_the_run_ends(tmp_path):
             page.locator(".memscope-btn-stop").first.click()
             run_cell(page, 1)
             wait_output(page, 1, "CAUSE stopped_by_user", timeout=90)
+            browser.close()
+    finally:
+        _shutdown(proc)
+
+
+CHART_JS = """() => {
+  const v = window.Bokeh && [...window.Bokeh.index].filter(v => v.frame && v.model.x_range)[0];
+  if (!v || !document.querySelector('.memscope-chart-bar')) return null;
+  const canvas = v.canvas_view.el.getBoundingClientRect(), f = v.frame.bbox;
+  const labels = v.model.center.filter(r => r.constructor.__name__ === 'LabelSet')[0].source.data;
+  const bar = document.querySelector('.memscope-chart-bar');
+  // The reset button, wherever Bokeh's shadow roots put it: drawn, and inside the output area.
+  const find = (root) => { for (const e of root.querySelectorAll('*')) {
+      if ((e.className || '').toString().includes('reset')) return e;
+      if (e.shadowRoot) { const r = find(e.shadowRoot); if (r) return r; } } return null; };
+  const reset = find(v.el.shadowRoot || v.el) || find(document);
+  const out = document.querySelector('.memscope-chart').closest('.jp-OutputArea-output');
+  const o = out.getBoundingClientRect(), r = reset ? reset.getBoundingClientRect() : null;
+  const chart = document.querySelector('.memscope-chart').getBoundingClientRect();
+  const census = document.querySelector('.memscope-census');
+  const rc = r ? { x: r.left + r.width / 2, y: r.top + r.height / 2 } : null;
+  return { reset_at: rc, start: v.model.x_range.start, end: v.model.x_range.end, following: bar.dataset.following,
+           note: bar.textContent, cx: canvas.left + f.left + f.width / 2, cy: canvas.top + f.top + f.height / 2,
+           plot: f.width, chart: chart.width, out: o.width, chart_bottom: chart.bottom,
+           census_top: census ? census.getBoundingClientRect().top : null,
+           notebook: document.querySelector('.jp-NotebookPanel').getBoundingClientRect().width,
+           reset: r && r.width > 0 && r.left >= o.left - 1 && r.right <= o.right + 1,
+           label_x: labels.x.map(x => v.frame.x_scale.compute(x)), labels: labels.text,
+           axis: v.model.below[0].axis_label,
+           scroll: document.querySelector('.jp-WindowedPanel-outer').scrollTop };
+}"""
+
+
+def test_chart_follows_fits_800_px_and_leaves_a_static_copy(tmp_path):
+    """Issue 23, points 1, 7 and 3, in JupyterLab at 800 px with the file browser open: the chart keeps most of the
+    width, its toolbar shows, phase labels do not run together (eval phases labelled too), a census goes below the
+    chart; after a click in the chart the wheel still scrolls the page and the chart follows the run; a pan pauses
+    it ("paused at …"), "follow live" resumes; the saved notebook reopened without the run's kernel shows the
+    static copy of the final dashboard, not "model not found"."""
+    cells = [
+        f"%load_ext memscope\nrun = %memscope --interval 0.1 --pss-interval 0.5 --grace 1 "
+        f"{script('phases_leak.py')} --seconds 120",
+        "from memscope.ui import dashboard as D\nprint('WINDOW', D.last.chart.window_s)",
+    ]
+    proc, url = _serve(tmp_path, "lab", cells, PORT + 9)
+    shots = os.environ.get("MEMSCOPE_SCREENSHOTS", str(tmp_path))
+    try:
+        with playwright.sync_playwright() as p:
+            browser = _launch(p)
+            page = open_notebook(browser, url, 800, 900)
+            run_cell(page, 0)
+            page.wait_for_selector(".memscope-chart-bar", timeout=90_000)
+            page.wait_for_selector(".memscope-btn-census", timeout=90_000)
+            # Some epochs: train, then an eval phase of a third of its length.
+            page.wait_for_function(
+                f"() => {{ const c = ({CHART_JS})(); return c && c.labels.includes('eval') && c.end > 12; }}",
+                timeout=90_000,
+            )
+            c = page.evaluate(CHART_JS)
+            assert c["notebook"] <= 560, c  # the side panel is open
+            assert c["chart"] >= 0.95 * c["out"] and c["plot"] >= 0.75 * c["chart"], c  # the plot keeps the width
+            assert c["reset"], c  # the toolbar's Reset is there, drawn inside the output area
+            assert "eval" in c["labels"], c  # the short phases are labelled too
+            xs = sorted(zip(c["label_x"], c["labels"]))
+            for (x0, t0), (x1, _) in zip(xs, xs[1:]):
+                assert x1 - x0 >= 4 * len(t0), c  # labels do not run together
+            assert "min" not in c["axis"] and not re.search(r"\d\.\d{3}", c["axis"]), c
+
+            page.locator(".memscope-btn-census").click()
+            wait_text(page, ".memscope-census", "Tensor census of pid", timeout=60_000)
+            c = page.evaluate(CHART_JS)
+            assert c["census_top"] >= c["chart_bottom"] - 1, c  # below the chart, not pushing it away
+
+            # A click in the plot (as on its legend), then the wheel: the page scrolls, the chart keeps following.
+            _cell(page, 0).locator(".memscope-chart").scroll_into_view_if_needed()
+            c = page.evaluate(CHART_JS)
+            page.mouse.click(c["cx"], c["cy"])
+            before = page.evaluate(CHART_JS)
+            page.mouse.wheel(0, 200)
+            time.sleep(1.0)
+            after = page.evaluate(CHART_JS)
+            assert after["scroll"] > before["scroll"], (before, after)
+            time.sleep(2.0)
+            later = page.evaluate(CHART_JS)
+            assert later["following"] == "true" and later["end"] > after["end"], (after, later)
+
+            # A pan pauses it, and says so; "follow live" brings it back.
+            _cell(page, 0).locator(".memscope-chart").scroll_into_view_if_needed()
+            c = page.evaluate(CHART_JS)
+            page.mouse.move(c["cx"], c["cy"])
+            page.mouse.down()
+            page.mouse.move(c["cx"] + 120, c["cy"], steps=8)
+            page.mouse.up()
+            paused = page.evaluate(CHART_JS)
+            assert paused["following"] == "false" and "paused at" in paused["note"], paused
+            time.sleep(2.0)
+            assert page.evaluate(CHART_JS)["end"] == paused["end"]  # it stays where the person put it
+            page.locator(".memscope-chart-follow-btn").click()
+            time.sleep(2.0)
+            resumed = page.evaluate(CHART_JS)
+            assert resumed["following"] == "true" and resumed["end"] > paused["end"], resumed
+            page.mouse.move(c["cx"], c["cy"])  # paused again; the toolbar's Reset resumes too
+            page.mouse.down()
+            page.mouse.move(c["cx"] + 120, c["cy"], steps=8)
+            page.mouse.up()
+            assert page.evaluate(CHART_JS)["following"] == "false"
+            reset = page.evaluate(CHART_JS)["reset_at"]
+            page.mouse.click(reset["x"], reset["y"])
+            page.wait_for_function(f"() => ({CHART_JS})().following === 'true'", timeout=5_000)
+            page.select_option(".memscope-chart-window", "60")  # "last 1 min": the person's choice reaches the kernel
+            page.screenshot(path=os.path.join(shots, "chart-800px.png"))
+            run_cell(page, 1)
+            wait_output(page, 1, "WINDOW 60")
+
+            # Stopped; saved; reopened with a new kernel: the static copy of the final dashboard shows.
+            page.locator(".memscope-btn-stop").click()
+            wait_text(page, ".memscope-verdict", "stopped_by_user", timeout=30_000)
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.memscope-static')].some(e =>"
+                " e.textContent.includes('stopped_by_user') && e.getBoundingClientRect().height === 0)",
+                timeout=30_000,
+            )
+            page.keyboard.press("Escape")
+            page.keyboard.press("Control+s")
+            page.wait_for_function("() => !document.querySelector('.jp-mod-dirty')", timeout=30_000)
+            time.sleep(1)
+            base = re.match(r"https?://[^/]+", page.url).group(0) + "/api/kernels"
+            auth = {"Authorization": f"token {TOKEN}"}
+            with urllib.request.urlopen(urllib.request.Request(base, headers=auth), timeout=10) as r:
+                for k in json.load(r):
+                    req = urllib.request.Request(f"{base}/{k['id']}", method="DELETE", headers=auth)
+                    urllib.request.urlopen(req, timeout=30).close()
+            page.reload()
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+            _dismiss_dialog(page)
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.memscope-static')].some(e =>"
+                " e.textContent.includes('stopped_by_user') && e.getBoundingClientRect().height > 100)",
+                timeout=60_000,
+            )
+            time.sleep(3)  # the widget manager gives up on the old models
+            shown = [e for e in page.locator(".jp-OutputArea-child").all() if e.is_visible()]
+            text = " ".join(e.inner_text() for e in shown)
+            assert "model not found" not in text and "Error displaying widget" not in text, text
+            _cell(page, 0).scroll_into_view_if_needed()
+            page.screenshot(path=os.path.join(shots, "static-copy.png"))
             browser.close()
     finally:
         _shutdown(proc)

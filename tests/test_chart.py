@@ -199,6 +199,37 @@ def test_esm_columns_match_the_python_point_count(tmp_path):
     assert out["odd_other"] == [1, 3, 1]  # MiB: "weird" folded into other, stacked on main, only in its span
 
 
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+def test_esm_time_axis_and_phase_labels(tmp_path):
+    """Issue 23: the time axis reads s, m:ss or h:mm by what is in view (never "6.78848 min"); phase labels that
+    would overlap are skipped, eval phases first (2-px stripes beside their train phase got no label)."""
+    mjs = tmp_path / "chart.mjs"
+    mjs.write_text(chart_mod._ESM, encoding="utf-8")
+    script = f"""
+      const m = await import({json.dumps(mjs.as_uri())});
+      const f = (a, b, step) => [a, b].map((v) => m.fmtElapsed(v, m.timeFormat(a, b), step));
+      const epochs = [];
+      for (let e = 0; e < 20; e++) epochs.push({{name: "train", left: 10 * e}}, {{name: "eval", left: 10 * e + 9.5}});
+      console.log(JSON.stringify({{
+        short: f(0, 50, 10), minutes: f(0, 540, 60), zoomed: f(407.28, 407.36, 0.01), hours: f(0, 4 * 3600, 1800),
+        hour_zoom: f(3600, 3900, 60), labels: m.fitLabels(epochs, 3).map((i) => epochs[i].name),
+        wide: m.fitLabels(epochs, 100).length, windows: m.WINDOWS.map((w) => w[0]),
+      }}));
+    """
+    r = subprocess.run([NODE, "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["short"] == ["0 s", "50 s"]
+    assert out["minutes"] == ["0:00", "9:00"]
+    assert out["zoomed"] == ["6:47.28", "6:47.36"]  # the axis that read "6.78848 ... 6.7886 (min)"
+    assert out["hours"] == ["0:00", "4:00"]
+    assert out["hour_zoom"] == ["1:00:00", "1:05:00"]
+    # 3 px a second, 30 px an epoch: "eval" needs about 33 px, so every other one, and no train label between.
+    assert set(out["labels"]) == {"eval"} and 8 <= len(out["labels"]) <= 12, out["labels"]
+    assert out["wide"] == 40  # room for all: every band labelled
+    assert out["windows"][0] == 0  # the whole run by default
+
+
 def test_a_bigger_window_is_pushed_less_often():
     """A day-long window (~15,000 points) is not resent 4 times a second: the browser redraws all of it."""
     from memscope.ui.dashboard import MAX_PUSH_PERIOD_S, PUSH_PERIOD_S, push_period

@@ -6,6 +6,7 @@ import re
 import shutil
 import sqlite3
 import sys
+import time
 
 import pytest
 
@@ -188,3 +189,36 @@ def test_memory_figure_hides_lines_that_dwarf_the_run():
     assert legend[:2] == ["dataloader_worker", "main"]
     empty = memory_figure({})
     assert hidden_lines(empty) == [] and not [r for r in empty.renderers]
+
+
+def test_report_of_a_running_run_says_running(start, record_dir, tmp_path):
+    """Issue 23: `memscope report` (text and --html) of a run still going says "running", not "unknown — the
+    record ends without an exit"; once it has ended, its real cause."""
+    import subprocess
+
+    from conftest import PY, script, wait_for_output
+
+    live = start([script("sleeper.py"), "30"])
+    wait_for_output(live, "ready")
+    cli = [PY, "-m", "memscope.cli", "report", live.run_id, "--record", record_dir]
+    try:
+        deadline = time.time() + 20  # the record's first round gives the root's start time
+        while True:
+            text = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+            if text.stdout.startswith("memscope: running") or time.time() > deadline:
+                break
+            time.sleep(0.3)
+        assert text.returncode == 0, text.stderr
+        assert text.stdout.startswith("memscope: running"), text.stdout
+        assert "ends without an exit" not in text.stdout, text.stdout
+        page = tmp_path / "live.html"
+        p = subprocess.run([*cli, "--html", str(page)], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        body = page.read_text()
+        assert "<title>memscope " in body and ": running</title>" in body
+        assert "still going" in body and "ends without an exit" not in body
+    finally:
+        live.kill()
+    live.wait(30)
+    p = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+    assert p.stdout.startswith("memscope: ") and not p.stdout.startswith("memscope: running"), p.stdout

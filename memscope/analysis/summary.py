@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..model import KIND_PSS, KIND_RSS, SUMMARY_SCHEMA, Summary
+from ..record.catalogue import RUNNING, run_info, run_state
 from ..record.reader import RunData
 from . import gpu as gpu_mod
 from . import phases as phases_mod
@@ -375,6 +376,29 @@ def read_summary(path: str) -> dict[str, Any]:
         summary = rd.stored_summary()
         if not isinstance(summary, dict) or not isinstance(summary.get("exit"), dict) or "peak" not in summary:
             summary = summarize(rd)
-        return summary
     finally:
         rd.close()
+    return mark_running(path, summary)
+
+
+def mark_running(path: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """``summary`` of a record that has no end yet: when its run is proven still going (its root process alive, the
+    one the record saw start), its exit says "running" instead of "unknown" (the record simply has not ended)."""
+    if (summary.get("exit") or {}).get("cause") != "unknown":
+        return summary
+    try:
+        info = run_info(path)
+        running = run_state(info) == RUNNING
+    except Exception:  # a record being written can be read half-way: then nothing is proven
+        return summary
+    if not running:
+        return summary
+    return dict(
+        summary,
+        exit=dict(
+            summary["exit"],
+            cause="running",
+            message=f"The run is still going (its process {info.root_pid} is alive): this is its record so far. "
+            "memscope.reopen() in the kernel that started it follows it live.",
+        ),
+    )

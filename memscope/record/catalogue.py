@@ -74,6 +74,18 @@ def scan_runs(record_dir: str) -> tuple[list[RunInfo], list[tuple[str, str]]]:
     return out, skipped
 
 
+def run_info(path: str) -> RunInfo:
+    """One record's line, as ``memscope ls`` lists it (raises what RunData raises on a file that is no record)."""
+    rd = RunData(path)
+    try:
+        info = _info(path, rd.run_row())
+        if info.root_pid is not None:
+            info.root_start = rd.process_create_time(info.root_pid)
+    finally:
+        rd.close()
+    return info
+
+
 def _info(path: str, r: dict) -> RunInfo:
     """A run's line from its row, whose columns are whatever the file holds: valid JSON of another shape (a
     summary that is a list, a peak that is a string) reads as unknown; a row without an id or a command is no

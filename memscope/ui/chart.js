@@ -215,12 +215,6 @@ function sumOnUnion(list) {
 const FAR_LINES = ["host_available", "limit"];
 const FAR_FACTOR = 4;
 
-function pickUnit(max, units) {
-  for (const [limit, factor, name] of units) if (max <= limit) return { factor, name };
-  const [, factor, name] = units[units.length - 1];
-  return { factor, name };
-}
-
 // Everything the plot needs from one data snapshot, already scaled to display units.
 export function columns(data) {
   data = data || {};
@@ -251,7 +245,8 @@ export function columns(data) {
   }
   const span = isFinite(tMax) ? tMax - Math.min(0, isFinite(tMin) ? tMin : 0) : 0;
   const yu = yMax >= GiB ? { factor: GiB, name: "GiB" } : { factor: MiB, name: "MiB" };
-  const xu = pickUnit(span, [[180, 1, "s"], [3 * 3600, 60, "min"], [Infinity, 3600, "h"]]);
+  // Time stays in seconds: the axis's ticker and formatter pick s, m:ss or h:mm from what is in view.
+  const xu = { factor: 1, name: "s" };
   const sx = (v) => v / xu.factor, sy = (v) => v / yu.factor;
 
   const stackData = { x: stack.t.map(sx) };
@@ -282,25 +277,96 @@ export function columns(data) {
   for (const key of ["main_rss", "tree_rss", "host_available", "limit"]) points += lines[key].t.length;
   const present = new Set(stack.present);
   for (const [key, s] of Object.entries(lines)) if (s.t.length) present.add(key);
-  return { farKeys, stackData, lineData, phaseData, markData, xu, yu, present, points, span: sx(span) };
+  return { farKeys, stackData, lineData, phaseData, markData, xu, yu, present, points, span: sx(span),
+           tMin: isFinite(tMin) ? Math.min(0, tMin) : 0, tEnd };
+}
+
+// ---------------------------------------------------------------- time as a person reads it
+
+// One format for the whole axis, chosen from what is in view [start, end]: "45 s" under 100 s, "m:ss" under an
+// hour, "h:mm" beyond (h:mm:ss when ten minutes or less are in view); tenths or hundredths where the ticks are
+// closer than a second. Self-contained: its source is also the axis formatter's code.
+export function timeFormat(start, end) {
+  const m = Math.max(Math.abs(start), Math.abs(end));
+  if (!(m >= 100)) return "s";
+  if (m < 3600) return "m:ss";
+  return end - start > 600 ? "h:mm" : "h:mm:ss";
+}
+
+export function fmtElapsed(v, format, step) {
+  const d = step >= 1 || !(step > 0) ? 0 : Math.min(3, Math.ceil(-Math.log10(step) - 1e-9));
+  const sign = v < 0 ? "-" : "";
+  const k = Math.pow(10, d);
+  let x = Math.round(Math.abs(v) * k) / k;
+  if (format === "s") return sign + x.toFixed(d) + " s";
+  const two = (n, dd) => (n < 10 ? "0" : "") + n.toFixed(dd);
+  let h = 0;
+  if (format !== "m:ss") { h = Math.floor(x / 3600); x -= 3600 * h; }
+  const mm = Math.floor(x / 60 + 1e-9);
+  const ss = Math.max(0, x - 60 * mm);
+  if (format === "m:ss") return `${sign}${mm}:${two(ss, d)}`;
+  if (format === "h:mm") return `${sign}${h}:${two(mm, 0)}`;
+  return `${sign}${h}:${two(mm, 0)}:${two(ss, d)}`;
+}
+
+const FORMAT_CODE = `const timeFormat = ${timeFormat.toString()};
+const fmtElapsed = ${fmtElapsed.toString()};
+const step = ticks.length > 1 ? Math.abs(ticks[1] - ticks[0]) : 1;
+return fmtElapsed(tick, timeFormat(xr.start, xr.end), step);`;
+
+// Ticks on round times: 1-2-5 below 10 s, then 10 s, 15 s, 30 s, 1 min ... 30 min, then 1, 2, 3, 6, 12 h ...
+function timeTicker(B) {
+  return new B.CompositeTicker({ tickers: [
+    new B.AdaptiveTicker({ base: 10, mantissas: [1, 2, 5], min_interval: 0, max_interval: 5, num_minor_ticks: 0 }),
+    new B.AdaptiveTicker({ base: 60, mantissas: [1, 2, 5, 10, 15, 20, 30], min_interval: 10, max_interval: 1800,
+                           num_minor_ticks: 0 }),
+    new B.AdaptiveTicker({ base: 3600, mantissas: [1, 2, 3, 6, 12, 24, 48, 96], min_interval: 3600,
+                           max_interval: Infinity, num_minor_ticks: 0 }),
+  ] });
+}
+
+// Phase labels that fit: each is drawn at its band's left edge and needs about its text's width; eval and named
+// phases are placed first (an epoch's eval band is narrow beside its train band), then the others where room is
+// left. ``pxPerS``: the plot's scale.
+export function fitLabels(phases, pxPerS, charPx = 6, gapPx = 6) {
+  const order = phases.map((p, i) => i).sort((i, j) => (phases[i].name === "train") - (phases[j].name === "train") || i - j);
+  const placed = [];
+  for (const i of order) {
+    const p = phases[i];
+    const a = p.left * pxPerS, z = a + 3 + String(p.name).length * charPx + gapPx;
+    if (placed.every(([pa, pz]) => z <= pa || a >= pz)) placed.push([a, z, i]);
+  }
+  return placed.map(([, , i]) => i).sort((i, j) => i - j);
 }
 
 // ---------------------------------------------------------------- the chart
 
-function buildChart(B, model) {
+export const WINDOWS = [[0, "whole run"], [60, "last 1 min"], [300, "last 5 min"], [900, "last 15 min"],
+                        [3600, "last 1 h"]];
+const NARROW_PX = 720;  // below this width the legend goes under the plot, in rows
+
+function buildChart(B, model, onFollow) {
+  const xr = new B.Range1d({ start: 0, end: 1 });
   const fig = B.Plotting.figure({
     height: model.get("height") || 320,
     sizing_mode: "stretch_width",
-    title: model.get("title") || "",
-    x_range: new B.DataRange1d({ range_padding: 0.02, only_visible: true }),
+    // The title (a command line, often long) is a line of HTML above the plot, cut with an ellipsis: in Bokeh's
+    // title row it pushed the toolbar out of a narrow output.
+    x_range: xr,
     y_range: new B.DataRange1d({ start: 0, only_visible: true }),
     x_axis_label: "elapsed (s)",
     y_axis_label: "memory (MiB)",
-    tools: "xpan,xwheel_zoom,box_zoom,reset,save",
+    // The wheel scrolls the page: the wheel zoom is there, inactive, until the person turns it on in the toolbar
+    // (Bokeh's "auto" would turn it on at the first click in the plot, a legend click included).
+    tools: "xpan,xwheel_zoom,xbox_zoom,reset,save",
+    active_scroll: null,
     toolbar_location: "above",
   });
+  fig.toolbar.active_scroll = null;
   fig.xgrid.grid_line_alpha = 0.4;
   fig.ygrid.grid_line_alpha = 0.4;
+  fig.xaxis.ticker = timeTicker(B);
+  fig.xaxis.formatter = new B.CustomJSTickFormatter({ args: { xr }, code: FORMAT_CODE });
 
   const stackSource = new B.ColumnDataSource({ data: { x: [], ...Object.fromEntries(ROLES.flatMap((r) => [[`${r}_lo`, []], [`${r}_hi`, []]])) } });
   const areas = {};
@@ -318,9 +384,13 @@ function buildChart(B, model) {
     lines[key].name = label;
   }
   // Hover: the values of the tree's PSS and of main's RSS at the mouse's time.
+  const elapsedHover = new B.CustomJSHover({ args: { xr }, code: `const timeFormat = ${timeFormat.toString()};
+const fmtElapsed = ${fmtElapsed.toString()};
+return fmtElapsed(value, timeFormat(xr.start, xr.end), (xr.end - xr.start) / 100);` });
   const hover = new B.HoverTool({
     renderers: [lines.tree_pss, lines.main_rss],
-    tooltips: [["", "$name"], ["elapsed", "@x{0.0} s"], ["memory", "@y{0.00} MiB"]],
+    tooltips: [["", "$name"], ["elapsed", "@x{custom}"], ["memory", "@y{0.00} MiB"]],
+    formatters: { "@x": elapsedHover },
     mode: "vline",
     line_policy: "nearest",
   });
@@ -329,6 +399,22 @@ function buildChart(B, model) {
   const legend = new B.Legend({ items: [], click_policy: "hide", label_text_font_size: "11px", spacing: 0,
                                  glyph_height: 14, glyph_width: 18, padding: 6, border_line_alpha: 0 });
   fig.add_layout(legend, "right");
+  let legendAt = "right";
+  // Narrow (JupyterLab with its side panel open): the legend goes below the plot, in columns, so that the plot
+  // keeps the width.
+  function place(width) {
+    const want = width > 0 && width < NARROW_PX ? "below" : "right";
+    const ncols = Math.max(1, Math.floor((width - 20) / 130));
+    if (want === legendAt && (want === "right" || legend.ncols === ncols)) return;
+    if (want !== legendAt) {
+      fig[legendAt] = fig[legendAt].filter((r) => r !== legend);
+      legend.setv(want === "below" ? { orientation: "horizontal", ncols } : { orientation: "vertical", ncols: "auto" });
+      fig[want] = [...fig[want], legend];
+      legendAt = want;
+    } else {
+      legend.ncols = ncols;
+    }
+  }
 
   const phaseLabels = new B.ColumnDataSource({ data: { x: [], text: [] } });
   fig.add_layout(new B.LabelSet({
@@ -346,16 +432,61 @@ function buildChart(B, model) {
     source: markSource, text_font_size: "10px", text_color: "#c62828",
   }));
   const boxes = [];
-  let legendKey = "", unitKey = "";
+  let legendKey = "", unitKey = "", phases = [], last = null;
   const autoVis = {}, userSet = new Set();
+
+  // Following: the x range shows the whole run, or its last `window` seconds, and moves with each update. A pan
+  // or zoom by the person (any change of the range not made here) pauses it; Reset or "follow live" resumes it.
+  let following = true, setting = false, plotWidth = 0;
+  let windowS = model.get("window_s") || 0;
+  function follow() {
+    if (!last) return;
+    const { tMin, tEnd } = last;
+    let start = windowS > 0 ? Math.max(tMin, tEnd - windowS) : tMin;
+    let end = tEnd;
+    if (!(end > start)) end = start + 1;
+    const pad = (end - start) * 0.02;
+    setting = true;
+    try {
+      if (xr.start !== start || xr.end !== end + pad) xr.setv({ start, end: end + pad, reset_start: start, reset_end: end + pad });
+    } finally { setting = false; }
+  }
+  function setFollowing(on) {
+    if (on === following) return;
+    following = on;
+    if (on) follow();
+    onFollow(on, xr.start, xr.end);
+  }
+  const onRange = () => {
+    if (!setting && following) setFollowing(false);
+    else if (!following) onFollow(false, xr.start, xr.end);
+    relabel();
+  };
+  xr.properties.start.change.connect(onRange);
+  xr.properties.end.change.connect(onRange);
+  fig.on_event("reset", { execute: () => queueMicrotask(() => setFollowing(true) || follow()) });
+
+  // Phase bands at least 3 px wide and labels that fit, for the scale in view.
+  function relabel() {
+    const span = xr.end - xr.start;
+    const pxPerS = plotWidth > 0 && span > 0 ? plotWidth / span : 0;
+    const minW = pxPerS > 0 ? 3 / pxPerS : 0;
+    phases.forEach((p, i) => {
+      const b = boxes[i];
+      const right = Math.max(p.right, p.left + minW);
+      if (b && b.right !== right) b.right = right;
+    });
+    const shown = pxPerS > 0 ? fitLabels(phases, pxPerS) : [];
+    phaseLabels.data = { x: shown.map((i) => phases[i].left), text: shown.map((i) => phases[i].name) };
+  }
 
   function update(data) {
     const c = columns(data);
+    last = c;
     stackSource.data = c.stackData;
     for (const [key] of LINES) lineSources[key].data = c.lineData[key];
 
     // Phase bands: a pool of BoxAnnotations, reused in place; extra ones hidden.
-    const minWidth = c.span * 0.04;
     // New boxes are created with their final values and added in one go (a BoxAnnotation has no view until the
     // plot has built it: it must not be changed in between).
     const added = [];
@@ -373,18 +504,18 @@ function buildChart(B, model) {
     });
     if (added.length) fig.center = [...fig.center, ...added];
     for (let i = c.phaseData.length; i < boxes.length; i++) if (boxes[i].visible) boxes[i].visible = false;
-    const labelled = c.phaseData.filter((p) => p.right - p.left >= minWidth);
-    phaseLabels.data = { x: labelled.map((p) => p.left), text: labelled.map((p) => p.name) };
+    phases = c.phaseData;
+    if (following) follow();
+    relabel();
     markSource.data = {
       x: c.markData.map((m) => m.x), top: c.markData.map((m) => m.top), text: c.markData.map((m) => m.text),
     };
 
-    const uk = c.xu.name + "/" + c.yu.name;
+    const uk = c.yu.name;
     if (uk !== unitKey) {
       unitKey = uk;
-      fig.xaxis.axis_label = `elapsed (${c.xu.name})`;
       fig.yaxis.axis_label = `memory (${c.yu.name})`;
-      hover.tooltips = [["", "$name"], ["elapsed", `@x{0.0} ${c.xu.name}`], ["memory", `@y{0.00} ${c.yu.name}`]];
+      hover.tooltips = [["", "$name"], ["elapsed", "@x{custom}"], ["memory", `@y{0.00} ${c.yu.name}`]];
     }
     // Re-decided on every update (a run that grows toward its limit brings the limit back into view), until
     // the user clicks that legend entry: from then on the click decides.
@@ -414,7 +545,81 @@ function buildChart(B, model) {
     return c.points;
   }
 
-  return { fig, update };
+  // The axis label follows the format the ticks use.
+  let axisLabel = "";
+  function relabelAxis() {
+    const label = `elapsed (${timeFormat(xr.start, xr.end)})`;
+    if (label !== axisLabel) { axisLabel = label; fig.xaxis.axis_label = label; }
+  }
+  xr.properties.start.change.connect(relabelAxis);
+  xr.properties.end.change.connect(relabelAxis);
+
+  return {
+    fig, update, place,
+    follow: () => setFollowing(true),
+    setWindow: (s) => { windowS = s; setFollowing(true); follow(); },
+    setPlotWidth: (px) => { if (px > 0 && px !== plotWidth) { plotWidth = px; relabel(); } },
+    state: () => ({ following, start: xr.start, end: xr.end }),
+  };
+}
+
+// The line above the plot: the window (whole run or its last N minutes) and, once the person has panned or zoomed,
+// "paused at …" with "follow live" one click away.
+function makeBar(model, onWindow, onFollowClick) {
+  const title = document.createElement("div");
+  title.className = "memscope-chart-title";
+  title.style.cssText = "font:bold 12px sans-serif;color:#333;white-space:nowrap;overflow:hidden;" +
+                        "text-overflow:ellipsis;margin:2px 0;";
+  const bar = document.createElement("div");
+  bar.className = "memscope-chart-bar";
+  bar.style.cssText = "display:flex;flex-wrap:wrap;gap:8px;align-items:center;font:12px sans-serif;color:#555;" +
+                      "min-height:22px;margin:0 0 2px 0;";
+  const label = document.createElement("label");
+  label.textContent = "show ";
+  const select = document.createElement("select");
+  select.className = "memscope-chart-window";
+  select.style.cssText = "font:12px sans-serif;";
+  for (const [s, text] of WINDOWS) {
+    const o = document.createElement("option");
+    o.value = String(s);
+    o.textContent = text;
+    select.appendChild(o);
+  }
+  select.value = String(model.get("window_s") || 0);
+  if (select.value === "") select.value = "0";
+  select.addEventListener("change", () => onWindow(+select.value));
+  label.appendChild(select);
+  const note = document.createElement("span");
+  note.className = "memscope-chart-follow";
+  const button = document.createElement("button");
+  button.className = "memscope-chart-follow-btn";
+  button.textContent = "follow live";
+  button.style.cssText = "font:12px sans-serif;padding:0 6px;display:none;cursor:pointer;";
+  button.addEventListener("click", onFollowClick);
+  bar.append(label, note, button);
+  const setTitle = () => {
+    title.textContent = model.get("title") || "";
+    title.title = title.textContent;
+    title.style.display = title.textContent ? "" : "none";
+  };
+  setTitle();
+  return {
+    bar, title, setTitle,
+    setWindow: (s) => { select.value = String(s); },
+    show(following, start, end) {
+      if (following) {
+        note.textContent = "";
+        button.style.display = "none";
+        bar.dataset.following = "true";
+      } else {
+        const f = timeFormat(start, end);
+        const span = end - start;
+        note.textContent = `paused at ${fmtElapsed(start, f, span / 100)}–${fmtElapsed(end, f, span / 100)} (you panned or zoomed):`;
+        button.style.display = "";
+        bar.dataset.following = "false";
+      }
+    },
+  };
 }
 
 function setStatus(el, text) {
@@ -445,37 +650,75 @@ async function render({ model, el }) {
     throw e;
   }
   setStatus(el, "");
+  let chart = null;
+  const bar = makeBar(
+    model,
+    (s) => {
+      model.set("window_s", s);
+      model.save_changes();
+      if (chart) chart.setWindow(s);
+    },
+    () => { if (chart) chart.follow(); },
+  );
+  el.append(bar.title, bar.bar);
   const container = document.createElement("div");
   container.style.width = "100%";
   el.appendChild(container);
-  const { fig, update } = buildChart(B, model);
+  chart = buildChart(B, model, (following, start, end) => bar.show(following, start, end));
+  const { fig, update } = chart;
+  bar.show(true, 0, 0);
+  let view = null;
+  const measure = () => {
+    if (view && view.frame) chart.setPlotWidth(view.frame.bbox.width);
+  };
 
   let pending = false;
   const apply = () => {
     pending = false;
     const points = update(model.get("data"));
     setStatus(el, points ? "" : "waiting for samples…");
+    measure();
     if (model.get("rendered_points") !== points) {
       model.set("rendered_points", points);
       model.save_changes();
     }
   };
   const schedule = () => { if (!pending) { pending = true; queueMicrotask(apply); } };
-  const onTitle = () => { fig.title.text = model.get("title") || ""; };
+  const onTitle = bar.setTitle;
   const onHeight = () => {
     fig.height = model.get("height") || 320;
     el.style.minHeight = `${fig.height}px`;
   };
+  const onWindow = () => {
+    const s = model.get("window_s") || 0;
+    bar.setWindow(s);
+    chart.setWindow(s);
+  };
 
+  chart.place(el.getBoundingClientRect().width);
   apply();
-  const view = await B.Plotting.show(fig, container);
+  view = await B.Plotting.show(fig, container);
+  measure();
+  // The legend's place follows the width (a side panel opened or closed), and the labels the plot's scale.
+  let lastWidth = -1;
+  const resized = new ResizeObserver(() => {
+    const width = Math.round(el.getBoundingClientRect().width);
+    if (width === lastWidth || width === 0) return;
+    lastWidth = width;
+    chart.place(width);
+    requestAnimationFrame(() => requestAnimationFrame(measure));
+  });
+  resized.observe(el);
   model.on("change:data", schedule);
   model.on("change:title", onTitle);
   model.on("change:height", onHeight);
+  model.on("change:window_s", onWindow);
   return () => {
+    resized.disconnect();
     model.off("change:data", schedule);
     model.off("change:title", onTitle);
     model.off("change:height", onHeight);
+    model.off("change:window_s", onWindow);
     model.off("msg:custom", onReply);
     try { view.remove(); } catch (e) { /* already gone */ }
   };

@@ -151,7 +151,8 @@ class MemoryChart(anywidget.AnyWidget):
     """A live memory chart. ``MemoryChart(series.snapshot(), title="train.py")``; then ``chart.update(snap)``.
 
     Traits synced with the browser: ``data`` (a snapshot, normalised by :func:`chart_payload`), ``title``,
-    ``height`` (pixels), and ``rendered_points`` (set by the browser: the points it draws, see
+    ``height`` (pixels), ``window_s`` (what the x axis shows while it follows the run: 0 the whole run, else its
+    last ``window_s`` seconds; the chart's "show" menu sets it), and ``rendered_points`` (set by the browser: the points it draws, see
     :func:`count_points`; 0 until a view has rendered)."""
 
     _esm = _ESM
@@ -159,6 +160,7 @@ class MemoryChart(anywidget.AnyWidget):
     title = traitlets.Unicode("").tag(sync=True)
     height = traitlets.Int(320).tag(sync=True)
     rendered_points = traitlets.Int(0).tag(sync=True)
+    window_s = traitlets.Int(0).tag(sync=True)
     _bokeh_version = traitlets.Unicode("").tag(sync=True)
     _bokehjs = traitlets.Instance(_BokehJS, allow_none=True).tag(sync=True, **widget_serialization)
 

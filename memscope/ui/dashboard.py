@@ -8,8 +8,10 @@ or when the dashboard is closed (re-running a cell closes the dashboard it made 
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import uuid
 from typing import TYPE_CHECKING, Any, Callable
 
 import ipywidgets as w
@@ -35,6 +37,7 @@ from .fragments import (
 from .gpu_chart import GpuSeries
 from .probes import ProbesFeed
 from .series import RunSeries
+from .static_view import static_html
 from .terminal import limit_text
 
 if TYPE_CHECKING:
@@ -45,6 +48,7 @@ PUSH_PERIOD_S = 0.25  # at most 4 updates a second reach the browser
 # redraws it all each time, so a big window is pushed less often: one second more per 8,000 points, 2 s at most.
 POINTS_PER_S = 8000
 MAX_PUSH_PERIOD_S = 2.0
+FALLBACK_PERIOD_S = 30.0  # the static copy (a saved notebook without its kernel) is refreshed this often and at the end
 LEAK_PERIOD_S = 5.0  # the live leak verdict is recomputed this often
 SCALENE_SECONDS = 10.0  # what the "Scalene snapshot" button profiles
 _by_cell: dict[str, "Dashboard"] = {}
@@ -112,10 +116,15 @@ class Dashboard:
         parts: list[w.Widget] = [self.status, self.notes, self.card]
         if self.controls is not None:
             parts.append(self.controls)
-        parts += [self.census, self.stacks]
-        parts += [self.chart, w.Accordion(children=[self.table, self.output, self.scalene, self.probes])]
+        # The census and the stacks (tall) go below the chart: above it, they pushed the chart off screen.
+        acc = w.Accordion(children=[self.table, self.output, self.scalene, self.probes])
+        parts += [self.chart, self.census, self.stacks, acc]
         self.widget = w.VBox(parts)
-        acc = parts[-1]
+        self.key = uuid.uuid4().hex[:12]
+        self.widget.add_class(f"memscope-live-{self.key}")  # pairs the live view with its static copy
+        self._fallback: Any = None  # the static copy's display handle, once displayed
+        self._fallback_at = 0.0
+        self._snap: dict[str, Any] = {}
         for i, name in enumerate(("Processes", "Output (last 200 lines)", "Scalene snapshots", "Loads and indexes")):
             try:
                 acc.set_title(i, name)
@@ -209,6 +218,7 @@ class Dashboard:
         if self.run is not None:
             self.output.value = output_tail(list(self.run.output_tail), self.run.output_partial)
         self.status.value = self._status_html(snap, final_summary)
+        self._snap = snap
         if final_summary is not None:
             self.card.value = verdict_card(final_summary)
             if final_summary.get("census") and not self.census.value:  # a reopened run: its last census
@@ -224,7 +234,32 @@ class Dashboard:
                 self.controls.labels = {}
                 if not self._working:
                     self.controls.note = ""
+        if final_summary is not None or time.monotonic() - self._fallback_at >= FALLBACK_PERIOD_S:
+            self._update_fallback()
         return count_points(snap)
+
+    # -- the static copy -------------------------------------------------------------------------------------
+    def static_html(self) -> str:
+        """The dashboard as it is now, as static HTML (what a saved notebook shows without its kernel)."""
+        return static_html(self.key, self.status.value, self.card.value, self.table.value, self._snap)
+
+    def display(self) -> None:
+        """Show the live dashboard and, beside it, its static copy (hidden while the live one is drawn)."""
+        from IPython.display import display
+
+        display(self.widget)
+        if "google.colab" in sys.modules:  # each output in its own frame there: the CSS pairing cannot hide the copy
+            return
+        self._fallback_at = time.monotonic()
+        self._fallback = display({"text/html": self.static_html(), "text/plain": ""}, raw=True, display_id=True)
+
+    def _update_fallback(self) -> None:
+        self._fallback_at = time.monotonic()
+        if self._fallback is not None:
+            try:
+                self._fallback.update({"text/html": self.static_html(), "text/plain": ""}, raw=True)
+            except Exception:  # never let the copy break the dashboard
+                pass
 
     def _procs(self) -> dict[int, dict[str, Any]]:
         if self.run is not None:
@@ -413,9 +448,7 @@ class Dashboard:
         return out
 
     def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.widget)
+        self.display()
 
 
 def _recorded_phases(path: str) -> list[dict[str, Any]]:
@@ -439,10 +472,8 @@ def _recorded_phases(path: str) -> list[dict[str, Any]]:
 
 def show(run: "Run") -> Dashboard:
     """Display the dashboard of ``run`` in the current cell, replacing one this cell made before."""
-    from IPython.display import display
-
     d = _dashboard_in_cell(run)
-    display(d.widget)
+    d.display()
     return d
 
 
@@ -499,8 +530,6 @@ def cell_request() -> tuple[str | None, str | None]:
 def reopen(ref: str, record_dir: str | None = None) -> Dashboard:
     """The dashboard of a run, from its record: id, unique prefix, 'last', or path. A run this kernel started and
     is still going is followed live; one still going in another process says "running", not "unknown"."""
-    from IPython.display import display
-
     from ..analysis.summary import summarize
     from ..record.catalogue import default_record_dir, find_run
     from ..record.reader import RunData
@@ -543,7 +572,7 @@ def reopen(ref: str, record_dir: str | None = None) -> Dashboard:
         title=" ".join(row["command"])[-120:],
         gpu=GpuSeries.from_record(path),
     )
-    display(d.widget)
+    d.display()
     return d
 
 

@@ -13,7 +13,7 @@ import re
 from typing import Any, Iterable
 
 from .. import outfile
-from ..analysis.summary import summarize
+from ..analysis.summary import mark_running, summarize
 from ..fmt import fmt_bytes, fmt_elapsed
 from ..record.reader import RunData
 from .bokeh_format import HOVER_JS as _HOVER_JS
@@ -153,6 +153,7 @@ def memory_figure(
         tools="xpan,xwheel_zoom,box_zoom,reset,save",
         toolbar_location="above",
     )
+    fig.toolbar.active_scroll = None  # the wheel scrolls the page until the wheel zoom is turned on in the toolbar
     fig.xgrid.grid_line_alpha = fig.ygrid.grid_line_alpha = 0.4
     fig.xaxis.formatter = NumeralTickFormatter(format="0,0.[0]")
     # Ticks at binary-round sizes (64 MiB, 256 MiB, 1 GiB...), shown as MiB or GiB.
@@ -323,7 +324,7 @@ def _load(record_path: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
         lines = output_lines(_recorded_output(rd))
     finally:
         rd.close()
-    return row, summary, lines
+    return row, (summary if row["summary"] else mark_running(record_path, summary)), lines
 
 
 def _procs(record_path: str, summary: dict[str, Any]) -> dict[int, dict[str, Any]]:
