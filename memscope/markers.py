@@ -17,9 +17,27 @@ def _send(kind: str, **data: Any) -> bool:
     if agent is None:
         return False
     try:
-        return bool(agent.phases.send(kind, **data))
+        # The agent coalesces and rate-limits (agent/phases.manual); an agent of an older memscope only sends.
+        manual = getattr(agent.phases, "manual", None)
+        return bool(manual(kind, **data) if manual is not None else agent.phases.send(kind, **data))
     except Exception:
         return False
+
+
+def _phase(name: str, state: str) -> None:
+    # The hot path of a phase around every step: two lookups, then the agent's own function (agent/phases.py
+    # coalesces the step's end and the next step's start there, sending nothing).
+    agent = sys.modules.get("_memscope_agent")
+    if agent is None:
+        return
+    try:
+        fn = getattr(agent.phases, "phase_" + state, None)
+        if fn is not None:
+            fn(name)
+        else:  # an agent of an older memscope
+            agent.phases.send("phase", name=name, state=state)
+    except Exception:
+        pass
 
 
 class phase:
@@ -36,11 +54,11 @@ class phase:
         self.name = str(name)
 
     def __enter__(self) -> "phase":
-        _send("phase", name=self.name, state="start")
+        _phase(self.name, "start")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _send("phase", name=self.name, state="end")
+        _phase(self.name, "end")
 
     def __call__(self, fn: F) -> F:
         @functools.wraps(fn)
@@ -53,4 +71,4 @@ class phase:
 
 def mark(text: str) -> None:
     """A point in time worth seeing on the chart: "checkpoint saved", "lr dropped"."""
-    _send("mark", text=str(text)[:500])
+    _send("mark", text=str(text)[:500])  # the agent cuts at MARK_CHARS too, for any caller

@@ -241,3 +241,4 @@ class Summary(TypedDict, total=False):
     advice: list[AdviceLine]
     record_errors: dict[str, Any]
     unavailable: dict[str, str]  # a section whose data broke it (left empty) -> why
+    bounded: dict[str, Any]  # what memscope's own bounds kept out: output past its cap, phases coalesced, floods

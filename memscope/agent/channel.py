@@ -96,13 +96,16 @@ class Channel:
                 self._close()
         return False
 
-    def requests(self):
-        """Yield the collector's requests (JSON lines) until the connection closes. Blocks: reader thread only."""
+    def requests(self, idle=None, idle_s=1.0):
+        """Yield the collector's requests (JSON lines) until the connection closes. Blocks: reader thread only.
+        ``idle`` is called every ``idle_s`` seconds at most (the phases' held-back end)."""
         buf = b""
         while not self._dead and self._sock is not None:
             sock = self._sock
             try:
-                ready, _, _ = select.select([sock], [], [], 1.0)
+                ready, _, _ = select.select([sock], [], [], idle_s)
+                if idle is not None:
+                    idle()
                 if not ready:
                     continue
                 with self._lock:  # never read from a number the program was handed since

@@ -9,6 +9,8 @@ FAULT_PREFIX = "fault-"         # fault-<pid>.txt: faulthandler's dump of every 
 FAULT_ECHO = ".stderr"         # fault-<pid>.stderr.txt: the user asked for the dump on stderr too
 EXC_PREFIX = "exc-"             # exc-<pid>.json: an uncaught exception (type, message, traceback)
 MAX_LINE = 1 << 20              # longest message accepted from an agent
+MARK_CHARS = 1000               # a mark's text is cut to this (agent and collector both)
+NAME_CHARS = 200                # a phase's name is cut to this
 
 # -- message kinds ----------------------------------------------------------------------------------------------
 # The collector accepts these and nothing else (collect/messages.py checks each message against them).
@@ -24,9 +26,13 @@ KINDS = {
     "role": ({"role": "str"}, False, ("role",)),
     "exception": ({"type": "str", "module": "str?", "message": "str", "traceback": "str", "rank": "str?",
                    "how": "str?"}, False, ("type", "traceback")),
-    "phase": ({"name": "str", "state": "str", "auto": "bool"}, False, ("name", "state")),
-    "epoch": ({"loader": "int", "n": "int", "workers": "int"}, False, ()),
-    "mark": ({"text": "str"}, False, ("text",)),
+    # ago: a held-back end happened this long before it was sent; coalesced/dropped: the process's counts so far
+    "phase": ({"name": "str", "state": "str", "auto": "bool", "ago": "secs", "coalesced": "size",
+               "dropped": "size"}, False, ("name", "state")),
+    # mode: the top module's training flag when the epoch began (None before any train()/eval() switch)
+    "epoch": ({"loader": "int", "n": "int", "workers": "int", "persistent": "bool", "mode": "bool?"}, False, ()),
+    "mark": ({"text": "str", "coalesced": "size", "dropped": "size"}, False, ("text",)),
+    "limits": ({"coalesced": "size", "dropped": "size"}, False, ()),  # the counts at exit
     "scalene": ({"state": "str", "on": "int", "off": "int", "total_cpu_s": "num"}, False, ()),
     "census": ({"id": "str", "error": "str", "objects": "size", "tensor_count": "size", "tensor_bytes": "size",
                 "storage_bytes": "size", "tensor_groups": "size", "duration_s": "secs", "cpu_s": "secs",
