@@ -53,6 +53,16 @@ def send(kind, **data):
     return ch.send(data)
 
 
+def _send_at_exit(kind, **data):
+    # At exit the socket may still be full of what the process just sent: wait a little for room (the process
+    # is ending; nothing of the training waits), so that the last end and the counts are not lost.
+    ch = _channel
+    if ch is None:
+        return False
+    data.update(t=kind, pid=os.getpid(), wall=time.time())
+    return ch.send_now(data, timeout=0.5)
+
+
 def phase_start(name):
     """``memscope.phase(name)`` entered. The hot path (a step's phase, again): no message, a lock and a clock."""
     global _held, coalesced
@@ -122,22 +132,23 @@ def _take(now):
     return True
 
 
-def _send_counted(kind, **data):
+def _send_counted(kind, final=False, **data):
     global _reported
     counts = (coalesced, dropped)
     if counts != _reported:
         data.update(coalesced=counts[0], dropped=counts[1])
         _reported = counts
-    return send(kind, **data)
+    return (_send_at_exit if final else send)(kind, **data)
 
 
-def _flush(now):
+def _flush(now, final=False):
     """Send the held-back end (with how long ago it happened, so that it is dated right). Under ``_lock``."""
     global _held
     held = _held
     if held is not None:
         _held = None
-        _send_counted("phase", name=str(held[0])[:NAME_CHARS], state="end", ago=round(max(0.0, now - held[1]), 6))
+        _send_counted("phase", final, name=str(held[0])[:NAME_CHARS], state="end",
+                      ago=round(max(0.0, now - held[1]), 6))
 
 
 def flush(final=False):
@@ -149,11 +160,11 @@ def flush(final=False):
         with _lock:
             held = _held
             if held is not None and (final or now - held[1] >= COALESCE_S):
-                _flush(now)
+                _flush(now, final)
             counts = (coalesced, dropped)
             if final and counts != _reported:
                 _reported = counts
-                send("limits", coalesced=counts[0], dropped=counts[1])
+                _send_at_exit("limits", coalesced=counts[0], dropped=counts[1])
     except Exception:
         pass
 

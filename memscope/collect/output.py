@@ -48,12 +48,12 @@ class LineReader:
         on_text: Callable[[str], None],
         tail: "collections.deque[str]",
         max_line: int = MAX_LINE,
-        max_bytes: int = MAX_RECORDED,
+        max_bytes: int | None = None,
     ) -> None:
         self._on_text = on_text
         self._tail = tail
         self._max = max_line
-        self._max_bytes = max_bytes
+        self._max_bytes = MAX_RECORDED if max_bytes is None else max_bytes
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._line = ""  # the current line's visible state, at most max_line characters
         self._dropped = 0  # characters of the current line past max_line, not kept
