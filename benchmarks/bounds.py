@@ -11,9 +11,9 @@ process's RSS (memscope's own memory: collector, recorder, readers) every 0.1 s 
 - ``marks``: the child sends 150 KB marks through its agent's channel for ``--seconds`` s (what memscope.mark
   would send without its own 500-character cut, or any process holding the run's token). Figures: peak RSS,
   record size, marks recorded.
-- ``phases``: a loop of small steps with ``memscope.phase("step")`` around each, for ``--seconds`` s, and the same
-  loop without it (same run, same process: the first half without). Figures: the loop's slowdown, peak RSS, the
-  phase events recorded.
+- ``phases``: a loop of small steps (about 10 µs) with ``memscope.phase("step")`` around each and the same loop
+  without it, in turns of 0.25 s for ``--seconds`` s (same run, same process). Figures: the loop's slowdown, peak
+  RSS, the phase events recorded.
 
 ``--src DIR``: import memscope from DIR instead of this checkout (to measure another version the same way).
 """
@@ -57,13 +57,13 @@ print("marks tried", tried, "sent", sent, flush=True)
 PHASES_CHILD = r"""
 import sys, time
 import memscope
-half = float(sys.argv[1]) / 2
+total = float(sys.argv[1])
 def step(acc):
     for i in range(200):
         acc += i * i
     return acc
-def loop(use):
-    n, acc, end = 0, 0, time.perf_counter() + half
+def loop(use, seconds):
+    n, acc, end = 0, 0, time.perf_counter() + seconds
     while time.perf_counter() < end:
         if use:
             with memscope.phase("step"):
@@ -72,8 +72,11 @@ def loop(use):
             acc = step(acc)
         n += 1
     return n
-bare = loop(False)
-phased = loop(True)
+# In turns of 0.25 s, so that a neighbour's load on a shared machine weighs on both alike.
+bare = phased = 0
+for _ in range(int(total / 0.5)):
+    bare += loop(False, 0.25)
+    phased += loop(True, 0.25)
 print("steps", bare, phased, flush=True)
 """
 

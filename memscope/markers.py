@@ -24,20 +24,19 @@ def _send(kind: str, **data: Any) -> bool:
         return False
 
 
-def _phase(name: str, state: str) -> None:
-    # The hot path of a phase around every step: two lookups, then the agent's own function (agent/phases.py
+_agent_fns: tuple[Any, Any, Any] = (None, None, None)  # (agent module, its phase_start, its phase_end)
+
+
+def _phase_fns() -> tuple[Any, Any, Any]:
+    # The hot path of a phase around every step: one lookup, then the agent's own functions (agent/phases.py
     # coalesces the step's end and the next step's start there, sending nothing).
-    agent = sys.modules.get("_memscope_agent")
-    if agent is None:
-        return
-    try:
-        fn = getattr(agent.phases, "phase_" + state, None)
-        if fn is not None:
-            fn(name)
-        else:  # an agent of an older memscope
-            agent.phases.send("phase", name=name, state=state)
-    except Exception:
-        pass
+    global _agent_fns
+    agent = sys.modules.get("_memscope_agent")  # loaded by memscope's sitecustomize, only under memscope
+    fns = _agent_fns
+    if fns[0] is not agent:
+        ph = getattr(agent, "phases", None)
+        fns = _agent_fns = (agent, getattr(ph, "phase_start", None), getattr(ph, "phase_end", None))
+    return fns
 
 
 class phase:
@@ -54,11 +53,25 @@ class phase:
         self.name = str(name)
 
     def __enter__(self) -> "phase":
-        _phase(self.name, "start")
+        agent, start, _ = _phase_fns()
+        if start is not None:
+            try:
+                start(self.name)
+            except Exception:
+                pass
+        elif agent is not None:  # an agent of an older memscope
+            _send("phase", name=self.name, state="start")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _phase(self.name, "end")
+        agent, _, end = _phase_fns()
+        if end is not None:
+            try:
+                end(self.name)
+            except Exception:
+                pass
+        elif agent is not None:
+            _send("phase", name=self.name, state="end")
 
     def __call__(self, fn: F) -> F:
         @functools.wraps(fn)

@@ -133,10 +133,11 @@ def test_a_phase_around_every_step_is_coalesced_and_the_rest_rate_limited(start)
     b = s["bounded"]
     assert b["phases_coalesced"] >= 19999 - 50, b  # the step's end and the next start: neither sent
     ab = [e for e in phases if e["data"]["name"] in ("a", "b")]
-    # The agent's burst (1000), then its rate; every start sent has its end.
-    assert len(ab) <= 2 * 1100 and b["phases_marks_not_sent"] > 0
+    # The agent's burst (300), then its rate (100 a second); each start sent has its end, but for what the channel
+    # itself may drop when the socket is full (a starved collector on a loaded machine): a few at most.
+    assert len(ab) <= 2 * (300 + 100 * s["duration_s"]) and b["phases_marks_not_sent"] > 0
     starts = sum(e["data"]["state"] == "start" for e in ab)
-    assert starts == len(ab) - starts
+    assert abs(starts - (len(ab) - starts)) <= 3, (starts, len(ab))
     names = [p["name"] for p in s["phases"]]
     assert names[0] == "step" and "eval" in names
     step = s["phases"][0]

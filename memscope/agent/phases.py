@@ -26,7 +26,7 @@ from .protocol import MARK_CHARS, NAME_CHARS
 
 COALESCE_S = 0.05  # a manual phase started again within this of its end continues (no end/start sent)
 RATE = 100.0  # manual phase and mark messages sent a second, sustained
-BURST = 1000.0  # ... and at once, after a quiet stretch
+BURST = 300.0  # ... and at once, after a quiet stretch (more would fill the socket before the collector reads)
 FLUSH_S = 0.5  # a held-back end is sent at most about this late (by the agent's reader thread)
 
 _local = threading.local()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import codecs
 import collections
-import ctypes
 import os
 import sys
 import threading
@@ -201,6 +200,8 @@ def _punch(path: str, upto: int) -> bool:
     appends on, nothing it writes is lost. Linux only (fallocate); False where that cannot be done."""
     if not sys.platform.startswith("linux"):
         return False
+    import ctypes  # here: only a run whose output passed the cap needs it
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         fallocate = libc.fallocate

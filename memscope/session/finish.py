@@ -62,6 +62,7 @@ def finish(run: Run) -> None:
     finally:
         shutil.rmtree(run.agents.dir, ignore_errors=True)  # the socket and crash files, whatever happened
         run._output_done.set()
+        run._output_stop.set()  # a detached run writes on: its output stays in its files, nobody reads it now
         if run._subreaper:
             run._subreaper = False
             supervise.release_subreaper()
