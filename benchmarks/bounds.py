@@ -202,8 +202,27 @@ def main() -> None:
     if ns.json:
         print(json.dumps(out, indent=2))
         return
-    for k, v in out.items():
-        print(f"{k}: {v}")
+    print(f"memscope from {out['memscope']}")
+    for case in ("output", "marks", "phases"):
+        r = out.get(case)
+        if r is None:
+            continue
+        files = ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in sorted(r["files_bytes"].items()))
+        line = (
+            f"{case}: memscope's RSS {r['rss_before_mib']} -> peak {r['rss_peak_run_mib']} MiB during the run"
+            + (f", {r['rss_peak_after_mib']} MiB in the 10 s after it" if case == "output" else "")
+            + f"; files left: {files}; events {r['events']}; {r['wall_s']} s"
+        )
+        print(line)
+        if case == "phases" and "slowdown_pct" in r:
+            print(
+                f"phases: {r['steps_per_s_bare']} steps/s bare, {r['steps_per_s_phased']} with memscope.phase: "
+                f"{r['slowdown_pct']} % slower"
+            )
+        for w in r["warnings"]:
+            print(f"  warning: {w}")
+        if r.get("bounded"):
+            print(f"  bounded: {r['bounded']}")
 
 
 if __name__ == "__main__":
