@@ -147,6 +147,17 @@ BENCHES = [
         "second for 60 s; CPU of the exporter's threads (the scraping client not counted).",
     ),
     Bench(
+        "bounds",
+        "bounds.py",
+        "memscope's own bounds under a flood",
+        [],
+        ["--output-mb", "256", "--seconds", "4"],
+        "A child writing 2 GiB to stdout in capture mode, one sending 150 KB marks through its agent for 10 s, "
+        "and a loop with `memscope.phase` around every 10 µs step: memscope's RSS, the record's size, the loop's "
+        "slowdown.",
+        stdout="text",
+    ),
+    Bench(
         "churn",
         "churn.py",
         "Process churn",

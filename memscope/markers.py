@@ -17,9 +17,26 @@ def _send(kind: str, **data: Any) -> bool:
     if agent is None:
         return False
     try:
-        return bool(agent.phases.send(kind, **data))
+        # The agent coalesces and rate-limits (agent/phases.manual); an agent of an older memscope only sends.
+        manual = getattr(agent.phases, "manual", None)
+        return bool(manual(kind, **data) if manual is not None else agent.phases.send(kind, **data))
     except Exception:
         return False
+
+
+_agent_fns: tuple[Any, Any, Any] = (None, None, None)  # (agent module, its phase_start, its phase_end)
+
+
+def _phase_fns() -> tuple[Any, Any, Any]:
+    # The hot path of a phase around every step: one lookup, then the agent's own functions (agent/phases.py
+    # coalesces the step's end and the next step's start there, sending nothing).
+    global _agent_fns
+    agent = sys.modules.get("_memscope_agent")  # loaded by memscope's sitecustomize, only under memscope
+    fns = _agent_fns
+    if fns[0] is not agent:
+        ph = getattr(agent, "phases", None)
+        fns = _agent_fns = (agent, getattr(ph, "phase_start", None), getattr(ph, "phase_end", None))
+    return fns
 
 
 class phase:
@@ -36,11 +53,25 @@ class phase:
         self.name = str(name)
 
     def __enter__(self) -> "phase":
-        _send("phase", name=self.name, state="start")
+        agent, start, _ = _phase_fns()
+        if start is not None:
+            try:
+                start(self.name)
+            except Exception:
+                pass
+        elif agent is not None:  # an agent of an older memscope
+            _send("phase", name=self.name, state="start")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _send("phase", name=self.name, state="end")
+        agent, _, end = _phase_fns()
+        if end is not None:
+            try:
+                end(self.name)
+            except Exception:
+                pass
+        elif agent is not None:
+            _send("phase", name=self.name, state="end")
 
     def __call__(self, fn: F) -> F:
         @functools.wraps(fn)
@@ -53,4 +84,4 @@ class phase:
 
 def mark(text: str) -> None:
     """A point in time worth seeing on the chart: "checkpoint saved", "lr dropped"."""
-    _send("mark", text=str(text)[:500])
+    _send("mark", text=str(text)[:500])  # the agent cuts at MARK_CHARS too, for any caller

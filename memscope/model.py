@@ -252,3 +252,4 @@ class Summary(TypedDict, total=False):
     unavailable: dict[str, str]  # a section whose data broke it (left empty) -> why
     stacks: list[dict[str, Any]]  # every capture of the tree's stacks (analysis/stacks.compact), in time order
     last_words: LastWords | None  # a run killed or crashed: its last capture before the end, or why none
+    bounded: dict[str, Any]  # what memscope's own bounds kept out: output past its cap, phases coalesced, floods

@@ -47,7 +47,7 @@ def _check_fds():
 
 def _serve():
     """The agent's reader thread: answers the collector's requests (a tensor census) one at a time."""
-    for req in channel.requests():
+    for req in channel.requests(idle=phases.flush, idle_s=phases.FLUSH_S):
         kind = req.get("t")
         try:
             if kind == "census":

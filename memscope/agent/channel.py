@@ -104,13 +104,17 @@ class Channel:
                 self._close()
         return False
 
-    def requests(self):
-        """Yield the collector's requests (JSON lines) until the connection closes. Blocks: reader thread only."""
+    def requests(self, idle=None, idle_s=1.0):
+        """Yield the collector's requests (JSON lines) until the connection closes. Blocks: reader thread only.
+        ``idle`` is called every ``idle_s`` seconds at most (the phases' held-back end)."""
         buf = b""
         while not self._dead and self._sock is not None:
             sock = self._sock
             try:
-                if not _wait(sock, select.POLLIN, 1.0):
+                ready = _wait(sock, select.POLLIN, idle_s)
+                if idle is not None:
+                    idle()
+                if not ready:
                     continue
                 with self._lock:  # never read from a number the program was handed since
                     if not self._mine():

@@ -11,6 +11,8 @@ EXC_PREFIX = "exc-"             # exc-<pid>.json: an uncaught exception (type, m
 STACK_PREFIX = "stack-"         # stack-<pid>.txt: faulthandler's dumps on the stacks signal (appended to)
 STACKS_SIGNAL_OFFSET = 6        # the stacks signal is SIGRTMIN+6, where the program leaves it at SIG_DFL
 MAX_LINE = 1 << 20              # longest message accepted from an agent
+MARK_CHARS = 1000               # a mark's text is cut to this (agent and collector both)
+NAME_CHARS = 200                # a phase's name is cut to this
 
 # -- message kinds ----------------------------------------------------------------------------------------------
 # The collector accepts these and nothing else (collect/messages.py checks each message against them).
@@ -30,9 +32,13 @@ KINDS = {
     "exec": ({"path": "str", "argv": "strs"}, False, ()),
     "exception": ({"type": "str", "module": "str?", "message": "str", "traceback": "str", "rank": "str?",
                    "how": "str?"}, False, ("type", "traceback")),
-    "phase": ({"name": "str", "state": "str", "auto": "bool"}, False, ("name", "state")),
-    "epoch": ({"loader": "int", "n": "int", "workers": "int"}, False, ()),
-    "mark": ({"text": "str"}, False, ("text",)),
+    # ago: a held-back end happened this long before it was sent; coalesced/dropped: the process's counts so far
+    "phase": ({"name": "str", "state": "str", "auto": "bool", "ago": "secs", "coalesced": "size",
+               "dropped": "size"}, False, ("name", "state")),
+    # mode: the top module's training flag when the epoch began (None before any train()/eval() switch)
+    "epoch": ({"loader": "int", "n": "int", "workers": "int", "persistent": "bool", "mode": "bool?"}, False, ()),
+    "mark": ({"text": "str", "coalesced": "size", "dropped": "size"}, False, ("text",)),
+    "limits": ({"coalesced": "size", "dropped": "size"}, False, ()),  # the counts at exit
     "scalene": ({"state": "str", "on": "int", "off": "int", "total_cpu_s": "num"}, False, ()),
     "census": ({"id": "str", "error": "str", "objects": "size", "tensor_count": "size", "tensor_bytes": "size",
                 "storage_bytes": "size", "tensor_groups": "size", "duration_s": "secs", "cpu_s": "secs",

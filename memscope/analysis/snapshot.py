@@ -13,6 +13,7 @@ pickle that names any global (a class, a function such as ``os.system``) is refu
 from __future__ import annotations
 
 import io
+import math
 import pickle
 from typing import Any, Iterable, Mapping
 
@@ -82,24 +83,133 @@ def load(path: str) -> dict[str, Any]:
         raise SnapshotError(f"{path}: {exc}") from None
 
 
+# Bounds on what a snapshot may hold, counted as memscope walks it (a container the pickle references twice counts
+# twice: a "billion laughs" pickle of a few MB names the same list millions of times over, and is refused at once).
+# Real ones are far below: 216 segments and 2,400 blocks for a transformer's step, a history of 100,000 trace
+# entries by default (``max_entries``), stacks of tens of frames.
+MAX_SEGMENTS = 200_000
+MAX_BLOCKS = 2_000_000  # over all segments
+MAX_TRACE = 5_000_000  # trace entries over all devices
+MAX_FRAMES = 1_000  # frames of one stack
+MAX_BLOCK_FRAMES = 5_000_000  # frames over all blocks (each block's stack is read for the page)
+MAX_INT = (1 << 64) - 1  # sizes and addresses are 64-bit
+_OOM_KEYS = ("device", "alloc_bytes", "device_free", "device_total")
+
+
 def _check(obj: Any) -> dict[str, Any]:
+    """``obj`` if it is a snapshot memscope can read in full: every field memscope reads of the type it must be,
+    within the bounds above; SnapshotError (one line) for anything else."""
     if isinstance(obj, list):  # torch.cuda.memory_snapshot() returns the segments alone
         obj = {"segments": obj, "device_traces": []}
     if not isinstance(obj, dict) or not isinstance(obj.get("segments"), list):
         raise SnapshotError(
             "not a CUDA memory snapshot: no 'segments' list (write one with torch.cuda.memory._dump_snapshot(path))"
         )
-    for s in obj["segments"]:
-        if (
-            not isinstance(s, dict)
-            or not isinstance(s.get("blocks", []), list)
-            or not isinstance(s.get("total_size", 0), int)
-        ):
-            raise SnapshotError("not a CUDA memory snapshot: a segment is not a dict with 'total_size' and 'blocks'")
-    traces = obj.get("device_traces")
-    if traces is not None and not (isinstance(traces, list) and all(isinstance(t, list) for t in traces)):
-        raise SnapshotError("not a CUDA memory snapshot: 'device_traces' is not a list of lists")
+    _Checker().snapshot(obj)
     return obj
+
+
+class _Checker:
+    """One walk over an untrusted snapshot, with counts; a stack shared in the file is checked once."""
+
+    def __init__(self) -> None:
+        self.blocks = self.trace = self.block_frames = 0
+        self._stacks: set[int] = set()
+
+    def snapshot(self, obj: dict[str, Any]) -> None:
+        segs = obj["segments"]
+        if len(segs) > MAX_SEGMENTS:
+            raise SnapshotError(f"refused: {len(segs)} segments (a memory snapshot has at most {MAX_SEGMENTS})")
+        for i, sg in enumerate(segs):
+            self.segment(i, sg)
+        traces = obj.get("device_traces")
+        if traces is not None:
+            if not (isinstance(traces, list) and all(isinstance(t, list) for t in traces)):
+                raise SnapshotError("not a CUDA memory snapshot: 'device_traces' is not a list of lists")
+            for d, t in enumerate(traces):
+                for i, e in enumerate(t):
+                    self.event(d, i, e)
+        oom = obj.get("memscope_oom")
+        if isinstance(oom, dict):
+            for k in _OOM_KEYS:
+                _int(oom.get(k), f"memscope_oom's {k!r}")
+
+    def segment(self, i: int, sg: Any) -> None:
+        where = f"segment {i}"
+        if not isinstance(sg, dict) or not isinstance(sg.get("blocks", []), list):
+            raise SnapshotError(f"not a CUDA memory snapshot: {where} is not a dict with 'total_size' and 'blocks'")
+        for k in ("device", "address", "total_size", "allocated_size", "active_size", "requested_size", "stream"):
+            _int(sg.get(k), f"{where}'s {k!r}")
+        _str(sg.get("segment_type"), f"{where}'s 'segment_type'")
+        blocks = sg.get("blocks") or []
+        self.blocks += len(blocks)
+        if self.blocks > MAX_BLOCKS:
+            raise SnapshotError(f"refused: more than {MAX_BLOCKS} blocks (a pickle that repeats its lists?)")
+        for j, b in enumerate(blocks):
+            self.block(f"{where}, block {j}", b)
+
+    def block(self, where: str, b: Any) -> None:
+        if not isinstance(b, dict):
+            raise SnapshotError(f"not a CUDA memory snapshot: {where} is a {type(b).__name__}, not a dict")
+        for k in ("size", "requested_size", "address"):
+            _int(b.get(k), f"{where}'s {k!r}")
+        _str(b.get("state"), f"{where}'s 'state'")
+        frames = b.get("frames")
+        if not frames:  # before PyTorch 2.1: the stack is in the block's last history entry
+            hist = b.get("history")
+            if hist is not None and not isinstance(hist, list):
+                raise SnapshotError(f"not a CUDA memory snapshot: {where}'s 'history' is not a list")
+            if hist and isinstance(hist[-1], dict):
+                frames = hist[-1].get("frames")
+        self.block_frames += self.stack(where, frames)
+        if self.block_frames > MAX_BLOCK_FRAMES:
+            raise SnapshotError(f"refused: more than {MAX_BLOCK_FRAMES} frames in the blocks' stacks")
+
+    def event(self, device: int, i: int, e: Any) -> None:
+        self.trace += 1
+        if self.trace > MAX_TRACE:
+            raise SnapshotError(f"refused: more than {MAX_TRACE} trace entries")
+        where = f"trace entry {i} of device {device}"
+        if not isinstance(e, dict):
+            raise SnapshotError(f"not a CUDA memory snapshot: {where} is a {type(e).__name__}, not a dict")
+        for k in ("addr", "size", "stream"):
+            _int(e.get(k), f"{where}'s {k!r}")
+        _str(e.get("action"), f"{where}'s 'action'")
+        t = e.get("time_us")
+        if t is not None and not ((type(t) is int and abs(t) <= MAX_INT) or (type(t) is float and math.isfinite(t))):
+            raise SnapshotError(f"not a CUDA memory snapshot: {where}'s 'time_us' is not a finite number")
+        self.stack(where, e.get("frames"))
+
+    def stack(self, where: str, frames: Any) -> int:
+        """Check a stack (once per list object); returns its length."""
+        if not frames:
+            return 0
+        if not isinstance(frames, list):
+            raise SnapshotError(f"not a CUDA memory snapshot: {where}'s frames are not a list")
+        if id(frames) in self._stacks:
+            return len(frames)
+        if len(frames) > MAX_FRAMES:
+            raise SnapshotError(f"refused: {where} has a stack of {len(frames)} frames (at most {MAX_FRAMES})")
+        for f in frames:
+            if not isinstance(f, dict):
+                raise SnapshotError(f"not a CUDA memory snapshot: a frame of {where} is not a dict")
+            _str(f.get("filename"), f"a frame's 'filename' in {where}")
+            _str(f.get("name"), f"a frame's 'name' in {where}")
+            _int(f.get("line"), f"a frame's 'line' in {where}")
+        self._stacks.add(id(frames))  # ``frames`` stays alive (in the file's object) while this walk goes
+        return len(frames)
+
+
+def _int(v: Any, what: str) -> None:
+    """A whole number of 0 to 2**64 - 1 (sizes, addresses, devices, lines), or None (absent)."""
+    if v is not None and (type(v) is not int or not 0 <= v <= MAX_INT):
+        shown = repr(v) if isinstance(v, (int, float)) else type(v).__name__
+        raise SnapshotError(f"not a CUDA memory snapshot: {what} is {shown[:40]}, not a whole number of 0 or more")
+
+
+def _str(v: Any, what: str) -> None:
+    if v is not None and type(v) is not str:
+        raise SnapshotError(f"not a CUDA memory snapshot: {what} is a {type(v).__name__}, not a string")
 
 
 # -- per device --------------------------------------------------------------------------------------------------

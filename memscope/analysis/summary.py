@@ -21,7 +21,7 @@ from .probes import probe_summary
 from .scalene import summary_rows as scalene_rows
 from .stacks import last_words
 from .stacks import summary_rows as stacks_rows
-from .supervision import NOTE_EVENTS, main_pid, notes, process_end
+from .supervision import BOUND_EVENTS, NOTE_EVENTS, bounds, main_pid, notes, process_end
 
 SCHEMA = SUMMARY_SCHEMA
 
@@ -219,9 +219,15 @@ def summarize(rd: RunData) -> Summary:
         "warnings": _guard(
             unavailable,
             "warnings",
-            lambda: notes(procs, {k: rd.events(k) for k in NOTE_EVENTS}, ev.main_pid, bool(ev.stop_requested)),
+            lambda: notes(
+                procs,
+                {k: rd.events(k) for k in (*NOTE_EVENTS, "phase", "mark", "limits")},
+                ev.main_pid,
+                bool(ev.stop_requested),
+            ),
             list,
         ),
+        "bounded": _guard(unavailable, "bounded", lambda: bounds({k: rd.events(k) for k in BOUND_EVENTS}), dict),
         "record": rd.path,
         **_guard(unavailable, "diagnosis", lambda: diagnosis(rd, ev, float(duration)), _no_diagnosis),
         **_guard(

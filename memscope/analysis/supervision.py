@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from ..fmt import fmt_bytes
+
 # The events these notes are made from (the summary reads only these kinds).
 NOTE_EVENTS = ("leftovers", "left_running", "agent_refused", "collector_degraded", "pss_unreadable", "cgroup_changed")
+BOUND_EVENTS = ("collector_degraded", "phase", "mark", "limits")
 _BENIGN = {None, "SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE"}
 
 
@@ -70,23 +73,39 @@ def notes(
             f"{len(refused)} agent connection(s) with the run's token came from processes not proven "
             f"to be part of the run (pid {', '.join(map(str, pids[:5]))}): ignored, never signalled."
         )
-    seen: set[str] = set()
+    seen: set[tuple[Any, Any]] = set()
     for e in events.get("collector_degraded", []):
         what = e["data"].get("what")
-        if what in seen:
+        if (what, e["data"].get("stream")) in seen:  # once per kind of trouble (per stream for the output)
             continue
-        seen.add(what)
+        seen.add((what, e["data"].get("stream")))
         if what == "descriptors":
             out.append(
                 f"memscope ran out of file descriptors ({e['data'].get('error', '')}) at "
                 f"{e['t']:.1f} s: samples are missing from then until it could read /proc again; no live "
                 "process was taken for exited."
             )
+        elif what == "output":
+            d = e["data"]
+            out.append(
+                f"The run wrote {fmt_bytes((d.get('recorded_bytes') or 0) + (d.get('dropped_bytes') or 0))} to "
+                f"{d.get('stream')}: memscope recorded the first {fmt_bytes(d.get('recorded_bytes'))} and the last "
+                f"lines; {fmt_bytes(d.get('dropped_bytes'))} in between was counted, not kept."
+            )
+        elif what == "agent_messages":
+            d = e["data"]
+            out.append(
+                f"{d.get('over_budget', 0)} agent message(s) over memscope's per-process budget "
+                f"({d.get('budget', '')}) were counted and dropped (first from pid {d.get('pid')})."
+            )
         elif what == "agent_connections":
             out.append(
                 f"memscope's descriptor limit let {e['data'].get('max')} agents connect at once; "
                 f"the others waited ({e['data'].get('accept_failures', 0)} accept failures)."
             )
+    not_sent = bounds(events)["phases_marks_not_sent"]
+    if not_sent:
+        out.append(f"{not_sent} phase(s) and mark(s) over the agent's rate (100 a second) were counted, not recorded.")
     for e in events.get("pss_unreadable", [])[:1]:
         out.append(e["data"].get("message") or f"PSS of pid {e['pid']} is unreadable.")
     for e in events.get("cgroup_changed", []):
@@ -104,3 +123,36 @@ def notes(
         for p in killed[:5]:
             out.append(f"{_who(p, p['pid'])} died of {p['exit_signal']} while the run went on.")
     return out
+
+
+def bounds(events: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The summary's ``bounded``: what memscope's own bounds did to this run's data (issue 22): output past the
+    recorded cap, per stream; the user's phases coalesced and phases and marks over the agent's rate (each
+    process's last counts, added up); agent messages over the collector's per-connection budget."""
+    output = {
+        str(e["data"].get("stream")): {
+            "recorded_bytes": e["data"].get("recorded_bytes"),
+            "dropped_bytes": e["data"].get("dropped_bytes"),
+        }
+        for e in events.get("collector_degraded", [])
+        if e["data"].get("what") == "output"
+    }
+    last: dict[Any, tuple[int, int]] = {}
+    for kind in ("phase", "mark", "limits"):
+        for e in events.get(kind, []):
+            d = e["data"]
+            c, dr = d.get("coalesced"), d.get("dropped")
+            if isinstance(c, int) and isinstance(dr, int):
+                old = last.get(e.get("pid"), (0, 0))
+                last[e.get("pid")] = (max(old[0], c), max(old[1], dr))
+    over = sum(
+        int(e["data"].get("over_budget") or 0)
+        for e in events.get("collector_degraded", [])
+        if e["data"].get("what") == "agent_messages"
+    )
+    return {
+        "output": output,
+        "phases_coalesced": sum(c for c, _ in last.values()),
+        "phases_marks_not_sent": sum(d for _, d in last.values()),
+        "over_budget_messages": over,
+    }

@@ -7,7 +7,7 @@ import argparse
 import math
 import re
 
-from ..session.options import Options
+from ..session.options import MIN_INTERVAL_S, Options
 
 EXIT_BAD_INPUT = 2
 CUDA_HISTORY_ENTRIES = 20000  # each entry holds a Python stack: some tens of MB of host memory at most
@@ -49,6 +49,17 @@ def _seconds_or_zero(text: str) -> float:
     return _seconds(text, zero_ok=True)
 
 
+def _interval(text: str) -> float:
+    """A sampling period: finite, at least MIN_INTERVAL_S (below it a sampler spins a core for nothing), at most
+    a day."""
+    v = _seconds(text, zero_ok=False)
+    if v < MIN_INTERVAL_S:
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds from {MIN_INTERVAL_S:g} to {MAX_SECONDS:g}: {text}"
+        )
+    return v
+
+
 def _seconds(text: str, zero_ok: bool) -> float:
     try:
         v = float(text)
@@ -88,8 +99,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record", metavar="DIR", help="where records go (default ./.memscope/runs)")
     p.add_argument("--quiet", "-q", action="store_true", help="no live view")
     p.add_argument("--summary-json", metavar="PATH", help="write the summary here when the run ends")
-    p.add_argument("--interval", type=_positive, default=0.2, metavar="S", help="RSS sampling period (0.2)")
-    p.add_argument("--pss-interval", type=_positive, default=2.0, metavar="S", help="PSS sampling period (2)")
+    p.add_argument("--interval", type=_interval, default=0.2, metavar="S", help="RSS sampling period (0.2)")
+    p.add_argument("--pss-interval", type=_interval, default=2.0, metavar="S", help="PSS sampling period (2)")
     p.add_argument(
         "--grace",
         type=_positive,

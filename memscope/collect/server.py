@@ -12,6 +12,12 @@ silent connections must not lock the run's agents out): they are bounded by the 
 and when those run out the oldest silent connection makes room for the new one; their buffered bytes are bounded
 together (``PENDING_BYTES``). After the hello every message is checked
 against ``messages.KINDS``: a refused one is counted and skipped, never passed on.
+
+Each authenticated connection has a budget (token buckets): ``MSG_RATE`` messages and ``BYTE_RATE`` bytes a
+second (after bursts of ``MSG_BURST`` and ``BYTE_BURST``), of which ``CHATTY_RATE`` phases and marks. A line over
+the budget is counted (``over_budget``) and skipped before it is even parsed, so a flood costs memscope little and
+grows neither its memory nor the record. The agent keeps far below it (agent/phases.py); only a process writing
+to the socket itself reaches it.
 """
 
 from __future__ import annotations
@@ -38,6 +44,29 @@ PENDING_FREE_BYTES = 16 << 10  # what one such connection may buffer before the 
 HELLO_TIMEOUT_S = 2.0  # an agent says hello at once; a silent connection is not one
 FD_RESERVE = 24  # descriptors kept free for /proc reads and the record: agents wait in the backlog instead
 ACCEPT_BACKOFF_S = (0.05, 2.0)
+MSG_RATE, MSG_BURST = 2000.0, 20000.0  # messages a second per connection, and at once
+BYTE_RATE, BYTE_BURST = float(8 << 20), float(64 << 20)  # bytes a second per connection, and at once
+CHATTY_RATE, CHATTY_BURST = 200.0, 2000.0  # of which phases and marks (the agent sends at most 100 a second)
+CHATTY = ("phase", "mark")
+BUDGET_TEXT = f"{MSG_RATE:g} messages and {BYTE_RATE / 2**20:g} MiB a second, {CHATTY_RATE:g} phases and marks"
+
+
+class Bucket:
+    """A token bucket: ``rate`` a second, at most ``burst`` at once."""
+
+    __slots__ = ("rate", "burst", "tokens", "at")
+
+    def __init__(self, rate: float, burst: float) -> None:
+        self.rate, self.burst, self.tokens, self.at = rate, burst, burst, time.monotonic()
+
+    def take(self, n: float, now: float) -> bool:
+        """Take ``n`` if there are that many; False (nothing taken) if not."""
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens < n:
+            return False
+        self.tokens -= n
+        return True
 
 
 def peer_pid(conn: socket.socket) -> int | None:
@@ -89,6 +118,8 @@ class AgentServer:
         self.rejected = 0  # connections closed: no valid hello, garbage, too many waiting, timed out
         self.refused = 0  # messages refused after the hello (unknown kind, bad fields)
         self.last_refusal: str | None = None
+        self.over_budget = 0  # messages over a connection's budget, dropped unread
+        self.over_budget_pid: int | None = None  # the first process that went over it
         self._pending: dict[socket.socket, float] = {}  # unauthenticated connection -> when it opened
         self.accept_failures = 0
         self.throttled = 0  # times the connection cap was reached (agents then wait in the backlog)
@@ -168,6 +199,8 @@ class AgentServer:
             "rejected_connections": self.rejected,
             "refused_messages": self.refused,
             "last_refusal": self.last_refusal,
+            "over_budget_messages": self.over_budget,
+            "over_budget_pid": self.over_budget_pid,
         }
 
     def _loop(self) -> None:
@@ -211,7 +244,18 @@ class AgentServer:
             return
         conn.setblocking(False)
         self._pending[conn] = time.monotonic()
-        self._sel.register(conn, selectors.EVENT_READ, {"buf": b"", "pid": None, "peer": pid})
+        self._sel.register(
+            conn,
+            selectors.EVENT_READ,
+            {
+                "buf": b"",
+                "pid": None,
+                "peer": pid,
+                "msgs": Bucket(MSG_RATE, MSG_BURST),
+                "bytes": Bucket(BYTE_RATE, BYTE_BURST),
+                "chatty": Bucket(CHATTY_RATE, CHATTY_BURST),
+            },
+        )
         if len(self._sel.get_map()) > self._max_conns:
             # Out of descriptors: a connection still silent makes room (the oldest: an agent says hello at once),
             # so silent ones can never lock out the agents; only authenticated ones make the others wait.
@@ -241,6 +285,11 @@ class AgentServer:
             pass
         conn.close()
 
+    def _over_budget(self, pid: int) -> None:
+        self.over_budget += 1
+        if self.over_budget_pid is None:
+            self.over_budget_pid = pid
+
     def _read(self, key: selectors.SelectorKey) -> None:
         conn: socket.socket = key.fileobj  # type: ignore[assignment]
         state = key.data
@@ -264,7 +313,11 @@ class AgentServer:
                 self._drop(conn)
                 return
         *lines, state["buf"] = state["buf"].split(b"\n")
+        now = time.monotonic()
         for line in lines:
+            if state["pid"] is not None and not (state["msgs"].take(1, now) and state["bytes"].take(len(line), now)):
+                self._over_budget(state["pid"])  # unread: a flood costs no parsing
+                continue
             try:
                 msg = parse_line(line)
             except Refused:
@@ -299,6 +352,9 @@ class AgentServer:
                 except Refused as exc:
                     self.refused += 1
                     self.last_refusal = str(exc)
+                    continue
+                if msg.get("t") in CHATTY and not state["chatty"].take(1, now):
+                    self._over_budget(state["pid"])
                     continue
             try:
                 self._on_message(state["pid"], msg)

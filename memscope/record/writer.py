@@ -73,6 +73,8 @@ class Recorder:
         self._lost_peaks: dict[str, tuple[int, TreeSample]] = {}  # kind -> (tree total, its round)
         self._batch: list[Any] = []  # written since the last commit: lost with it if the commit fails
         self._lost_lock = threading.Lock()
+        self._closed = False
+        self.after_close = 0  # records put once the file was closed: dropped (nothing would ever write them)
         self._thread = threading.Thread(target=self._loop, name="memscope-recorder", daemon=True)
         self._thread.start()
 
@@ -108,6 +110,9 @@ class Recorder:
         """Queue a record for the writer thread (never blocks the collectors)."""
         if not isinstance(rec, _RECORDS):
             raise TypeError(f"not a record: {type(rec).__name__}")
+        if self._closed:  # the writer is gone: a queue nobody empties would only grow (issue 22 #6)
+            self.after_close += 1
+            return
         self._q.put(rec)
 
     def sync(self, timeout: float = 5.0) -> bool:
@@ -117,7 +122,8 @@ class Recorder:
         return b.done.wait(timeout)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Write what is queued, then close the file."""
+        """Write what is queued, then close the file; what is put after this is dropped, counted."""
+        self._closed = True
         self._q.put(_CLOSE)
         self._thread.join(timeout)
 
@@ -280,6 +286,7 @@ def record_health(recorder: Recorder, server: Any = None) -> dict[str, Any] | No
             refused_messages=st["refused_messages"],
             rejected_connections=st["rejected_connections"],
             last_refusal=st["last_refusal"],
+            over_budget_messages=st.get("over_budget_messages", 0),
         )
     if not any(v for k, v in out.items() if k not in ("first_error", "last_refusal")):
         return None

@@ -15,7 +15,7 @@ from typing import Any
 from ..agent import protocol
 from ..analysis.census import Census, advice, diff
 from ..collect.gpu import keep_snapshot
-from ..collect.server import AgentServer
+from ..collect.server import BUDGET_TEXT, AgentServer
 from ..errors import CensusError
 from ..model import Event
 from .options import AGENT_SITE
@@ -101,6 +101,19 @@ class Agents:
             if run.scalene is not None:
                 run.scalene.on_agent_message(pid, dict(msg))
             run.publish(Event(t, pid, "scalene", msg))
+        elif kind == "mark":
+            text = str(msg.get("text", ""))
+            if len(text) > protocol.MARK_CHARS:  # whoever sent it: the record keeps a mark's first characters
+                msg["text"] = text[: protocol.MARK_CHARS] + (
+                    f" [memscope: cut; {len(text) - protocol.MARK_CHARS} more characters]"
+                )
+            run.publish(Event(t, pid, kind, msg))
+        elif kind == "phase":
+            msg["name"] = str(msg.get("name", ""))[: protocol.NAME_CHARS]
+            ago = msg.pop("ago", None)
+            if isinstance(ago, (int, float)) and ago > 0:  # an end the agent held back: dated when it happened
+                t = max(0.0, t - min(float(ago), 60.0))
+            run.publish(Event(t, pid, kind, msg))
         elif kind == "census":
             waiting = self._census_waiting.get(str(msg.pop("id", "")))
             if waiting is not None:  # recorded by census() itself, with its diff
@@ -151,6 +164,20 @@ class Agents:
         if self.server is None:
             return
         self.server.close()
+        if self.server.over_budget:
+            self.run.publish(
+                Event(
+                    self.run.elapsed(),
+                    None,
+                    "collector_degraded",
+                    {
+                        "what": "agent_messages",
+                        "over_budget": self.server.over_budget,
+                        "pid": self.server.over_budget_pid,
+                        "budget": BUDGET_TEXT,
+                    },
+                )
+            )
         if self.server.throttled or self.server.accept_failures:
             self.run.publish(
                 Event(

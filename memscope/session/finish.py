@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from typing import Any
 
 from .. import outfile, supervise
@@ -62,6 +63,7 @@ def finish(run: Run) -> None:
         shutil.rmtree(run.agents.dir, ignore_errors=True)  # the socket and crash files, whatever happened
         _close_kmsg(run)
         run._output_done.set()
+        run._output_stop.set()  # a detached run writes on: its output stays in its files, nobody reads it now
         if run._subreaper:
             run._subreaper = False
             supervise.release_subreaper()
@@ -223,16 +225,40 @@ def read_output(run: Run, path: str, name: str) -> None:
 
     reader = LineReader(on_text, run.output_tail)
     run._readers[name] = reader
-    follow(path, reader, run._output_done)
+    follow(path, reader, run._output_done, stop=run._output_stop)
+
+
+OUTPUT_JOIN_S = 10.0  # how long the end waits for the readers to reach the end of the output files
 
 
 def _end_output(run: Run) -> None:
     """Once every process of the run is gone: read the output files to their end, then remove them (what they
-    held is in the record)."""
+    held is in the record). A reader that has not finished in OUTPUT_JOIN_S is stopped (what is left is counted,
+    not recorded): nothing reads on, or grows, after the run has ended."""
     run._output_done.set()
     readers = [th for th in run._threads if th.name in ("memscope-stdout", "memscope-stderr")]
+    deadline = time.monotonic() + OUTPUT_JOIN_S
     for th in readers:
-        th.join(timeout=10)
+        th.join(timeout=max(0.0, deadline - time.monotonic()))
+    if any(th.is_alive() for th in readers):
+        run._output_stop.set()
+        for th in readers:
+            th.join(timeout=5)
+    for name, reader in sorted(run._readers.items()):
+        if reader.dropped_bytes:
+            run.publish(
+                Event(
+                    run.elapsed(),
+                    None,
+                    "collector_degraded",
+                    {
+                        "what": "output",
+                        "stream": name,
+                        "recorded_bytes": reader.recorded_bytes,
+                        "dropped_bytes": reader.dropped_bytes,
+                    },
+                )
+            )
     if run.output_files and not any(th.is_alive() for th in readers):
         for path in run.output_files:
             try:

@@ -17,7 +17,10 @@ from ..errors import LaunchError
 
 # The agent's sitecustomize directory, put first on the run's PYTHONPATH.
 AGENT_SITE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "agent", "site")
-_SECONDS = ("interval_s", "pss_interval_s", "host_interval_s", "discover_interval_s", "grace_s")
+_INTERVALS = ("interval_s", "pss_interval_s", "host_interval_s", "discover_interval_s")
+# A sampling period below this buys no information (a round of /proc reads takes about a millisecond a process)
+# and costs a whole core: --interval 1e-9 made memscope's sampler spin at 96 % of one.
+MIN_INTERVAL_S = 0.01
 
 
 @dataclass
@@ -49,11 +52,14 @@ class Options:
 
 def check_options(o: Options) -> None:
     """Refuse options no sampler can honour (raises LaunchError)."""
-    for name in _SECONDS:
+    for name in _INTERVALS:
         v = getattr(o, name)
         # NaN makes a busy loop, inf a sampler that never wakes: refuse both here too (the API's door).
-        if not isinstance(v, (int, float)) or not (0 < v <= 86400):
-            raise LaunchError(f"{name} must be a number of seconds above 0 and at most 86400, not {v!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (MIN_INTERVAL_S <= v <= 86400):
+            raise LaunchError(f"{name} must be a number of seconds from {MIN_INTERVAL_S:g} to 86400, not {v!r}")
+    v = o.grace_s
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v <= 86400):
+        raise LaunchError(f"grace_s must be a number of seconds above 0 and at most 86400, not {v!r}")
     v = o.prometheus_linger_s
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v <= 86400):
         raise LaunchError(f"prometheus_linger_s must be a number of seconds from 0 to 86400, not {v!r}")

@@ -101,6 +101,7 @@ class Run:
         self.stack_taker = StackTaker(self)
         self._summary: dict[str, Any] | None = None
         self._ended, self._ended_early, self._output_done = threading.Event(), threading.Event(), threading.Event()
+        self._output_stop = threading.Event()  # the output readers give up on the rest (counted, not recorded)
         self._stop_requested: str | None = None
         self._root_exited = threading.Event()  # the root has exited (its status is known): a stop changes no verdict
         self._stop_lock = threading.Lock()

@@ -107,6 +107,7 @@ def verdict_card(summary: dict[str, Any]) -> str:
         items = "".join(f"<li>{esc(a['text'])}</li>" for a in advice[:6])
         leak_html += f"<div style='margin-top:4px'>what to do next:<ul style='margin:2px 0'>{items}</ul></div>"
     leak_html += snapshot_link(summary)
+    leak_html += output_cut(summary)
     return (
         f"<div class='memscope-verdict' style='border-left:6px solid {color};padding:6px 10px;margin:6px 0;"
         f"background:#fafafa;overflow-wrap:anywhere'>"
@@ -151,6 +152,18 @@ def stack_marks(captures: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
         for c in captures or []
         if isinstance(c.get("t_s"), (int, float))
     ]
+
+
+def output_cut(summary: dict[str, Any]) -> str:
+    """The run's output past what the record keeps, per stream (``bounded.output``): how much was not kept."""
+    out = ((summary.get("bounded") or {}).get("output")) or {}
+    parts = [
+        f"{esc(name)}: the first {fmt_bytes(d.get('recorded_bytes'))} and the last lines recorded, "
+        f"{fmt_bytes(d.get('dropped_bytes'))} more counted, not kept"
+        for name, d in sorted(out.items())
+        if isinstance(d, dict) and d.get("dropped_bytes")
+    ]
+    return f"<div style='font-size:11px;color:#a15c00'>output: {'; '.join(parts)}</div>" if parts else ""
 
 
 def snapshot_link(summary: dict[str, Any]) -> str:
