@@ -9,6 +9,8 @@ import time
 import pytest
 from conftest import PY, alive, script
 
+from memscope.analysis import summary as summary_mod
+
 MEMSCOPE = [PY, "-m", "memscope.cli"]
 
 
@@ -248,7 +250,7 @@ def test_attach_watches_a_running_tree_and_notices_its_end(tmp_path):
         target.kill()
 
 
-def test_memscope_killed_keeps_a_readable_record_and_the_training_goes_on(tmp_path):
+def test_memscope_killed_keeps_a_readable_record_and_the_training_goes_on(tmp_path, monkeypatch):
     runs = str(tmp_path / "runs")
     p = subprocess.Popen(
         [*MEMSCOPE, "run", "--quiet", "--interval", "0.05", "--record", runs, script("sleeper.py"), "24"],
@@ -265,9 +267,19 @@ def test_memscope_killed_keeps_a_readable_record_and_the_training_goes_on(tmp_pa
         rep = memscope("report", "last", "--record", runs, "--json")
         assert rep.returncode == 0, rep.stderr
         s = json.loads(rep.stdout)
-        assert s["exit"]["cause"] == "unknown"
+        # The training is alive: the record says "running" (its record so far), not how it ended.
+        assert s["exit"]["cause"] == "running", s["exit"]
+        assert "record stopped" not in s["exit"]["message"]  # killed a moment ago: not yet known to be unwatched
         # Samples up to about the last second before the kill are in the record.
         assert s["duration_s"] >= 1.0
         assert s["peak"]["tree_rss_bytes"] > 24 << 20
+        # Silent for longer than a watched run's record ever is (the threshold lowered here, not waited out): the
+        # card says the run goes on unwatched.
+        monkeypatch.setattr(summary_mod, "STALE_RECORD_S", 0.0)
+        time.sleep(1.0)  # > 10 sampling periods of 0.05 s
+        (record,) = [str(f) for f in (tmp_path / "runs").glob("*.sqlite")]
+        again = summary_mod.mark_running(record, dict(s, exit=dict(s["exit"], cause="unknown")))
+        assert again["exit"]["cause"] == "running"
+        assert "record stopped" in again["exit"]["message"] and "unwatched" in again["exit"]["message"]
     finally:
         os.kill(child, signal.SIGKILL)

@@ -6,6 +6,7 @@ and a record left by a memscope that was itself killed still yields one (exit ca
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 from ..model import KIND_PSS, KIND_RSS, SUMMARY_SCHEMA, Summary
@@ -399,12 +400,37 @@ def mark_running(path: str, summary: dict[str, Any]) -> dict[str, Any]:
         return summary
     if not running:
         return summary
-    return dict(
-        summary,
-        exit=dict(
-            summary["exit"],
-            cause="running",
-            message=f"The run is still going (its process {info.root_pid} is alive): this is its record so far. "
-            "memscope.reopen() in the kernel that started it follows it live.",
-        ),
+    message = (
+        f"The run is still going (its process {info.root_pid} is alive): this is its record so far. "
+        "memscope.reopen() in the kernel that started it follows it live."
     )
+    silent = _silent_for(path)
+    if silent is not None and silent[0] > max(STALE_RECORD_S, 10 * silent[1]):
+        # Alive, but nothing recorded for a while: the memscope that watched it is gone (killed, its kernel
+        # restarted); the run goes on unwatched.
+        message = (
+            f"The run's process {info.root_pid} is still alive, but its record stopped {silent[0]:.0f} s ago: the "
+            "memscope that watched it is gone (killed, or its kernel restarted), and the run goes on unwatched. "
+            "This is its record up to then."
+        )
+    return dict(summary, exit=dict(summary["exit"], cause="running", message=message))
+
+
+STALE_RECORD_S = 30.0  # silent this long (and 10 sampling periods), a watched run's record would have a round
+
+
+def _silent_for(path: str) -> tuple[float, float] | None:
+    """Seconds since the record's last sampling round on the wall clock, and the run's sampling period (None: no
+    round yet, or unreadable)."""
+    try:
+        rd = RunData(path)
+        try:
+            row, last = rd.run_row(), rd.last_sample_t()
+        finally:
+            rd.close()
+    except Exception:
+        return None
+    t0, interval = row.get("t0_epoch"), (row.get("meta") or {}).get("interval_s")
+    if not isinstance(t0, (int, float)) or last is None:
+        return None
+    return time.time() - (t0 + last), float(interval) if isinstance(interval, (int, float)) else 1.0
