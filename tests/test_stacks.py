@@ -48,7 +48,11 @@ def test_stacks_while_the_main_holds_the_gil_in_a_long_c_call(start):
     assert "&lt;module&gt;" in s._repr_html_() and "<module>" not in s._repr_html_()  # escaped
     run.kill()
     summary = run.wait(30)
-    assert "request" in [c["reason"] for c in summary["stacks"]]  # recorded with the run
+    assert "request" in [c["reason"] for c in summary["stacks"]], (
+        summary.get("unavailable"),
+        summary.get("record_errors"),
+        summary["exit"],
+    )  # recorded with the run
 
 
 def test_a_process_without_the_handler_is_never_signalled(start):

@@ -80,6 +80,7 @@ def finish(run: Run) -> None:
 
 def _finish_steps(run: Run) -> None:
     t = run.elapsed()
+    run.stack_taker.settle()  # a capture under way (a signal can end a blocking call) reaches the record first
     tree = run.tree
     if run._proc is not None and run.returncode is not None:
         code, sig = (None, signal_name(-run.returncode)) if run.returncode < 0 else (run.returncode, None)

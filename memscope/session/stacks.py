@@ -50,6 +50,7 @@ class StackTaker:
         self._armed = True
         self._last_auto = -1e9
         self._busy = False
+        self._closed = False  # settle(): the run is ending
         self._mem: collections.deque[tuple[float, dict[int, int]]] = collections.deque()
         self._cpu: collections.deque[tuple[float, dict[int, int]]] = collections.deque()
         self._stall_taken = False
@@ -78,10 +79,21 @@ class StackTaker:
         if run.attached or run.agents.server is None:
             raise StacksError("this run has no agent (attached, or started with --no-agent): no stacks")
         with self._lock:
+            if self._closed:
+                raise StacksError("the run has ended: stacks need its processes alive")
             data = self._capture(reason, deadline_s)
-        data.update(extra or {})
-        run.publish(Event(data["t_s"], None, "stacks", data))
+            data.update(extra or {})
+            run.publish(Event(data["t_s"], None, "stacks", data))  # under the lock: settle() waits for it
         return Stacks(data)
+
+    def settle(self, timeout: float = 2 * DEADLINE_S) -> None:
+        """The run is ending: let a capture under way reach the record (its processes may have just exited, and
+        a capture that published after the record closed would be lost), and take no new one."""
+        if self._lock.acquire(timeout=timeout):
+            self._closed = True
+            self._lock.release()
+        else:
+            self._closed = True
 
     def _capture(self, reason: str, deadline_s: float) -> dict[str, Any]:
         run = self.run
