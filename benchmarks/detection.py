@@ -245,6 +245,26 @@ REAL = [
         "transformers",
     ),
     ("HF Trainer, 2 workers, no leak", ["hf_trainer.py", "--seconds", "25"], "no_leak", "transformers"),
+    # Clean runs whose tree holds more processes at times: each evaluation's loader starts 2 workers beside the
+    # training's (issue 23: a busy 150 s Trainer run was called "a slow leak, 20 MiB/min").
+    (
+        "HF Trainer, eval every 25 steps (its loader's 2 workers beside the training's), 150 s, no leak",
+        ["hf_trainer.py", "--seconds", "150", "--eval-steps", "25"],
+        "no_leak",
+        "transformers",
+    ),
+    (
+        "Lightning, validation loader's 2 workers start at each validation, 40 s, no leak",
+        ["lightning_train.py", "--seconds", "40", "--eval-loaders"],
+        "no_leak",
+        "lightning",
+    ),
+    (
+        "a new validation loader (2 workers, 12 MiB each) every 4 s, no leak",
+        ["more_loaders.py", "--seconds", "24"],
+        "no_leak",
+        "torch",
+    ),
 ]
 
 

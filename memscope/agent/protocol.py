@@ -25,7 +25,7 @@ KINDS = {
     "exception": ({"type": "str", "module": "str?", "message": "str", "traceback": "str", "rank": "str?",
                    "how": "str?"}, False, ("type", "traceback")),
     "phase": ({"name": "str", "state": "str", "auto": "bool"}, False, ("name", "state")),
-    "epoch": ({"loader": "int", "n": "int", "workers": "int"}, False, ()),
+    "epoch": ({"loader": "int", "n": "int", "workers": "int", "persistent": "bool", "mode": "str?"}, False, ()),
     "mark": ({"text": "str"}, False, ("text",)),
     "scalene": ({"state": "str", "on": "int", "off": "int", "total_cpu_s": "num"}, False, ()),
     "census": ({"id": "str", "error": "str", "objects": "size", "tensor_count": "size", "tensor_bytes": "size",

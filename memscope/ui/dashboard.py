@@ -16,7 +16,7 @@ import ipywidgets as w
 import psutil
 
 from ..analysis import phases as phases_mod
-from ..analysis.leak import find_spikes, fit_plan
+from ..analysis.leak import find_spikes, fit_plan, run_verdict
 from ..fmt import fmt_bytes, fmt_elapsed
 from ..session.run import started_here
 from .chart import MemoryChart, count_points
@@ -273,7 +273,10 @@ class Dashboard:
                 limit = max(1, limit - max(0, self.run.snapshot.tree_pss - y[-1]))  # file-backed pages count too
             if t:
                 main, events = self._main_events()
-                self._leak = fit_plan(events, t[-1], main).verdict(t, y, limit).to_dict()
+                plan = fit_plan(events, t[-1], main)
+                with self.series._lock:
+                    own, procs = self.series.parts()
+                self._leak = run_verdict(plan, (t, y), own, procs, limit)[0].to_dict()
             with self.series._lock:
                 tt, ty = self.series.pss_by_role.total()
             self._spikes = [sp.to_dict() for sp in find_spikes(tt, ty)] if len(tt) >= 3 else []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from ..analysis.exit_cause import fault_signal
 from ..fmt import fmt_bytes
 from .terminal import verdict_text
 
@@ -152,6 +153,10 @@ def record_procs(rd: Any) -> dict[int, dict[str, Any]]:
         }
         for p in rd.processes()
     }
+    for e in rd.events("fault"):  # a worker's status is unseen: its faulthandler dump names the signal
+        d = procs.get(e["pid"])
+        if d is not None and not d.get("exit_signal"):
+            d["exit_signal"] = fault_signal(e["data"].get("text"))
     for pid, last in rd.last_by_pid().items():
         procs.setdefault(pid, {"alive": False}).update(last)
     for pid, (rss, pss) in rd.peaks_by_pid().items():
