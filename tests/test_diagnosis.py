@@ -35,6 +35,8 @@ def test_validation_spikes_are_not_a_leak_but_a_growing_list_is(start):
     assert s_spiky["leak"]["advice"].startswith("No leak: the floor is flat; ")
     assert "the highest during 'validation'" in s_spiky["leak"]["advice"]
     assert "in the main process" in s_leaky["leak"]["advice"] and "census" in s_leaky["leak"]["advice"]
+    # The way every view has (a terminal has no button): run.census() on the run's handle.
+    assert "run.census()" in s_leaky["leak"]["advice"] and "(the Tensor census button" not in s_leaky["leak"]["advice"]
 
 
 def test_phase_and_mark_are_no_ops_outside_memscope():

@@ -1,6 +1,7 @@
 """Each way a run can end, on a real subprocess, and what memscope's summary says about it."""
 
 import os
+import re
 import signal
 import time
 
@@ -75,6 +76,22 @@ def test_dataloader_worker_segfault_is_a_worker_crash(start):
     assert "__getitem__" in ex["traceback"]  # the worker's own faulthandler stack
     assert s["advice"][0]["topic"] == "exit" and "num_workers=0" in s["advice"][0]["text"]
     assert {p["pid"]: p["exit_signal"] for p in s["processes"]}[ex["pid"]] == "SIGSEGV"
+    # Issue 23 #6: the live table says how the worker ended, as the report does (it said "exited")...
+    from memscope.record.reader import RunData
+    from memscope.ui.fragments import process_table, record_procs
+
+    assert run.snapshot.procs[ex["pid"]]["exit_signal"] == "SIGSEGV"
+    assert "died: SIGSEGV" in process_table({ex["pid"]: run.snapshot.procs[ex["pid"]]})
+    rd = RunData(s["record"])
+    try:
+        assert "died: SIGSEGV" in process_table({ex["pid"]: record_procs(rd)[ex["pid"]]})
+    finally:
+        rd.close()
+    # ...the crashing thread's stack comes first in the dump, and no advice that does not apply to a segfault.
+    blocks = [b.lstrip() for b in ex["traceback"].split("\n\n")]
+    assert next(b for b in blocks if b.startswith(("Thread 0x", "Current thread"))).startswith("Current thread")
+    text = " ".join(a["text"] for a in s["advice"])
+    assert "SIGKILL" not in text and "fewer workers" not in text, s["advice"]
 
 
 def test_sigkill_from_outside_is_killed_without_oom_evidence(start):
@@ -85,6 +102,8 @@ def test_sigkill_from_outside_is_killed_without_oom_evidence(start):
     s = run.wait(30)
     assert s["exit"]["cause"] == "killed" and s["exit"]["signal"] == "SIGKILL"
     assert "no OOM counter rose" in s["exit"]["message"]
+    # Which measure the card's figure is (issue 23 #6: "killed at 1.10 GiB" of what?).
+    assert re.search(r"with the tree's RSS at \d+ MiB at its last sample", s["exit"]["message"]), s["exit"]
 
 
 def test_sigkill_near_a_budget_is_not_oom_when_its_cgroup_counter_did_not_move(start):
@@ -101,7 +120,7 @@ def test_sigkill_near_a_budget_is_not_oom_when_its_cgroup_counter_did_not_move(s
     os.kill(run.pid, signal.SIGKILL)
     s = run.wait(30)
     assert s["exit"]["cause"] == "killed", s["exit"]
-    assert " of a 100 MiB limit" in s["exit"]["message"]
+    assert "at its last sample (a 100 MiB limit)" in s["exit"]["message"]
     assert s["limit_bytes"] == 100 << 20
 
 

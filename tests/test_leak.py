@@ -529,3 +529,14 @@ def test_the_fit_plan_every_view_shares():
     # The exporter tracks the training's start itself, and its events carry no kind nor pid: the same phases.
     bare = [{"t": e["t"], "pid": None, "data": e["data"]} for e in events if e["pid"] == 1 and e["kind"] == "phase"]
     assert fit_plan(bare, 40.0, start_s=3.0, ended=True) == FitPlan(3.0, plan.phases, True)
+
+
+def test_long_excursions_are_plateaus_not_spikes():
+    # Issue 23 #6: 11-52 s evaluations were listed as "spikes".
+    from memscope.analysis.leak import excursion_words
+
+    spikes = [{"start_s": 1.0, "end_s": 3.0}, {"start_s": 10.0, "end_s": 21.0}, {"start_s": 30.0, "end_s": 82.0}]
+    assert excursion_words(spikes) == "1 spike and 2 plateaus"
+    assert excursion_words(spikes[:1]) == "1 spike" and excursion_words(spikes[1:]) == "2 plateaus"
+    leak = {"verdict": "no_leak", "baseline_start_bytes": 100 * MB, "baseline_end_bytes": 100 * MB}
+    assert verdict_text(leak, spikes).startswith("no leak: the floor is flat; 1 spike and 2 plateaus, up to")
