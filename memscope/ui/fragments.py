@@ -22,7 +22,21 @@ def esc(s: Any) -> str:
     return html.escape(str(s), quote=True)
 
 
-TABLE_COLUMNS = ("pid", "role", "RSS", "private", "PSS", "swap", "peak RSS", "peak PSS", "state", "command")
+TABLE_COLUMNS = ("pid", "role", "RSS", "anon RSS", "PSS", "swap", "peak RSS", "peak PSS", "state", "command")
+# What each figure counts (each header's tooltip). The fast column was headed "private": a DataLoader worker showed
+# "private 275 MiB" beside "PSS 83 MiB", its pages still shared copy-on-write with the main counted as its own.
+COLUMN_HELP = {
+    "RSS": "resident memory: every page the process maps, shared ones counted in full in each process",
+    "anon RSS": (
+        "anonymous resident memory (statm: resident - shared file pages), read every round. Not private: a forked "
+        "worker's pages still shared copy-on-write with its parent count in both; PSS splits them"
+    ),
+    "PSS": (
+        "proportional set size: each shared page divided among the processes that map it, so the tree's PSS adds "
+        "up to what it holds; hover a cell for the age of its reading"
+    ),
+    "swap": "swapped out, at the last PSS reading",
+}
 
 
 def process_table(procs: dict[int, dict[str, Any]]) -> str:
@@ -61,13 +75,20 @@ def process_table(procs: dict[int, dict[str, Any]]) -> str:
             f"<td class='memscope-cmd' title='{cmd}' style='{_CMD_STYLE}'>{cmd}</td></tr>"
         )
     columns = TABLE_COLUMNS[:6] + (("GPU",) if gpu else ()) + TABLE_COLUMNS[6:]
-    head = "".join(f"<th style='text-align:left;padding-right:10px'>{h}</th>" for h in columns)
+    head = "".join(
+        "<th style='text-align:left;padding-right:10px'"
+        + (f" title='{esc(COLUMN_HELP[h])}'" if h in COLUMN_HELP else "")
+        + f">{h}</th>"
+        for h in columns
+    )
     return (
         f"<table class='memscope-procs' style='font-size:12px;font-family:monospace;width:100%;"
         f"white-space:nowrap'><tr>{head}</tr>"
-        f"{''.join(rows)}</table><div style='font-size:11px;color:#666'>RSS, private (anonymous resident) "
-        "and PSS are of one moment; PSS is read every few seconds and carried to each round by the change "
-        "of private memory (hover a PSS cell for its age).</div>"
+        f"{''.join(rows)}</table><div style='font-size:11px;color:#666'>RSS, anon RSS and PSS are of one "
+        "moment. anon RSS (anonymous resident, read every round) counts pages a worker still shares copy-on-write "
+        "with its parent in both, so it is not what a process holds alone: PSS splits shared pages among the "
+        "processes that map them. PSS is read every few seconds and carried to each round by the change of anon "
+        "RSS (hover a PSS cell for its age).</div>"
     )
 
 
