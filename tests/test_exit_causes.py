@@ -238,3 +238,35 @@ def test_uv_run_orphan_is_stopped_with_the_tree(start):
     s = run.wait(30)
     pids = [p["pid"] for p in s["processes"]]
     assert len(pids) >= 2 and alive(pids) == []
+
+
+@pytest.mark.skipif(not has_torch(), reason="needs torch")
+def test_stop_card_says_stopping_at_once_and_the_verdict_when_the_processes_are_gone(start):
+    """Issue 23 #8: Stop on a training with 2 DataLoader workers. The main's own exit after Ctrl-C takes 1.7-2.3 s
+    (its interpreter's teardown with torch loaded, measured without memscope too); the card said nothing meanwhile,
+    then waited out memscope's agent server (0.2 s) and the dashboard's push period. Now it says "stopping…" at
+    once, and its verdict follows the run's end. 15-40 s (torch is imported by the training)."""
+    import memscope
+    from memscope.ui.dashboard import Dashboard
+
+    demo = os.path.join(os.path.dirname(memscope.__file__), "demo", "train_demo.py")
+    run = start([PY, demo, "--seconds", "60"], interval_s=0.1, pss_interval_s=0.5)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if sum(d.get("role") == "dataloader_worker" and d.get("alive", True) for d in run.snapshot.procs.values()) >= 2:
+            break
+        time.sleep(0.1)
+    d = Dashboard(run)
+    try:
+        seen = []  # the card's headline each time it changed, and whether the run had ended then
+        assert "SIGINT sent" in d._action("stop")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "stopped_by_user" not in d.card.value:
+            head = "stopping" if "memscope-stopping" in d.card.value else d.card.value[:40]
+            if not seen or seen[-1][0] != head:
+                seen.append((head, run.ended))
+            time.sleep(0.005)
+        assert "stopped_by_user" in d.card.value, (seen, d.card.value)
+        assert ("stopping", False) in seen, seen  # said while the run's processes were still going
+    finally:
+        d.close()

@@ -67,6 +67,9 @@ def _open_fds() -> int:
         return 0
 
 
+_WAKE = "wake"  # the selector's key data of the pipe that wakes the loop to stop
+
+
 class AgentServer:
     """The agents' Unix socket: authenticates each connection, checks each message, passes it on."""
 
@@ -82,6 +85,11 @@ class AgentServer:
         self._listener.listen(128)
         self._listener.setblocking(False)
         self._sel.register(self._listener, selectors.EVENT_READ, None)
+        # close() wakes the loop at once: a Stop's card waited out the loop's 0.2 s select (measured: 0.2 s of the
+        # 0.25 s between the run's last process exiting and its summary).
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, _WAKE)
         self._thread = threading.Thread(target=self._loop, name="memscope-agent-server", daemon=True)
         self.connections = 0
         self.rejected = 0  # connections closed: no valid hello, garbage, too many waiting, timed out
@@ -108,10 +116,17 @@ class AgentServer:
         if self._stop.is_set():
             return
         self._stop.set()
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
         self._thread.join(timeout=2)
+        self._sel.unregister(self._wake_r)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
         # Drain: messages sent just before the processes exited are still in the sockets.
         for _ in range(100):
-            ready = [k for k, _ in self._sel.select(timeout=0) if k.data is not None]
+            ready = [k for k, _ in self._sel.select(timeout=0) if isinstance(k.data, dict)]
             if not ready:
                 break
             for key in ready:
@@ -161,13 +176,15 @@ class AgentServer:
             if (
                 not self._listening
                 and time.monotonic() >= self._resume_at
-                and len(self._sel.get_map()) <= self._max_conns
+                and len(self._sel.get_map()) - 1 <= self._max_conns
             ):
                 self._sel.register(self._listener, selectors.EVENT_READ, None)
                 self._listening = True
             for key, _ in self._sel.select(timeout=0.2 if self._listening else 0.05):
                 if key.data is None:
                     self._accept()
+                elif key.data is _WAKE:
+                    return
                 else:
                     self._read(key)
             self._expire()
@@ -198,7 +215,7 @@ class AgentServer:
         conn.setblocking(False)
         self._pending[conn] = time.monotonic()
         self._sel.register(conn, selectors.EVENT_READ, {"buf": b"", "pid": None, "peer": pid})
-        if len(self._sel.get_map()) > self._max_conns:
+        if len(self._sel.get_map()) - 1 > self._max_conns:
             # Out of descriptors: a connection still silent makes room (the oldest: an agent says hello at once),
             # so silent ones can never lock out the agents; only authenticated ones make the others wait.
             oldest = next((c for c in self._pending if c is not conn), None)

@@ -10,7 +10,13 @@ from ..analysis.exit_cause import fault_signal
 from ..fmt import fmt_bytes
 from .terminal import verdict_text
 
-CAUSE_COLOR = {"ok": "#2e7d32", "stopped_by_user": "#555", "exit_nonzero": "#b26a00", "running": "#1565c0"}
+CAUSE_COLOR = {
+    "ok": "#2e7d32",
+    "stopped_by_user": "#555",
+    "stopping": "#555",
+    "exit_nonzero": "#b26a00",
+    "running": "#1565c0",
+}
 
 
 def _plural(n: int, word: str) -> str:
@@ -137,6 +143,28 @@ def verdict_card(summary: dict[str, Any]) -> str:
         f" at {peak.get('at_s', 0):.1f} s; {_plural(len(summary.get('processes', [])), 'process')}</div>{leak_html}"
         f"<div style='font-size:11px;color:#666'>record: {esc(summary.get('record', ''))} "
         f"(memscope.reopen('{esc(summary.get('run_id', ''))}'))</div>{tb_html}</div>"
+    )
+
+
+def stopping_card(req: dict[str, Any], now_s: float) -> str:
+    """The card between a stop asked for and the run's end (``req``: the stop_requested event's data and ``t``):
+    what was sent, what comes next, and that the verdict follows the processes' end. The program's own exit takes
+    its time (a torch training: its interpreter's teardown after KeyboardInterrupt, 1.7-2.3 s on 2 loaded cores)."""
+    how, grace, t = req.get("how"), req.get("grace_s"), float(req.get("t") or 0.0)
+    if how == "kill":
+        sent = "SIGKILL sent to every process of the run"
+    elif how == "terminate":
+        sent = f"SIGTERM sent; SIGKILL to what is left {grace:g} s later" if grace is not None else "SIGTERM sent"
+    else:
+        sent = (
+            f"SIGINT sent, as Ctrl-C; SIGTERM if the run is still there {grace:g} s later, then SIGKILL"
+            if grace is not None
+            else "SIGINT sent, as Ctrl-C"
+        )
+    return (
+        "<div class='memscope-stopping' style='border-left:6px solid #555;padding:6px 10px;margin:6px 0;"
+        f"background:#fafafa'><div style='font-weight:bold;color:#555'>stopping…</div><div>{esc(sent)} "
+        f"{max(0.0, now_s - t):.1f} s ago; the verdict comes as soon as the run's processes are gone.</div></div>"
     )
 
 
