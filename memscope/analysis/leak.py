@@ -464,7 +464,7 @@ def floor_words(verdict: Mapping[str, object], fmt: Callable[[int], str] = _mib)
         by = f" {fmt(rise)}" if rise >= 2**20 else ""
         return (
             f"each process's own floor is flat; the tree's rose{by} only with more processes alive at once "
-            "(DataLoader workers of an evaluation beside the training's, a second loader)"
+            "(e.g. an evaluation's DataLoader workers beside the training's)"
         )
     if verdict.get("parts") == "parts":
         return "each process's own floor is flat"

@@ -6,6 +6,7 @@ and a record left by a memscope that was itself killed still yields one (exit ca
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
 from ..model import KIND_PSS, KIND_RSS, SUMMARY_SCHEMA, Summary
@@ -249,7 +250,14 @@ def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
     # the main's pages it maps).
     own = rd.role_fast_totals(column="private").get("main")
     # The tree's verdict agrees with its parts (leak.reconcile): each role's per-process floor, the main's own.
-    verdict, parts = run_verdict(plan, tree, own, rd.process_fast_floors(max(0.2, duration / 4000)), limit)
+    floors = rd.process_fast_floors(max(0.2, duration / 4000))
+    verdict, parts = run_verdict(plan, tree, own, floors, limit)
+    if ended and verdict.verdict == "insufficient_data":
+        # Without its teardown, the run's floor may fall short of what a verdict needs where the live line, fitted
+        # on everything up to the end, had one: the card never says less than the line said (one verdict).
+        live, live_parts = run_verdict(replace(plan, ended=False), tree, own, floors, limit)
+        if live.verdict != "insufficient_data":
+            verdict, parts = live, live_parts
     leak = verdict.to_dict()
     leak["series"] = series
     leak["per_process"] = {r: v.to_dict() for r, v in parts.items()}
