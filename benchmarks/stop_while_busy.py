@@ -80,11 +80,10 @@ def measure(app: str, rounds: int, port: int, cells: list[str] = CELLS) -> list[
                     poller = threading.Thread(target=lambda: gone_at.append(_gone_at(pids, 10.0)))
                     poller.start()
                     page.locator(".memscope-btn-stop").last.click()
-                    try:
-                        page.wait_for_selector(".memscope-stopping", timeout=10_000)
+                    # "stopping…" (a memscope without it shows the verdict first: nothing is recorded then)
+                    page.wait_for_selector(".memscope-stopping, .memscope-verdict", timeout=30_000)
+                    if page.locator(".memscope-stopping").count():
                         stopping_at.append(time.time())
-                    except Exception:
-                        pass
                     T.wait_text(page, ".memscope-verdict", "stopped_by_user", timeout=30_000)
                     card_at = time.time()
                     poller.join()
