@@ -200,6 +200,8 @@ class LeakInfo(TypedDict, total=False):
     by_role: dict[str, dict[str, Any]]
     main_private: dict[str, Any]
     advice: str | None
+    parts: str | None  # "processes" / "parts": the verdict is its parts' (analysis/leak.reconcile)
+    per_process: dict[str, dict[str, Any]]  # each role's per-process floor's verdict; "main": its own memory
 
 
 class AdviceLine(TypedDict):

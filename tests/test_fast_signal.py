@@ -166,3 +166,26 @@ def test_the_fast_tree_total_follows_pss_read_every_200_ms(record_dir, load, req
         f"did not move between the two readings, {pct(moving, 0.5):.1%} median on the {len(moving)} others"
     )
     assert statistics.median(errors) <= 0.05 and pct(still, 0.9) <= 0.10
+
+
+def test_the_table_never_calls_a_workers_shared_pages_private(start):
+    """Issue 23 #5: a forked worker showed "private 275 MiB" beside "PSS 83 MiB" (anonymous pages it still shares
+    copy-on-write with the main, counted as its own). A 200 MiB parent and its fork: the fast column is named for
+    what it measures, and says that those pages are shared."""
+    import re
+
+    from memscope.ui.fragments import process_table
+
+    run = start([script("shares_with_a_fork.py")], pss_interval_s=0.3)
+    deadline = time.monotonic() + 60
+    child = None
+    while time.monotonic() < deadline and not (child and run.snapshot.procs.get(child, {}).get("pss_t")):
+        child = next((int(x) for x in list(run.output_tail) if x.strip().isdigit()), None)
+        time.sleep(0.1)
+    row = dict(run.snapshot.procs[child])
+    assert row["private"] > 150 << 20 and row["pss"] < 0.75 * row["private"], row  # the fast column is no PSS
+    html = process_table({child: row})
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", html)
+    assert "private" not in heads and "anon RSS" in heads, heads
+    assert re.search(r"<th[^>]*title='[^']*copy-on-write[^']*PSS splits them'[^>]*>anon RSS</th>", html), html
+    run.stop()

@@ -49,3 +49,26 @@ def test_phases_and_leak_on_a_real_framework(record_dir, framework, module):
     # 4 MiB kept per validation batch: the floor rises, and it is the main process that keeps it.
     assert s["leak"]["verdict"] == "leak", s["leak"]
     assert s["leak"]["by_role"]["main"]["verdict"] == "leak"
+
+
+def test_workers_alive_together_are_no_leak(record_dir):
+    """Issue 23 #9: a clean Hugging Face Trainer whose evaluations start their loader's 2 workers beside the
+    training's was called "a slow leak, 20 MiB/min" (the tree's floor rose as workers came and went) while the main
+    and each role said no_leak. Beside it, a torch training that adds a validation loader (2 workers, 12 MiB each)
+    every 4 s: its tree grows ~250 MiB with no process growing (memscope said "Memory grows steadily, 10 MiB/s in
+    the DataLoader workers"). Both at once, ~40 s: a verdict needs 20 s of training."""
+    pytest.importorskip("transformers")
+    hf = memscope.run(
+        [script("hf_trainer.py"), "--seconds", "25", "--eval-steps", "5"], record_dir=record_dir, output="capture"
+    )
+    more = memscope.run([script("more_loaders.py"), "--seconds", "24"], record_dir=record_dir, output="capture")
+    for run in (more, hf):
+        s = run.wait(240)
+        assert s is not None and s["exit"]["cause"] == "ok", s and s["exit"]
+        leak = s["leak"]
+        assert leak["verdict"] == "no_leak", (run.command, leak)
+        assert all(v["verdict"] != "leak" for v in leak["per_process"].values()), leak["per_process"]
+        assert leak["advice"] is None or leak["advice"].startswith("No leak"), leak["advice"]
+    # The card says why the tree grew: more processes alive at once, each one's own floor flat.
+    assert more.summary()["leak"]["parts"] == "processes"
+    assert "only with more processes alive at once" in more.summary()["leak"]["advice"]

@@ -268,6 +268,8 @@ def test_to_dict_roundtrip():
         "time_to_limit_s",
         "reason",
         "pace",
+        "parts",
+        "detail",
     }
     assert d["pace"] == "slow"  # 1 MB/s is under SLOW_BYTES_PER_S
     d.pop("pace")  # derived from the slope, not a field
@@ -381,7 +383,7 @@ def test_dense_single_sample_spikes_are_found():
 
 
 def test_fit_span_starts_at_the_training_and_drops_the_teardown():
-    from memscope.analysis.leak import fit_span
+    from memscope.analysis.leak import FitPlan, fit_span
     from memscope.analysis.phases import training_start
 
     # Imports grow memory 150 MB in 4 s, then the training holds flat for 30 s, then the interpreter frees at exit.
@@ -400,11 +402,15 @@ def test_fit_span_starts_at_the_training_and_drops_the_teardown():
     ft, fy = fit_span(t, y, 4.2, ended=True)
     assert ft[0] >= 4.2 and fy[-1] > 100 * MB  # the ramp and the teardown are out
     assert assess_leak(ft, fy).verdict == "no_leak"
-    # A start that would leave less than 20 s is ignored rather than leaving nothing to fit; so is one whose first
-    # sample comes later than it, leaving 19.9 s (a verdict once given fell back to "needs 20 s").
-    assert fit_span(t, y, 30.0)[0][0] == 0.0
-    gap = [x for x in t if not 15.7 <= x < 16.0]
-    assert fit_span(gap, gap, 15.7)[0][0] == 0.0
+    # A start that leaves less than 20 s is kept: the verdict waits for the training rather than fitting the
+    # imports (01-quickstart said "memory grows steadily" at 20 s: its imports' growth).
+    assert fit_span(t, y, 30.0)[0][0] == 30.0
+    v = FitPlan(30.0, ()).verdict(t, y)
+    assert v.verdict == "insufficient_data" and v.reason == "a verdict needs 20 s of training; 6 s so far"
+    # An ended run's teardown is never trimmed below 20 s: what had a verdict while it ran keeps one.
+    short = [x for x in t if x <= 24.5]
+    ft, _ = fit_span(short, [y[0]] * (len(short) - 3) + [5 * MB] * 3, 4.2, ended=True)
+    assert ft[-1] - ft[0] >= 20.0
     # A teardown that frees over a few rounds: its descent goes with it (it read as the end of a spike).
     y2 = list(y)
     y2[-6:] = [150 * MB, 120 * MB, 90 * MB, 60 * MB, 5 * MB, 5 * MB]
@@ -523,3 +529,14 @@ def test_the_fit_plan_every_view_shares():
     # The exporter tracks the training's start itself, and its events carry no kind nor pid: the same phases.
     bare = [{"t": e["t"], "pid": None, "data": e["data"]} for e in events if e["pid"] == 1 and e["kind"] == "phase"]
     assert fit_plan(bare, 40.0, start_s=3.0, ended=True) == FitPlan(3.0, plan.phases, True)
+
+
+def test_long_excursions_are_plateaus_not_spikes():
+    # Issue 23 #6: 11-52 s evaluations were listed as "spikes".
+    from memscope.analysis.leak import excursion_words
+
+    spikes = [{"start_s": 1.0, "end_s": 3.0}, {"start_s": 10.0, "end_s": 21.0}, {"start_s": 30.0, "end_s": 82.0}]
+    assert excursion_words(spikes) == "1 spike and 2 plateaus"
+    assert excursion_words(spikes[:1]) == "1 spike" and excursion_words(spikes[1:]) == "2 plateaus"
+    leak = {"verdict": "no_leak", "baseline_start_bytes": 100 * MB, "baseline_end_bytes": 100 * MB}
+    assert verdict_text(leak, spikes).startswith("no leak: the floor is flat; 1 spike and 2 plateaus, up to")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .leak import floor_step
+from .leak import excursion_words, floor_words
 from .probes import summary_keys
 
 # The summary keys whose rows carry an ``advice`` line, in the order the advice lists them.
@@ -29,10 +29,15 @@ def _mib(n: float | None) -> str:
 def _exit_line(ex: dict[str, Any]) -> str | None:
     cause = ex.get("cause")
     if cause == "worker_crash":
+        if ex.get("signal") == "SIGKILL":
+            return (
+                "A DataLoader worker was SIGKILLed: look at its memory in the process table (copy-on-write "
+                "growth of big Python lists in the Dataset is the classic cause); set num_workers=0 to get the "
+                "failing code's own error in the main process."
+            )
         return (
-            "A DataLoader worker died: set num_workers=0 to get the failing code's own error in the main "
-            "process; if the worker was SIGKILLed, look at its memory in the process table (copy-on-write "
-            "growth of big Python lists in the Dataset is the classic cause)."
+            f"A DataLoader worker died{' of ' + ex['signal'] if ex.get('signal') else ''}: its stack is in "
+            "exit.traceback; set num_workers=0 to get the failing code's own error in the main process."
         )
     if cause == "oom_kill":
         return (
@@ -84,7 +89,9 @@ def _leak_line(leak: dict[str, Any], spikes: list[dict[str, Any]]) -> str | None
     by_role = leak.get("by_role") or {}
     if v == "leak":
         slope = leak.get("slope_bytes_per_s") or 0
-        roles = [r for r, d in by_role.items() if d.get("verdict") == "leak"]
+        roles = [r for r, d in by_role.items() if d.get("verdict") == "leak"] or [
+            r for r, d in (leak.get("per_process") or {}).items() if d.get("verdict") == "leak"
+        ]  # a role's total can hide what one of its processes does (its count moves): the per-process floor
         # Copy-on-write: the main's own private memory grows while PSS (which splits shared pages) shows the
         # growth in the forked workers that map them too. The leak is still the main's.
         main_own = (leak.get("main_private") or {}).get("verdict") == "leak" or "main" in roles
@@ -106,7 +113,8 @@ def _leak_line(leak: dict[str, Any], spikes: list[dict[str, Any]]) -> str | None
         ttl = leak.get("time_to_limit_s")
         eta = f", reaching the limit in about {ttl / 60:.0f} min" if ttl else ""
         what = (
-            "take two tensor censuses a minute apart (the Tensor census button or run.census()) to see what accumulates"
+            "take two tensor censuses a minute apart to see what accumulates: run.census() on the handle of "
+            "memscope.run([...]) in Python (a notebook's dashboard has a Tensor census button for it)"
             if "dataloader_worker" not in roles
             else "workers usually grow by touching Python objects of the Dataset (copy-on-write): keep per-sample "
             "data in numpy arrays, not lists of Python objects"
@@ -128,19 +136,28 @@ def _leak_line(leak: dict[str, Any], spikes: list[dict[str, Any]]) -> str | None
             if not phase
             else f"it comes with '{phase}'"
         )
-        n = len(spikes)
-        step = floor_step(leak)
-        floor = f"the floor stepped up {_mib(step)} once, then held" if step else "the floor is flat"
+        floor = floor_words(leak, _mib)
         return (
-            f"No leak: {floor}; {n} spike{'s' if n != 1 else ''}, the highest{ph} "
+            f"No leak: {floor}; {excursion_words(spikes)}, the highest{ph} "
             f"{_mib(top.get('height_bytes'))} above the floor. Budget for the spike, not a leak: {fix}."
         )
+    if v == "no_leak" and leak.get("parts") == "processes":
+        return f"No leak: {floor_words(leak, _mib)}. Budget for the processes alive together (the peak), not a leak."
     return None
+
+
+def _crashed_in_code(ex: dict[str, Any]) -> bool:
+    """The run ended by a crash that memory did not cause (a segfault, an abort; a worker's other than by SIGKILL):
+    advice to lower the memory peak does not apply to it."""
+    cause = ex.get("cause")
+    return cause in ("segfault", "abort", "bus_error") or (cause == "worker_crash" and ex.get("signal") != "SIGKILL")
 
 
 def _workers_line(summary: dict[str, Any]) -> str | None:
     """From what the workers held while alive together (summing each one's own peak would add up workers that
     never lived at the same time)."""
+    if _crashed_in_code(summary.get("exit") or {}):
+        return None
     w = summary.get("workers") or {}
     n, held = w.get("at_peak_alive"), w.get("peak_pss_bytes")
     total = (summary.get("peak") or {}).get("tree_pss_bytes")

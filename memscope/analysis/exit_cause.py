@@ -88,6 +88,20 @@ def _gib(n: int | None) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
+def crashing_thread_first(text: str | None) -> str | None:
+    """A faulthandler dump with the crashing thread's block ("Current thread ...") moved up to just after the
+    "Fatal Python error" line: faulthandler lists the other threads (the agent's, a DataLoader's pin thread, a
+    logger's) in their own order, and a reader saw three unrelated stacks before the one that crashed."""
+    if not text or "Fatal Python error" not in text:
+        return text
+    blocks = text.split("\n\n")
+    cur = next((i for i, b in enumerate(blocks) if b.lstrip().startswith("Current thread")), None)
+    first = next((i for i, b in enumerate(blocks) if b.lstrip().startswith(("Thread 0x", "Current thread"))), None)
+    if cur is None or first is None or cur == first:
+        return text
+    return "\n\n".join(blocks[:first] + [blocks[cur]] + blocks[first:cur] + blocks[cur + 1 :])
+
+
 def _is_library(path: str) -> bool:
     return any(m in path for m in ("/site-packages/", "/dist-packages/", "/lib/python", "<frozen "))
 
@@ -307,7 +321,7 @@ def _worker_crash(f: _Facts) -> dict[str, Any] | None:
         if e.faults.get(wpid)
         else "no Python stack was captured"
     )
-    tb = e.faults.get(wpid) or (f.exc or {}).get("traceback")
+    tb = crashing_thread_first(e.faults.get(wpid)) or (f.exc or {}).get("traceback")
     return f.out(
         "worker_crash",
         f"{what[0].upper() + what[1:]} pid {wpid} ({role}) died of {wsig}{f' in {where}' if where else ''}{extra} "
@@ -341,7 +355,7 @@ def _fatal_signal(f: _Facts) -> dict[str, Any] | None:
         f"The main process (pid {main}) died of {f.main_sig}{at}; {stack}; a crash in "
         f"native code (an extension, a library or CUDA) is the usual cause.{_hid(f)}",
         sig=f.main_sig,
-        tb=fault,
+        tb=crashing_thread_first(fault),
     )
 
 
@@ -379,8 +393,11 @@ def _sigkill(f: _Facts) -> dict[str, Any] | None:
             f"{'; '.join(ev)}{peak}. Lower its memory use or raise the limit.",
             sig="SIGKILL",
         )
-    at = f" at {_gib(e.last_tree_bytes)}" if e.last_tree_bytes is not None else ""
-    lim = f" of a {_gib(e.limit_bytes)} limit" if e.limit_bytes else ""
+    # Which measure: last_tree_bytes is the sum of the tree's RSS at its last sample (read: "1.10 GiB of what?").
+    at = (
+        f" with the tree's RSS at {_gib(e.last_tree_bytes)} at its last sample" if e.last_tree_bytes is not None else ""
+    )
+    lim = f" (a {_gib(e.limit_bytes)} limit)" if e.limit_bytes else ""
     if e.cgroup_oom_delta:  # an OOM kill in its cgroup, not proven to be the run's: mention it, blame none
         rose = f"its container's oom_kill counter rose by {e.cgroup_oom_delta}"
         others = [f"{n or 'a process'} (pid {p})" for p, n in (e.oom_victims or {}).items() if p not in e.names]

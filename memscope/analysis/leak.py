@@ -29,7 +29,7 @@ import math
 import random
 from bisect import bisect_left, bisect_right
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import phases as phases_mod
 from ._stats import (  # noqa: F401 (MIN_GROWTH_FRACTION: a tunable named here too)
@@ -57,6 +57,9 @@ __all__ = [
     "assess_by_role",
     "trim_teardown",
     "fit_span",
+    "reconcile",
+    "part_verdicts",
+    "run_verdict",
 ]
 
 # --- tunables (module constants so callers/tests can see what "material" means) ---
@@ -110,7 +113,11 @@ class LeakVerdict:
     baseline_end_bytes: int | None
     confidence: float | None
     time_to_limit_s: float | None  # only when verdict == "leak" and a limit is given
-    reason: str | None = None  # with "insufficient_data": the condition not met yet, in words
+    reason: str | None = None  # with "insufficient_data": what it waits for, in plain words (see WAIT_FLOOR)
+    # "processes": the tree's floor rose only with more processes alive at once, each one's own floor flat (the
+    # tree's fit is kept, its verdict overruled); "parts": the tree's floor had too few points, its parts had enough
+    parts: str | None = None
+    detail: str | None = None  # with "insufficient_data" past the first 20 s: the fit's own condition not met yet
 
     @property
     def pace(self) -> str | None:
@@ -124,8 +131,14 @@ class LeakVerdict:
         return dict(asdict(self), pace=self.pace)
 
 
-def _insufficient(reason: str) -> LeakVerdict:
-    return LeakVerdict("insufficient_data", None, None, None, None, None, reason)
+# Past the first 20 s, every condition a verdict still waits for (floor points between spikes, in each half of the
+# run, at more than one time) is one wait in the user's words: the live line cycled through them ("each half of the
+# run needs 4 floor points...") while nothing the user could do differed. The condition itself is in ``detail``.
+WAIT_FLOOR = "spikes still cover most of the run: it needs more time between them to see the floor; {:.0f} s so far"
+
+
+def _insufficient(reason: str, detail: str | None = None) -> LeakVerdict:
+    return LeakVerdict("insufficient_data", None, None, None, None, None, reason, detail=detail)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -140,14 +153,22 @@ def fit_span(
     """The stretch of a series the leak verdict is fitted on: from the training's start (``start_s``, the first
     DataLoader epoch or train/eval switch: imports and set-up grow memory once, and on a short run that growth
     reads as a leak) to the end, without an ended run's teardown (``trim_teardown``). Without ``start_s`` the
-    whole series; a start that would leave less than MIN_DURATION_S is ignored."""
+    whole series.
+
+    A known start is kept even when less than MIN_DURATION_S of training follows it: the fit then waits for the
+    training ("needs 20 s of training") rather than fitting the imports (01-quickstart's live line said "memory
+    grows steadily, 12 MiB/s" at 20 s, its imports' growth, then its final card "not yet known"). The teardown is
+    never trimmed below MIN_DURATION_S: what had enough time for a verdict while it ran keeps it at its end."""
     tl, yl = _prepare(t, y)
     if start_s is not None and tl:
         i = bisect_left(tl, start_s)
-        if i < len(tl) and tl[-1] - tl[i] >= MIN_DURATION_S:  # its first sample, not start_s: a verdict once
-            tl, yl = tl[i:], yl[i:]  # given must not fall back to "needs 20 s"
-    if ended:
-        tl, yl = trim_teardown(tl, yl)
+        tl, yl = tl[i:], yl[i:]
+    if ended and tl:
+        ct, cy = trim_teardown(tl, yl)
+        if len(ct) < len(tl) and tl[-1] - tl[0] >= MIN_DURATION_S and (not ct or ct[-1] - tl[0] < MIN_DURATION_S):
+            k = bisect_left(tl, tl[0] + MIN_DURATION_S) + 1
+            ct, cy = tl[:k], yl[:k]
+        tl, yl = ct, cy
     return tl, yl
 
 
@@ -167,7 +188,10 @@ class FitPlan:
 
     def verdict(self, t: Sequence[float], y: Sequence[float], limit_bytes: int | None = None) -> LeakVerdict:
         """The leak verdict over the planned span of (t, y)."""
-        return assess_leak(*self.span(t, y), limit_bytes=limit_bytes, phases=self.phases)
+        v = assess_leak(*self.span(t, y), limit_bytes=limit_bytes, phases=self.phases)
+        if v.reason and self.start_s is not None:  # what it waits for is the training, not any samples
+            v = replace(v, reason=v.reason.replace(" of samples;", " of training;"))
+        return v
 
 
 def fit_plan(
@@ -275,14 +299,14 @@ def assess_leak(
     n_points = sum(len(g[0]) for g in groups.values())
     if n_points < MIN_BASELINE_POINTS:
         return _insufficient(
-            f"the floor between spikes has {n_points} points over {span:.0f} s; a verdict "
-            f"needs {MIN_BASELINE_POINTS} (spikes cover most of the run so far)"
+            WAIT_FLOOR.format(span),
+            f"the floor between spikes has {n_points} points over {span:.0f} s; a verdict needs {MIN_BASELINE_POINTS}",
         )
 
     rng = random.Random(_SEED)
     fit = _theil_sen(list(groups.values()), rng)
     if fit is None:
-        return _insufficient("the floor's points all share one time: no slope can be fitted yet")
+        return _insufficient(WAIT_FLOOR.format(span), "the floor's points all share one time: no slope yet")
 
     # Halves: a leak rises in both; a one-time step rises in at most one. Halves of the stretch the fit covers
     # (with phases, the time before the first one - imports, set-up - is not in any group).
@@ -296,12 +320,13 @@ def assess_leak(
         halves[1][name] = (bt[k:], by[k:])
     if any(sum(len(g[0]) for g in h.values()) < MIN_HALF_POINTS for h in halves):
         return _insufficient(
-            f"each half of the run needs {MIN_HALF_POINTS} floor points between spikes to tell "
-            "a leak from a one-time step; one half has fewer so far"
+            WAIT_FLOOR.format(span),
+            f"each half of the run needs {MIN_HALF_POINTS} floor points between spikes to tell a leak from a "
+            "one-time step; one half has fewer so far",
         )
     fits = [_theil_sen(list(h.values()), rng) for h in halves]
     if fits[0] is None or fits[1] is None:
-        return _insufficient("one half of the run has no slope yet (its floor points share one time)")
+        return _insufficient(WAIT_FLOOR.format(span), "one half of the run has no slope yet")
 
     slope = fit.slope
     confidence = fit.confidence
@@ -349,12 +374,110 @@ def assess_leak(
     )
 
 
+def reconcile(tree: LeakVerdict, parts: Mapping[str, LeakVerdict]) -> LeakVerdict:
+    """The run's verdict: the tree's, made to agree with its parts (:func:`part_verdicts`: the main process's own
+    private memory, and each other role's processes one by one).
+
+    A leak is a sustained rise of some process's own memory. The tree's floor also rises when more processes are
+    alive at once (an evaluation's DataLoader workers beside the training's, a second loader): seen on a clean
+    Hugging Face Trainer, the tree called "a slow leak, 20 MiB/min" while the main and the workers each said
+    no_leak. So where the tree says leak and every part with a verdict says no_leak, the main's among them, the
+    run has no leak; where the tree cannot tell yet but its parts can, the parts decide. A run of one process
+    (only "main") is its tree: nothing to reconcile."""
+    if len(parts) < 2 or any(v.verdict == "leak" for v in parts.values()):
+        return tree
+    main = parts.get("main")
+    if main is None or main.verdict != "no_leak":
+        return tree  # the main's own memory is the first suspect: without its verdict, the tree's stands
+    if tree.verdict == "leak":
+        return replace(tree, verdict="no_leak", time_to_limit_s=None, parts="processes")
+    if tree.verdict == "insufficient_data":
+        return replace(main, time_to_limit_s=None, parts="parts")
+    return tree
+
+
+def part_verdicts(
+    plan: "FitPlan",
+    main_own: tuple[Sequence[float], Sequence[float]] | None,
+    processes: Mapping[int, tuple[str, Sequence[float], Sequence[float]]],
+) -> dict[str, LeakVerdict]:
+    """The parts :func:`reconcile` weighs, fitted by ``plan``: "main" on the main process's own private memory
+    (``main_own``), and each other role on its processes one by one (``processes``: pid -> (role, t, private)).
+    A role leaks when one of its processes does (that one's verdict is the role's), has no leak when some of them
+    lived long enough for a verdict and none leaks. A process is judged alone, never in a sum or a mean over its
+    role: those move whenever a process of the role is born or exits (a mean fell 46 -> 36 MiB as young workers
+    joined older ones)."""
+    out: dict[str, LeakVerdict] = {}
+    if main_own is not None and len(main_own[0]):
+        out["main"] = plan.verdict(*main_own)
+    for role, t, y in processes.values():
+        if role == "main" or len(t) < 3 or t[-1] - t[0] < MIN_DURATION_S:
+            continue
+        v = plan.verdict(t, y)
+        have = out.get(role)
+        if (
+            have is None
+            or (
+                v.verdict == "leak"
+                and (have.verdict != "leak" or (v.slope_bytes_per_s or 0) > (have.slope_bytes_per_s or 0))
+            )
+            or (have.verdict == "insufficient_data" and v.verdict == "no_leak")
+        ):
+            out[role] = v
+    return out
+
+
+def run_verdict(
+    plan: "FitPlan",
+    tree: tuple[Sequence[float], Sequence[float]],
+    main_own: tuple[Sequence[float], Sequence[float]] | None,
+    processes: Mapping[int, tuple[str, Sequence[float], Sequence[float]]],
+    limit_bytes: int | None = None,
+) -> tuple[LeakVerdict, dict[str, LeakVerdict]]:
+    """The run's leak verdict and its parts, the same in the live line and the final card: the tree's private
+    memory fitted by ``plan``, reconciled with its parts (:func:`part_verdicts`, :func:`reconcile`)."""
+    parts = part_verdicts(plan, main_own, processes)
+    return reconcile(plan.verdict(*tree, limit_bytes), parts), parts
+
+
+PLATEAU_S = 10.0  # an excursion above the floor that lasts longer than this is a plateau (an evaluation), no spike
+
+
+def excursion_words(spikes: Sequence[Mapping[str, Any]]) -> str:
+    """ "3 spikes", "2 plateaus", "1 spike and 2 plateaus": excursions above the floor, named by how long they
+    last (an 11-52 s evaluation is no "spike")."""
+    long = sum(1 for sp in spikes if float(sp.get("end_s") or 0) - float(sp.get("start_s") or 0) > PLATEAU_S)
+    short = len(spikes) - long
+    words = [f"{n} {w}{'s' if n != 1 else ''}" for n, w in ((short, "spike"), (long, "plateau")) if n]
+    return " and ".join(words) or "0 spikes"
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def floor_words(verdict: Mapping[str, object], fmt: Callable[[int], str] = _mib) -> str:
+    """What a ``no_leak`` verdict says of the floor, in the words every view uses (sizes by ``fmt``)."""
+    a, b = verdict.get("baseline_start_bytes"), verdict.get("baseline_end_bytes")
+    if verdict.get("parts") == "processes":
+        rise = b - a if isinstance(a, int) and isinstance(b, int) and b > a else 0
+        by = f" {fmt(rise)}" if rise >= 2**20 else ""
+        return (
+            f"each process's own floor is flat; the tree's rose{by} only with more processes alive at once "
+            "(e.g. an evaluation's DataLoader workers beside the training's)"
+        )
+    if verdict.get("parts") == "parts":
+        return "each process's own floor is flat"
+    step = floor_step(verdict)
+    return f"the floor stepped up {fmt(step)} once, then held" if step else "the floor is flat"
+
+
 def floor_step(verdict: Mapping[str, object]) -> int | None:
     """For a ``no_leak`` verdict (``LeakVerdict.to_dict()``): how much the floor rose between the run's first
     and last fifth when that is more than growth a verdict would call material, else None. A floor that stepped
     up once and held is no leak, and no flat floor either (nor is a staircase's first stair, live)."""
     a, b = verdict.get("baseline_start_bytes"), verdict.get("baseline_end_bytes")
-    if verdict.get("verdict") != "no_leak" or not isinstance(a, int) or not isinstance(b, int):
+    if verdict.get("verdict") != "no_leak" or verdict.get("parts") or not isinstance(a, int) or not isinstance(b, int):
         return None
     step = b - a
     return step if step > max(MIN_GROWTH_BYTES, MIN_GROWTH_FRACTION * abs(b)) else None

@@ -7,6 +7,7 @@ and a record left by a memscope that was itself killed still yields one (exit ca
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any, Callable
 
 from ..model import KIND_PSS, KIND_RSS, SUMMARY_SCHEMA, Summary
@@ -17,7 +18,7 @@ from . import phases as phases_mod
 from .advice import advise
 from .census import summary_rows as census_rows
 from .exit_cause import ExitEvidence, counter_rise, decide, fault_signal
-from .leak import assess_by_role, assess_leak, find_spikes, fit_plan, trim_teardown
+from .leak import assess_by_role, assess_leak, find_spikes, fit_plan, run_verdict, trim_teardown
 from .probes import probe_summary
 from .scalene import summary_rows as scalene_rows
 from .stacks import last_words
@@ -310,6 +311,7 @@ def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
     plan = fit_plan(events, duration, ev.main_pid, ended=ended)
     if ended:
         t, y = trim_teardown(t, y)
+    tree = (pt, py)
     pt, py = plan.span(pt, py)
     roles = {r: plan.span(*ty) for r, ty in roles.items()}
     spans = phases_mod.intervals(rd.events("phase"), duration, ev.main_pid)
@@ -318,13 +320,23 @@ def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
     limit = ev.limit_bytes
     if limit and y and py and series != "tree_rss":
         limit = max(1, limit - max(0, y[-1] - py[-1]))
-    leak = assess_leak(pt, py, limit_bytes=limit, phases=auto).to_dict()
-    leak["series"] = series
     # The main process is judged on its own private memory (statm, not proportional): PSS splits what it keeps
     # with every forked DataLoader worker alive at the time, so its PSS share saw-tooths as workers come and go
     # while the leak is the main's all along. Other roles on their PSS share (a worker's private memory counts
     # the main's pages it maps).
     own = rd.role_fast_totals(column="private").get("main")
+    # The tree's verdict agrees with its parts (leak.reconcile): each role's per-process floor, the main's own.
+    floors = rd.process_fast_floors(max(0.2, duration / 4000))
+    verdict, parts = run_verdict(plan, tree, own, floors, limit)
+    if ended and verdict.verdict == "insufficient_data":
+        # Without its teardown, the run's floor may fall short of what a verdict needs where the live line, fitted
+        # on everything up to the end, had one: the card never says less than the line said (one verdict).
+        live, live_parts = run_verdict(replace(plan, ended=False), tree, own, floors, limit)
+        if live.verdict != "insufficient_data":
+            verdict, parts = live, live_parts
+    leak = verdict.to_dict()
+    leak["series"] = series
+    leak["per_process"] = {r: v.to_dict() for r, v in parts.items()}
     if own:
         roles["main"] = plan.span(*own)
     leak["by_role"] = {role: v.to_dict() for role, v in assess_by_role(roles, limit_bytes=limit, phases=auto).items()}

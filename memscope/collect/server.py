@@ -145,7 +145,7 @@ class AgentServer:
         self._thread.join(timeout=2)
         # Drain: messages sent just before the processes exited are still in the sockets.
         for _ in range(100):
-            ready = [k for k, _ in self._sel.select(timeout=0) if k.data is not None]
+            ready = [k for k, _ in self._sel.select(timeout=0) if isinstance(k.data, dict)]
             if not ready:
                 break
             for key in ready:

@@ -310,7 +310,8 @@ class Exporter:
         mem = GaugeMetricFamily(
             METRIC_MEMORY,
             "Memory of the run's processes by rank and role (bytes): "
-            "PSS, private (anonymous, never shared), and RSS summed",
+            "PSS, private (anonymous PSS + swap: pages shared copy-on-write split among their processes), "
+            "and RSS summed",
             labels=base + ["rank", "role", "kind"],
         )
         nproc = GaugeMetricFamily(

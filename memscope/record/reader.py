@@ -157,6 +157,24 @@ class RunData:
             ys.append(v or 0)
         return out
 
+    def process_fast_floors(self, bucket_s: float) -> dict[int, tuple[str, list[float], list[float]]]:
+        """Per process: (its role, t, the least of its fast private series, anonymous PSS + swap, in each
+        ``bucket_s`` of its life). The floor is all a leak fit reads (it keeps chunk minima), and a day at 10 Hz
+        is 14 M rows: SQLite reduces them."""
+        out: dict[int, tuple[str, list[float], list[float]]] = {}
+        if not self.has_fast:
+            return out
+        for pid, role, t, v in self.con.execute(
+            "SELECT s.pid, COALESCE(p.role, 'other'), MIN(s.t), MIN(s.est_private) FROM samples s "
+            "LEFT JOIN processes p ON p.pid = s.pid WHERE s.kind=0 AND s.est_private IS NOT NULL "
+            "GROUP BY s.pid, CAST(s.t / ? AS INTEGER) ORDER BY s.pid, 3",
+            (bucket_s,),
+        ):
+            _, ts, ys = out.setdefault(pid, (role, [], []))
+            ts.append(t)
+            ys.append(v)
+        return out
+
     def fast_peak(self) -> tuple[float, int] | None:
         """(t, tree PSS) at the fast series' peak, None for records without it."""
         if not self.has_fast:

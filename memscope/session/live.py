@@ -11,7 +11,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..model import HostSample, ProcessExited, ProcessSeen, Record, TreeSample
+from ..analysis.exit_cause import fault_signal
+from ..model import Event, HostSample, ProcessExited, ProcessSeen, Record, TreeSample
 
 SNAPSHOT_EXITED = 200  # exited processes the live snapshot keeps (the record keeps them all)
 
@@ -52,6 +53,9 @@ class Snapshot:
                 self.peak_pss = max(self.peak_pss or 0, total)
         elif isinstance(rec, HostSample):
             self.host = rec
+        elif isinstance(rec, Event) and rec.kind == "fault" and rec.pid in self.procs:
+            d = self.procs[rec.pid]
+            d["exit_signal"] = d.get("exit_signal") or fault_signal((rec.data or {}).get("text"))
         elif isinstance(rec, ProcessSeen):
             d = self.procs.setdefault(rec.pid, {"alive": True})
             d.update(role=rec.role, name=rec.name, cmdline=rec.cmdline)
@@ -59,7 +63,9 @@ class Snapshot:
             d = self.procs.setdefault(rec.pid, {"role": "other", "name": ""})
             if d.get("alive", True):
                 self._exited.append(rec.pid)
-            d.update(alive=False, exit_code=rec.exit_code, exit_signal=rec.exit_signal)
+            # A worker is not memscope's child: its status is unseen, and its faulthandler dump (a "fault" event,
+            # before or after this) names the signal instead.
+            d.update(alive=False, exit_code=rec.exit_code, exit_signal=rec.exit_signal or d.get("exit_signal"))
             # A run that forks 50 processes a second: the live table keeps the latest exits, the record all.
             while len(self._exited) > SNAPSHOT_EXITED:
                 old = self._exited.popleft()

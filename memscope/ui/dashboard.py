@@ -12,13 +12,14 @@ import sys
 import threading
 import time
 import uuid
+import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 import ipywidgets as w
 import psutil
 
 from ..analysis import phases as phases_mod
-from ..analysis.leak import find_spikes, fit_plan
+from ..analysis.leak import find_spikes, fit_plan, run_verdict
 from ..fmt import fmt_bytes, fmt_elapsed
 from ..session.run import started_here
 from .chart import MemoryChart, count_points
@@ -31,6 +32,7 @@ from .fragments import (
     process_table,
     record_procs,
     stack_marks,
+    stopping_card,
     verdict_card,
     with_gpu,
 )
@@ -94,6 +96,10 @@ class Dashboard:
             self.gpu.load(run.record_path)
         self.series = series or RunSeries()
         self._closed = threading.Event()
+        # Wakes the updater before its period is up: a stop asked for (the card says "stopping…" at once), the run's
+        # end (its verdict as soon as the processes are gone, not up to a 2 s push period later).
+        self._wake = threading.Event()
+        self._stopping: dict[str, Any] | None = None  # the stop_requested event's data and time
         self._leak: dict[str, Any] = {}
         self._spikes: list[dict[str, Any]] = []
         self._leak_at = 0.0
@@ -132,6 +138,8 @@ class Dashboard:
                 pass
         acc.selected_index = 0
         if run is not None:
+            wake = weakref.ref(self._wake)
+            run.on_end(lambda _run: (lambda e: e.set() if e is not None else None)(wake()))
             self._thread = threading.Thread(target=self._loop, name="memscope-dashboard", daemon=True)
             self._thread.start()
         else:
@@ -144,6 +152,9 @@ class Dashboard:
             self._add_phase_event({"t": rec.t, "pid": rec.pid, "kind": rec.kind, "data": rec.data})
         elif name == "Event" and rec.kind == "stacks":  # a mark on the chart
             self._stacks.append({"t_s": rec.t, "reason": rec.data.get("reason")})
+        elif name == "Event" and rec.kind == "stop_requested" and self._stopping is None:
+            self._stopping = dict(rec.data or {}, t=rec.t)
+            self._wake.set()
         self.gpu.add(rec)
 
     def _add_phase_event(self, e: dict[str, Any]) -> None:
@@ -174,7 +185,8 @@ class Dashboard:
                     pass
             if ended:
                 break
-            self._closed.wait(period)
+            self._wake.wait(period)
+            self._wake.clear()
         self._release()
 
     def _release(self) -> None:
@@ -219,6 +231,8 @@ class Dashboard:
             self.output.value = output_tail(list(self.run.output_tail), self.run.output_partial)
         self.status.value = self._status_html(snap, final_summary)
         self._snap = snap
+        if final_summary is None and self._stopping is not None and self.run is not None:
+            self.card.value = stopping_card(self._stopping, self.run.elapsed())
         if final_summary is not None:
             self.card.value = verdict_card(final_summary)
             if final_summary.get("census") and not self.census.value:  # a reopened run: its last census
@@ -280,7 +294,7 @@ class Dashboard:
         else:
             assert run is not None
             s = run.snapshot
-            state, elapsed = "running", run.elapsed()
+            state, elapsed = ("stopping" if self._stopping else "running"), run.elapsed()
             cur, peak = s.tree_pss if s.tree_pss is not None else s.tree_rss, s.peak_pss or s.peak_rss
             limit = run.limit()
             leak = self._live_leak(snap, limit["bytes"] if limit else None)
@@ -318,7 +332,10 @@ class Dashboard:
                 limit = max(1, limit - max(0, self.run.snapshot.tree_pss - y[-1]))  # file-backed pages count too
             if t:
                 main, events = self._main_events()
-                self._leak = fit_plan(events, t[-1], main).verdict(t, y, limit).to_dict()
+                plan = fit_plan(events, t[-1], main)
+                with self.series._lock:
+                    own, procs = self.series.parts()
+                self._leak = run_verdict(plan, (t, y), own, procs, limit)[0].to_dict()
             with self.series._lock:
                 tt, ty = self.series.pss_by_role.total()
             self._spikes = [sp.to_dict() for sp in find_spikes(tt, ty)] if len(tt) >= 3 else []
@@ -425,6 +442,7 @@ class Dashboard:
         of the kernel (a slider in another cell, another run's dashboard), and the BokehJS carrier is shared.
         """
         self._closed.set()
+        self._wake.set()
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join(timeout=10)  # it ends within one push; then it has released its subscriptions

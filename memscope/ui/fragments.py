@@ -6,11 +6,18 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from ..analysis.exit_cause import fault_signal
 from ..analysis.stacks import text as stacks_text
 from ..fmt import fmt_bytes
 from .terminal import verdict_text
 
-CAUSE_COLOR = {"ok": "#2e7d32", "stopped_by_user": "#555", "exit_nonzero": "#b26a00", "running": "#1565c0"}
+CAUSE_COLOR = {
+    "ok": "#2e7d32",
+    "stopped_by_user": "#555",
+    "stopping": "#555",
+    "exit_nonzero": "#b26a00",
+    "running": "#1565c0",
+}
 
 
 def _plural(n: int, word: str) -> str:
@@ -22,7 +29,21 @@ def esc(s: Any) -> str:
     return html.escape(str(s), quote=True)
 
 
-TABLE_COLUMNS = ("pid", "role", "RSS", "private", "PSS", "swap", "peak RSS", "peak PSS", "state", "command")
+TABLE_COLUMNS = ("pid", "role", "RSS", "anon RSS", "PSS", "swap", "peak RSS", "peak PSS", "state", "command")
+# What each figure counts (each header's tooltip). The fast column was headed "private": a DataLoader worker showed
+# "private 275 MiB" beside "PSS 83 MiB", its pages still shared copy-on-write with the main counted as its own.
+COLUMN_HELP = {
+    "RSS": "resident memory: every page the process maps, shared ones counted in full in each process",
+    "anon RSS": (
+        "anonymous resident memory (statm: resident - shared file pages), read every round. Not private: a forked "
+        "worker's pages still shared copy-on-write with its parent count in both; PSS splits them"
+    ),
+    "PSS": (
+        "proportional set size: each shared page divided among the processes that map it, so the tree's PSS adds "
+        "up to what it holds; hover a cell for the age of its reading"
+    ),
+    "swap": "swapped out, at the last PSS reading",
+}
 
 
 def process_table(procs: dict[int, dict[str, Any]]) -> str:
@@ -61,13 +82,20 @@ def process_table(procs: dict[int, dict[str, Any]]) -> str:
             f"<td class='memscope-cmd' title='{cmd}' style='{_CMD_STYLE}'>{cmd}</td></tr>"
         )
     columns = TABLE_COLUMNS[:6] + (("GPU",) if gpu else ()) + TABLE_COLUMNS[6:]
-    head = "".join(f"<th style='text-align:left;padding-right:10px'>{h}</th>" for h in columns)
+    head = "".join(
+        "<th style='text-align:left;padding-right:10px'"
+        + (f" title='{esc(COLUMN_HELP[h])}'" if h in COLUMN_HELP else "")
+        + f">{h}</th>"
+        for h in columns
+    )
     return (
         f"<table class='memscope-procs' style='font-size:12px;font-family:monospace;width:100%;"
         f"white-space:nowrap'><tr>{head}</tr>"
-        f"{''.join(rows)}</table><div style='font-size:11px;color:#666'>RSS, private (anonymous resident) "
-        "and PSS are of one moment; PSS is read every few seconds and carried to each round by the change "
-        "of private memory (hover a PSS cell for its age).</div>"
+        f"{''.join(rows)}</table><div style='font-size:11px;color:#666'>RSS, anon RSS and PSS are of one "
+        "moment. anon RSS (anonymous resident, read every round) counts pages a worker still shares copy-on-write "
+        "with its parent in both, so it is not what a process holds alone: PSS splits shared pages among the "
+        "processes that map them. PSS is read every few seconds and carried to each round by the change of anon "
+        "RSS (hover a PSS cell for its age).</div>"
     )
 
 
@@ -166,6 +194,28 @@ def output_cut(summary: dict[str, Any]) -> str:
     return f"<div style='font-size:11px;color:#a15c00'>output: {'; '.join(parts)}</div>" if parts else ""
 
 
+def stopping_card(req: dict[str, Any], now_s: float) -> str:
+    """The card between a stop asked for and the run's end (``req``: the stop_requested event's data and ``t``):
+    what was sent, what comes next, and that the verdict follows the processes' end. The program's own exit takes
+    its time (a torch training: its interpreter's teardown after KeyboardInterrupt, 1.7-2.3 s on 2 loaded cores)."""
+    how, grace, t = req.get("how"), req.get("grace_s"), float(req.get("t") or 0.0)
+    if how == "kill":
+        sent = "SIGKILL sent to every process of the run"
+    elif how == "terminate":
+        sent = f"SIGTERM sent; SIGKILL to what is left {grace:g} s later" if grace is not None else "SIGTERM sent"
+    else:
+        sent = (
+            f"SIGINT sent, as Ctrl-C; SIGTERM if the run is still there {grace:g} s later, then SIGKILL"
+            if grace is not None
+            else "SIGINT sent, as Ctrl-C"
+        )
+    return (
+        "<div class='memscope-stopping' style='border-left:6px solid #555;padding:6px 10px;margin:6px 0;"
+        f"background:#fafafa'><div style='font-weight:bold;color:#555'>stopping…</div><div>{esc(sent)} "
+        f"{max(0.0, now_s - t):.1f} s ago; the verdict comes as soon as the run's processes are gone.</div></div>"
+    )
+
+
 def snapshot_link(summary: dict[str, Any]) -> str:
     """The CUDA memory snapshot saved at an OOM, and how to open it (a notebook cannot follow a file:// link)."""
     import shlex
@@ -200,6 +250,10 @@ def record_procs(rd: Any) -> dict[int, dict[str, Any]]:
         }
         for p in rd.processes()
     }
+    for e in rd.events("fault"):  # a worker's status is unseen: its faulthandler dump names the signal
+        d = procs.get(e["pid"])
+        if d is not None and not d.get("exit_signal"):
+            d["exit_signal"] = fault_signal(e["data"].get("text"))
     for pid, last in rd.last_by_pid().items():
         procs.setdefault(pid, {"alive": False}).update(last)
     for pid, (rss, pss) in rd.peaks_by_pid().items():

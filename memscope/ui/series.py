@@ -69,6 +69,10 @@ class RunSeries:
         self._pid_col: dict[int, int] = {}
         self.pss_by_role = AlignedMinMax(max_points)
         self.tree_private = MinMaxSeries(max_points)
+        # The live verdict's parts, as the summary fits them (analysis/leak.part_verdicts): the main's own private
+        # memory (statm), and each other process's (anonymous PSS + swap) on its own.
+        self.main_own = MinMaxSeries(max_points)
+        self.proc_private: dict[int, MinMaxSeries] = {}
         self.tree_rss = MinMaxSeries(max_points)
         self.main_rss = MinMaxSeries(max_points)
         self.host_available = MinMaxSeries(max_points)
@@ -100,6 +104,7 @@ class RunSeries:
                 if rec.procs[0].est_pss is not None:
                     self._pss_round(rec.t, [(p.pid, p.est_pss) for p in rec.procs])
                     self.tree_private.append(rec.t, rec.est_private_total)
+                    self._parts_round(rec.t, [(p.pid, p.private, p.est_private) for p in rec.procs])
             elif rec.procs[0].est_pss is None:  # an older producer: PSS rounds only
                 self._pss_round(rec.t, [(p.pid, p.pss) for p in rec.procs])
             return True
@@ -163,6 +168,32 @@ class RunSeries:
         self._t_rss = t
         if t > self.t_last:
             self.t_last = t
+
+    def _parts_round(self, t: float, procs: Iterable[tuple[int, int | None, int | None]]) -> None:
+        own = None
+        for pid, private, est in procs:
+            if pid in self._main:
+                if private is not None:
+                    own = (own or 0) + private
+            elif est is not None:
+                self._proc_series(pid).append(t, est)
+        if own is not None:
+            self.main_own.append(t, own)
+
+    def _proc_series(self, pid: int) -> MinMaxSeries:
+        s = self.proc_private.get(pid)
+        if s is None:
+            if len(self.proc_private) >= _PARTS_KEPT:  # a tree that forks all the time: drop the shortest-lived
+                gone = min(self.proc_private, key=lambda p: _span(self.proc_private[p]))
+                del self.proc_private[gone]
+            s = self.proc_private[pid] = MinMaxSeries(self.max_points // 4)
+        return s
+
+    def parts(self) -> tuple[tuple[list[float], list[float]], dict[int, tuple[str, list[float], list[float]]]]:
+        """The main's own private memory, and each other process's (role, t, private): what the leak verdict's
+        parts are fitted on (call with the lock held)."""
+        procs = {pid: (self._roles.get(pid, "other"), *s.points()) for pid, s in self.proc_private.items()}
+        return self.main_own.points(), procs
 
     def _host(self, t: float, available: int, limit: int | None) -> None:
         self.host_available.append(t, available)
@@ -263,6 +294,12 @@ class RunSeries:
                         self._pss_round(t, procs)
                     for t, v in rd.fast_totals(private=True):
                         self.tree_private.append(t, v)
+                    for pid, (role, ts, ys) in rd.process_fast_floors(0.2).items():
+                        if role != "main":
+                            for t, v in zip(ts, ys):
+                                self._proc_series(pid).append(t, v)
+                    for t, v in zip(*rd.role_fast_totals(column="private").get("main", ([], []))):
+                        self.main_own.append(t, v)
                 else:
                     cur = rd.sample_rows(KIND_PSS, "pss")
                     for t, procs in _rounds(cur):
@@ -309,6 +346,14 @@ class RunSeries:
                 "t_last": self.t_last,
                 "version": self._version,
             }
+
+
+_PARTS_KEPT = 64  # processes whose own series the live leak verdict keeps
+
+
+def _span(s: MinMaxSeries) -> float:
+    t = s.points()[0]
+    return t[-1] - t[0] if t else 0.0
 
 
 def _rounds(cur: Iterable[tuple]) -> Iterable[tuple[float, list[tuple[int, Any]]]]:

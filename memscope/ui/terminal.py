@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.leak import floor_step
+from ..analysis.leak import excursion_words, floor_words
 from ..fmt import fmt_bytes, fmt_elapsed
 
 if TYPE_CHECKING:
@@ -57,11 +57,10 @@ def verdict_text(leak: dict | None, spikes: list | None = None) -> str:
             return f"memory grows steadily: the floor rises {fmt_bytes(int(slope))}/s{eta}"
         return f"slow leak: the floor rises {fmt_bytes(int(slope * 60))}/min{eta}"
     if v == "no_leak":
-        step = floor_step(leak)
-        floor = f"the floor stepped up {fmt_bytes(step)} once, then held" if step else "the floor is flat"
+        floor = floor_words(leak, fmt_bytes)
         if spikes:
             top = max(s.get("height_bytes") or 0 for s in spikes)
-            return f"no leak: {floor}; {len(spikes)} spikes, up to {fmt_bytes(top)} above it"
+            return f"no leak: {floor}; {excursion_words(spikes)}, up to {fmt_bytes(top)} above it"
         return f"no leak: {floor}"
     why = leak.get("reason")
     return f"leak or spikes: not yet known ({why})" if why else "leak or spikes: not yet known"

@@ -1,6 +1,7 @@
 # A tiny Hugging Face Trainer run: a BERT built from a config (nothing downloaded), synthetic token data, 2
-# DataLoader workers, an evaluation every 10 steps. With --leak, a callback keeps 4 MiB per evaluation batch
-# (validation outputs kept, never freed). Prints the truth the test compares memscope's phases with.
+# DataLoader workers, an evaluation every 10 steps (--eval-steps N: every N). With --leak, a callback keeps 4 MiB per
+# evaluation batch (validation outputs kept, never freed). Prints the truth the test compares memscope's phases with.
+# Each evaluation starts its own loader's 2 workers beside the training's: the tree holds 4 workers, then 2 again.
 import os
 import sys
 import tempfile
@@ -14,6 +15,7 @@ from transformers import BertConfig, BertForSequenceClassification, Trainer, Tra
 
 leak = "--leak" in sys.argv
 seconds = float(sys.argv[sys.argv.index("--seconds") + 1]) if "--seconds" in sys.argv else 25
+eval_steps = int(sys.argv[sys.argv.index("--eval-steps") + 1]) if "--eval-steps" in sys.argv else 10
 
 
 class Tokens(Dataset):
@@ -74,7 +76,7 @@ if __name__ == "__main__":
             per_device_train_batch_size=16,
             per_device_eval_batch_size=16,
             eval_strategy="steps",
-            eval_steps=10,
+            eval_steps=eval_steps,
             dataloader_num_workers=2,
             report_to=[],
             use_cpu=True,

@@ -2,6 +2,8 @@
 # every validation step keeps its outputs (4 MiB a step, never freed: seed 001's list of predictions). Lightning
 # restores train mode after validation by setting module.training directly: memscope must still see the switch.
 # Prints VAL lines with the script's own validation time, the truth the test compares memscope's phases with.
+# With --eval-loaders, the validation loader's workers are not persistent: 2 more workers start at every validation
+# and exit at its end (the tree's process count goes 3, 5, 3, ...).
 import sys
 import time
 
@@ -12,6 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 leak = "--leak" in sys.argv
 seconds = float(sys.argv[sys.argv.index("--seconds") + 1]) if "--seconds" in sys.argv else 25
+eval_loaders = "--eval-loaders" in sys.argv
 
 
 class Tiny(L.LightningModule):
@@ -58,7 +61,9 @@ if __name__ == "__main__":
     x = torch.randn(640, 64)
     y = (x[:, 0] > 0).long()
     train = DataLoader(TensorDataset(x, y), batch_size=32, num_workers=2, persistent_workers=True)
-    val = DataLoader(TensorDataset(x[:320], y[:320]), batch_size=32, num_workers=2, persistent_workers=True)
+    val = DataLoader(
+        TensorDataset(x[:320], y[:320]), batch_size=32, num_workers=2, persistent_workers=not eval_loaders
+    )
     model = Tiny()
     t0 = time.monotonic()
     trainer = L.Trainer(
