@@ -6,7 +6,6 @@ import argparse
 import sys
 
 from ..fmt import fmt_bytes
-from ..record.catalogue import default_record_dir, files_size, record_files, run_state, scan_runs
 
 
 class LsCommand:
@@ -22,6 +21,9 @@ class LsCommand:
     def run(self, ns: argparse.Namespace) -> int:
         """One line per run: id, start, duration, state (running, ended, unfinished), exit cause, peak, size on
         disk (the record and every file of its run beside it), command."""
+        # Imported here: every command's module is imported for `memscope --help` and for `memscope run`'s start.
+        from ..record.catalogue import default_record_dir, files_size, record_files, run_state, scan_runs
+
         d = ns.record or default_record_dir()
         runs, skipped = scan_runs(d)
         for path, why in skipped:  # one line each; the other runs are still listed

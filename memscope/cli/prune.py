@@ -9,7 +9,6 @@ import shutil
 import sys
 
 from ..fmt import fmt_bytes
-from ..record.catalogue import RUNNING, default_record_dir, files_size, record_files, run_age_s, run_state, scan_runs
 from .options import EXIT_BAD_INPUT
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -39,6 +38,17 @@ class PruneCommand:
     def run(self, ns: argparse.Namespace) -> int:
         """Remove the runs that match and say what was freed. Both options: a run is kept if either keeps it (one
         of the N newest, or younger than DURATION), so ``--older-than 30d --keep 5`` never leaves fewer than 5."""
+        # Imported here: every command's module is imported for `memscope --help` and for `memscope run`'s start.
+        from ..record.catalogue import (
+            RUNNING,
+            default_record_dir,
+            files_size,
+            record_files,
+            run_age_s,
+            run_state,
+            scan_runs,
+        )
+
         if ns.older_than is None and ns.keep is None:
             return _bad("prune needs --older-than DURATION or --keep N (or both)")
         try:
@@ -90,6 +100,8 @@ class PruneCommand:
 
 def _remove(paths: list[str]) -> int:
     """Remove these files (the scalene folder whole); the bytes actually removed."""
+    from ..record.catalogue import files_size
+
     freed = 0
     # The .sqlite last: an interrupted prune leaves a record that ls still lists, never orphans it can't see.
     for p in sorted(paths, key=lambda p: p.endswith(".sqlite")):

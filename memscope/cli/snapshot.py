@@ -8,7 +8,6 @@ import os
 import sys
 
 from .. import outfile
-from ..analysis import snapshot as snap_mod
 from ..fmt import fmt_bytes
 from .options import EXIT_BAD_INPUT
 
@@ -31,6 +30,9 @@ class SnapshotCommand:
 
     def run(self, ns: argparse.Namespace) -> int:
         """Print the snapshot's summary (or write its page)."""
+        # Imported here: every command's module is imported for `memscope --help` and for `memscope run`'s start.
+        from ..analysis import snapshot as snap_mod
+
         try:
             snap = snap_mod.load(ns.file)
         except snap_mod.SnapshotError as exc:

@@ -9,10 +9,6 @@ import os
 import sys
 import time
 
-from ..analysis.stacks import text
-from ..record.catalogue import default_record_dir, find_run
-from ..record.reader import RunData
-from ..session.stacks import request
 from .options import EXIT_BAD_INPUT, _positive
 
 
@@ -30,6 +26,12 @@ class StacksCommand:
 
     def run(self, ns: argparse.Namespace) -> int:
         """Ask, wait for the capture in the record, print it."""
+        # Imported here: every command's module is imported for `memscope --help` and for `memscope run`'s start.
+        from ..analysis.stacks import text
+        from ..record.catalogue import default_record_dir, find_run
+        from ..record.reader import RunData
+        from ..session.stacks import request
+
         try:
             path = find_run(ns.record or default_record_dir(), ns.run)
             rd = RunData(path)
