@@ -5,6 +5,8 @@
     python benchmarks/dayrun.py --quick              # CI smoke: 20 min of run (< 30 s)
     python benchmarks/dayrun.py --tracemalloc        # also trace Python allocations (about 2x slower)
     python benchmarks/dayrun.py --out FILE           # also write the Markdown report to FILE
+    python benchmarks/dayrun.py --keep FILE          # also keep the record (to re-measure with --record)
+    python benchmarks/dayrun.py --record FILE        # only the summary and reopen, on a kept record
 
 No process is watched: a seeded generator makes the records a real run would have made, and they go through the
 same code a notebook kernel runs, in this one process:
@@ -19,7 +21,10 @@ same code a notebook kernel runs, in this one process:
 - every simulated 5 minutes the dashboard's live leak verdict (``fit_plan(...).verdict`` on ``RunSeries``'s
   ``tree_private``: anonymous PSS + swap at every RSS round, as ``Dashboard._live_leak`` fits it);
 - at the end ``analysis.summary.summarize`` on the whole record (leak verdict, spikes, phases) and
-  ``RunSeries.from_record`` (what ``memscope.reopen`` does).
+  ``RunSeries.from_record`` (what ``memscope.reopen`` does);
+- last, the leak verdict fitted on the full-resolution series (the tree's anonymous PSS + swap at every RSS round,
+  written to a side file as the replay goes, not kept in memory) with the summary's plan: what the summary said
+  before the record was downsampled, to compare with what it says on the downsampled record.
 
 The tree (16 processes at any time): a bash wrapper, the training's main process (a slow leak of 25 MB/h on a
 3 GiB base, +1.5 GiB during each 5-minute validation, random spikes of 0.3-2 GiB lasting 1-8 s), 8 DataLoader
@@ -36,6 +41,7 @@ minute of records (a live run's queue holds about 0.5 s: the figure is an upper 
 from __future__ import annotations
 
 import argparse
+import array
 import gc
 import json
 import math
@@ -53,7 +59,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hostinfo import emit, machine_rows  # noqa: E402
 
-from memscope.analysis.leak import fit_plan  # noqa: E402
+from memscope.analysis.leak import assess_leak, fit_plan  # noqa: E402
 from memscope.analysis.summary import summarize  # noqa: E402
 from memscope.model import Event, HostSample, ProcessExited, ProcessSeen, ProcMem, RunEnded, TreeSample  # noqa: E402
 from memscope.record.reader import RunData  # noqa: E402
@@ -314,6 +320,8 @@ class Result:
     reopen_hwm: int = 0
     reopen_points: int = 0
     recorder_errors: int = 0
+    full_leak: dict = field(default_factory=dict)  # the verdict on the full-resolution series
+    full_points: int = 0
 
 
 def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[str], None]) -> Result:
@@ -350,10 +358,16 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
     writer0 = thread_cpu(writer_tid)
     c0, w0 = time.process_time(), time.perf_counter()
     next_report = 3600.0
+    # The full-resolution fitted series (t, tree anonymous PSS + swap per RSS round) goes to a side file.
+    full_path = os.path.join(workdir, "full.bin")
+    full_f = open(full_path, "wb")
+    full_buf = array.array("d")
     for r in day.records():
         if type(r) is tuple:
             what, t = r
             if what == "sync":
+                full_buf.tofile(full_f)
+                del full_buf[:]
                 sync()
                 wal = path + "-wal"
                 if os.path.exists(wal):
@@ -392,6 +406,8 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
         if type(r) is TreeSample:
             if r.kind == "rss":
                 res.rounds += 1
+                full_buf.append(r.t)
+                full_buf.append(sum(p.est_private or 0 for p in r.procs))
             else:
                 res.pss_rounds += 1
         elif type(r) is ProcessSeen:
@@ -403,6 +419,9 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
         if type(r) is Event and r.kind in ("phase", "epoch"):  # what Dashboard._on_record keeps
             phase_events.append({"t": r.t, "pid": r.pid, "kind": r.kind, "data": r.data})
         feed_s += perf() - a
+    full_buf.tofile(full_f)
+    full_f.close()
+    del full_buf
     sync()
     res.replay_s = time.perf_counter() - w0
     res.cpu_s = time.process_time() - c0
@@ -418,6 +437,24 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
     say(f"replayed {res.rounds} rounds in {res.replay_s:.1f} s; summarizing the record...")
 
     # The end of the run: the summary from the record (what session/finish.py does), then the recorder closes.
+    summary = measure_summary(path, res)
+    rec.put(RunEnded(res.hours * 3600.0, summary))
+    series.feed(RunEnded(res.hours * 3600.0, summary))
+    rec.close(timeout=120)
+    res.recorder_errors = rec.errors
+    res.db_bytes = sum(os.path.getsize(path + s) for s in ("", "-wal") if os.path.exists(path + s))
+    del series, snapshot, summary, phase_events
+    gc.collect()
+    say("reopening the record (RunSeries.from_record)...")
+    measure_reopen(path, res)
+    say("fitting the full-resolution series...")
+    full_fit(path, full_path, res, day.main.pid)
+    return res
+
+
+def measure_summary(path: str, res: Result) -> dict:
+    """``summarize`` on the record, timed, its peak memory (VmHWM reset first)."""
+    gc.collect()
     reset_hwm()
     a = time.perf_counter()
     rd = RunData(path)
@@ -428,25 +465,39 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
         rd.close()
     res.summarize_s = time.perf_counter() - a
     res.summarize_hwm = vm_status()["VmHWM"]
-    rec.put(RunEnded(res.hours * 3600.0, summary))
-    series.feed(RunEnded(res.hours * 3600.0, summary))
-    rec.close(timeout=120)
-    res.recorder_errors = rec.errors
     res.summary_leak = {k: summary["leak"].get(k) for k in ("verdict", "slope_bytes_per_s", "confidence", "series")}
     res.summary_spikes = len(summary.get("spikes") or [])
     res.summary_phases = len(summary.get("phases") or [])
-    res.db_bytes = sum(os.path.getsize(path + s) for s in ("", "-wal") if os.path.exists(path + s))
-    del series, snapshot, summary, phase_events
-    gc.collect()
+    return summary
 
-    say("reopening the record (RunSeries.from_record)...")
+
+def measure_reopen(path: str, res: Result) -> None:
+    """``RunSeries.from_record`` (what ``memscope.reopen`` does), timed, its peak memory."""
+    gc.collect()
     reset_hwm()
     a = time.perf_counter()
     rs = RunSeries.from_record(path)
     res.reopen_s = time.perf_counter() - a
     res.reopen_hwm = vm_status()["VmHWM"]
     res.reopen_points = count_points(chart_payload(rs.snapshot()))
-    return res
+
+
+def full_fit(path: str, full_path: str, res: Result, main_pid: int) -> None:
+    """The summary's leak fit (diagnosis: the same plan, teardown trimmed) on the full-resolution series."""
+    buf = array.array("d")
+    with open(full_path, "rb") as f:
+        buf.frombytes(f.read())
+    t, y = buf[0::2].tolist(), buf[1::2].tolist()
+    del buf
+    rd = RunData(path)
+    try:
+        events = sorted(rd.events("epoch") + rd.events("phase"), key=lambda e: e["t"])
+    finally:
+        rd.close()
+    plan = fit_plan(events, res.hours * 3600.0, main_pid, ended=True)
+    v = assess_leak(*plan.span(t, y), phases=plan.phases)
+    res.full_points = len(t)
+    res.full_leak = {"verdict": v.verdict, "slope_bytes_per_s": v.slope_bytes_per_s, "confidence": v.confidence}
 
 
 # -- the report -------------------------------------------------------------------------------------------------
@@ -465,6 +516,18 @@ def _f(x: float | None, fmt: str = "{:.1f}") -> str:
 def _med(xs: list[float]) -> float:
     s = sorted(xs)
     return s[len(s) // 2] if s else float("nan")
+
+
+def _full_row(r: Result) -> str:
+    a, b = r.summary_leak.get("slope_bytes_per_s"), r.full_leak.get("slope_bytes_per_s")
+    if not r.full_leak or a is None or not b:
+        return "| leak fit at full resolution | — |"
+    return (
+        f"| leak fit at full resolution (the same plan on all {r.full_points:,} RSS rounds) | verdict "
+        f"{r.full_leak['verdict']}, slope {b * 3600 / MiB:.2f} MiB/h (confidence {r.full_leak['confidence']:.4f}); "
+        f"the summary's on the record: {r.summary_leak.get('verdict')}, {a * 3600 / MiB:.2f} MiB/h: "
+        f"**{100 * (a - b) / b:+.2f} %** |"
+    )
 
 
 def report(r: Result, load_end: tuple[float, float, float]) -> str:
@@ -525,6 +588,7 @@ def report(r: Result, load_end: tuple[float, float, float]) -> str:
         f"{r.summary_leak.get('series')}; truth: 25 MiB/h of the main's RSS, i.e. {25 * MAIN_PSS * 0.8:.1f} "
         f"MiB/h of its private PSS, {25 * MAIN_PSS:.1f} of its PSS), "
         f"{r.summary_spikes} spikes, {r.summary_phases} phases |",
+        _full_row(r),
         f"| reopen (RunSeries.from_record) | {r.reopen_s:.1f} s, peak RSS {_mib(r.reopen_hwm)}, "
         f"{r.reopen_points:,} points |",
         f"| recorder errors | {r.recorder_errors} |",
@@ -538,6 +602,33 @@ def report(r: Result, load_end: tuple[float, float, float]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def remeasure(path: str, out: str | None) -> int:
+    """The summary and reopen on a record kept by ``--keep`` (a copy: reading never changes the record)."""
+    if not os.path.isfile(path):
+        print(f"dayrun: no such record: {path}", file=sys.stderr)
+        return 2
+    res = Result(0.0, 0.0)
+    rd = RunData(path)
+    try:
+        meta = rd.run_row()["meta"]
+        res.hours = (rd.last_sample_t() or 0.0) / 3600.0
+        res.hz = 1.0 / meta.get("interval_s", 1.0)
+    finally:
+        rd.close()
+    measure_summary(path, res)
+    measure_reopen(path, res)
+    res.db_bytes = os.path.getsize(path)
+    lines = [
+        f"| record | {res.db_bytes / MiB:.1f} MiB, {res.sample_rows:,} sample rows ({res.hours:.3g} h at {res.hz:g} Hz) |",
+        f"| summary at the end | {res.summarize_s:.2f} s, peak RSS {_mib(res.summarize_hwm)}; leak "
+        f"{res.summary_leak.get('verdict')} {(res.summary_leak.get('slope_bytes_per_s') or 0) * 3600 / MiB:.2f} "
+        f"MiB/h; {res.summary_spikes} spikes, {res.summary_phases} phases |",
+        f"| reopen | {res.reopen_s:.2f} s, peak RSS {_mib(res.reopen_hwm)}, {res.reopen_points:,} points |",
+    ]
+    emit("| on a kept record | |\n|---|---|\n" + "\n".join(lines) + "\n", out)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hours", type=float, default=24.0, help="simulated hours (24)")
@@ -546,7 +637,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tracemalloc", action="store_true", help="also trace Python allocations (slower)")
     ap.add_argument("--dir", help="where to write the record (a temporary directory, deleted at the end)")
     ap.add_argument("--out", metavar="FILE", help="also write the Markdown report here")
+    ap.add_argument("--keep", metavar="FILE", help="copy the record here at the end")
+    ap.add_argument("--record", metavar="FILE", help="only measure summarize and reopen on this kept record")
     ns = ap.parse_args(argv)
+    if ns.record:
+        return remeasure(ns.record, ns.out)
     hours = 1 / 3 if ns.quick else ns.hours
 
     def say(msg: str) -> None:
@@ -555,6 +650,8 @@ def main(argv: list[str] | None = None) -> int:
     work = tempfile.mkdtemp(prefix="memscope-dayrun-", dir=ns.dir)
     try:
         res = replay(hours, ns.hz, work, ns.tracemalloc, say)
+        if ns.keep:
+            shutil.copyfile(os.path.join(work, "day.sqlite"), ns.keep)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     text = report(res, os.getloadavg())

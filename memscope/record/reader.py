@@ -23,7 +23,11 @@ CREATE INDEX IF NOT EXISTS samples_t ON samples (kind, t);
 CREATE TABLE IF NOT EXISTS host (t REAL, total INTEGER, available INTEGER, swap_total INTEGER, swap_used INTEGER,
   lim INTEGER, cgroup_usage INTEGER, host_oom INTEGER, cgroup_oom INTEGER);
 CREATE TABLE IF NOT EXISTS events (t REAL, pid INTEGER, kind TEXT, data TEXT);
+CREATE INDEX IF NOT EXISTS host_t ON host (t);
+CREATE TABLE IF NOT EXISTS peaks (pid INTEGER, col TEXT, value INTEGER, t REAL, PRIMARY KEY (pid, col));
 """
+# peaks: each process's highest rss, pss (PSS rounds) and est (the fast series: est_pss, else pss) with its time,
+# kept by the writer as it inserts; the rounds that held them may be dropped by the downsampling (buckets.py).
 
 
 def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
@@ -47,6 +51,10 @@ class RunData:
         cols = {r[1] for r in self.con.execute("PRAGMA table_info(samples)")}
         # Records written before the fast series existed have no per-round PSS estimate.
         self.has_fast = "est_pss" in cols
+        # Records written before the downsampling have every round and no peaks table.
+        self.has_peaks = bool(
+            self.con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='peaks'").fetchone()
+        )
 
     def close(self) -> None:
         """Close the record."""
@@ -82,15 +90,27 @@ class RunData:
         return [dict(zip(keys, r)) for r in cur]
 
     def peaks_by_pid(self) -> dict[int, tuple[int, int | None]]:
-        """pid -> (peak RSS, peak PSS); PSS at every round where the record has the fast series."""
+        """pid -> (peak RSS, peak PSS); PSS at every round where the record has the fast series. Exact on a
+        downsampled record: the max of the rounds kept and of the writer's ``peaks`` table."""
         # A process whose PSS was never readable (another user's) has no PSS peak, only RSS rounds' guesses.
-        col = (
-            "CASE WHEN MAX(pss) IS NULL THEN NULL ELSE MAX(COALESCE(est_pss, pss)) END" if self.has_fast else "MAX(pss)"
-        )
+        est = "MAX(COALESCE(est_pss, pss))" if self.has_fast else "MAX(pss)"
+        sql = f"SELECT pid, MAX(rss) AS r, MAX(pss) AS p, {est} AS e FROM samples GROUP BY pid"
+        if self.has_peaks:
+            sql = (
+                f"SELECT pid, MAX(r), MAX(p), MAX(e) FROM ({sql} UNION ALL SELECT pid, "
+                "MAX(CASE WHEN col='rss' THEN value END), MAX(CASE WHEN col='pss' THEN value END), "
+                "MAX(CASE WHEN col='est' THEN value END) FROM peaks GROUP BY pid) GROUP BY pid"
+            )
         out: dict[int, tuple[int, int | None]] = {}
-        for pid, rss, pss in self.con.execute(f"SELECT pid, MAX(rss), {col} FROM samples GROUP BY pid"):
-            out[pid] = (rss or 0, pss)
+        for pid, rss, pss, est in self.con.execute(sql):
+            out[pid] = (rss or 0, None if pss is None else est)
         return out
+
+    def process_peaks(self) -> dict[tuple[int, str], tuple[int, float]]:
+        """(pid, "rss" | "pss" | "est") -> (peak, its t) as the writer kept them; empty for older records."""
+        if not self.has_peaks:
+            return {}
+        return {(pid, col): (v, t) for pid, col, v, t in self.con.execute("SELECT pid, col, value, t FROM peaks")}
 
     def last_by_pid(self) -> dict[int, dict[str, Any]]:
         """Each process's last round with memory in it (RSS, private, PSS and swap of that one moment)."""
