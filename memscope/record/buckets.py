@@ -1,9 +1,10 @@
 """The record's downsampling as the run goes: old sampling rounds reduced, per time bucket, to a few whole rounds.
 
 Rounds younger than the first tier's age (30 min) stay at full resolution; older ones are reduced to buckets of
-30 s, then 5 min past 6 h, then 15 min past a day (ages from the latest round). A bucket keeps WHOLE rounds (every
+1 min, then 5 min past 3 h, then 15 min past 12 h (ages from the latest round). A bucket keeps WHOLE rounds (every
 process of that moment): per kind, the rounds where the tree's total of each column is highest and lowest, where
-each role's PSS is highest and its private memory lowest, and the bucket's last; rounds within ``EVENT_MARGIN_S``
+each role's PSS is highest and its private memory lowest (the main's statm private too: its leak is judged
+on it), and the bucket's last; rounds within ``EVENT_MARGIN_S``
 of a phase switch, an epoch, a mark, a process start or exit are kept as they are. Whole rounds keep the tree's
 and each role's totals exact at the kept times, so the readers' SQL (sums grouped by round) is the same on a
 bucketed record as on a full one, and each reduction composes with the next (the max of maxima is the max): the
@@ -27,9 +28,9 @@ from typing import Any
 from ..model import KIND_PSS, KIND_RSS
 
 # (age in seconds past which rounds are reduced, bucket in seconds); each bucket a multiple of the one before.
-TIERS: tuple[tuple[float, float], ...] = ((1800.0, 30.0), (6 * 3600.0, 300.0), (24 * 3600.0, 900.0))
+TIERS: tuple[tuple[float, float], ...] = ((1800.0, 60.0), (3 * 3600.0, 300.0), (12 * 3600.0, 900.0))
 COMPACT_EVERY_S = 60.0  # a pass every minute of the run
-EVENT_MARGIN_S = 2.0  # rounds this close to an event are kept in full
+EVENT_MARGIN_S = 1.0  # rounds this close to an event are kept in full
 PROTECT_EVENTS = frozenset(
     {"phase", "epoch", "mark", "exception", "fault", "signal_sent", "cgroup_changed", "cuda_oom", "exit_status"}
 )
@@ -43,7 +44,9 @@ _SUMS = {
     KIND_PSS: ("SUM(s.rss)", "SUM(s.pss)", "SUM(COALESCE(s.anon, s.pss) + COALESCE(s.swap, 0))"),
 }
 _ROLE_MAX = {KIND_RSS: (1,), KIND_PSS: (1,)}
-_ROLE_MIN = {KIND_RSS: (2, 3), KIND_PSS: (2,)}
+_ROLE_MIN = {KIND_RSS: (2,), KIND_PSS: (2,)}
+_MAIN_MIN = {KIND_RSS: (3,), KIND_PSS: ()}  # the main's own statm private memory (summary: main_private)
+_TREE = {KIND_RSS: (0, 1, 2), KIND_PSS: (0, 1, 2)}  # the tree's highest and lowest of these
 # host rows: a change in any of these columns is kept (limits, totals and OOM counters are read as deltas)
 _HOST_COLS = "rowid, t, total, available, swap_total, swap_used, lim, cgroup_usage, host_oom, cgroup_oom"
 
@@ -146,14 +149,14 @@ class Compactor:
                     tot[j] = v if tot[j] is None else tot[j] + v
             for j in _ROLE_MAX[kind]:
                 see((role, j), vals[j], t, True)
-            for j in _ROLE_MIN[kind]:
+            for j in _ROLE_MIN[kind] + (_MAIN_MIN[kind] if role == "main" else ()):
                 see((role, j), vals[j], t, False)
         if len(rounds) <= 2:
             return None
         for t, tot in rounds.items():
-            for j, v in enumerate(tot):
-                see(("", j), v, t, True)
-                see(("", j), v, t, False)
+            for j in _TREE[kind]:
+                see(("", j), tot[j], t, True)
+                see(("", j), tot[j], t, False)
         keep = {t for _, t in best.values()}
         keep.add(max(rounds))
         keep.update(t for t in rounds if self._near_event(t))
