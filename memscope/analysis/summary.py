@@ -209,14 +209,17 @@ def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
     round, measured in PSS rounds and carried forward between them by each process's private memory. The leak
     verdict fits its private part (anonymous PSS + swap): the file-backed part of PSS moves whenever another
     process maps or drops the same libraries, and that wobble hid a flat floor. Records without the fast series
-    (older memscope) fall back to the PSS rounds (or the RSS rounds where there is no PSS)."""
+    (older memscope) fall back to the PSS rounds (or the RSS rounds where there is no PSS). A downsampled record
+    is fitted on one floor point per bucket of its coarsest tier (``RunData.fit_window``) all along: the part not
+    yet downsampled, read round by round, would outweigh the rest and sit on another floor."""
     fast = rd.fast_totals()
+    window = rd.fit_window()
     if fast:
         t = [r[0] for r in fast]
         y = [r[1] or 0 for r in fast]
-        rows = rd.fast_totals(private=True)
+        rows = rd.fast_totals(private=True, floor_s=window)
         pt, py = [r[0] for r in rows], [r[1] or 0 for r in rows]
-        roles = rd.role_fast_totals(private=True)
+        roles = rd.role_fast_totals(private=True, floor_s=window)
         series = "tree_private"
     else:
         kind = KIND_PSS if rd.tree_peak(KIND_PSS) else KIND_RSS
@@ -248,7 +251,7 @@ def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
     # with every forked DataLoader worker alive at the time, so its PSS share saw-tooths as workers come and go
     # while the leak is the main's all along. Other roles on their PSS share (a worker's private memory counts
     # the main's pages it maps).
-    own = rd.role_fast_totals(column="private").get("main")
+    own = rd.role_fast_totals(column="private", floor_s=window).get("main")
     if own:
         roles["main"] = plan.span(*own)
     leak["by_role"] = {role: v.to_dict() for role, v in assess_by_role(roles, limit_bytes=limit, phases=auto).items()}

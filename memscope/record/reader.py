@@ -25,9 +25,11 @@ CREATE TABLE IF NOT EXISTS host (t REAL, total INTEGER, available INTEGER, swap_
 CREATE TABLE IF NOT EXISTS events (t REAL, pid INTEGER, kind TEXT, data TEXT);
 CREATE INDEX IF NOT EXISTS host_t ON host (t);
 CREATE TABLE IF NOT EXISTS peaks (pid INTEGER, col TEXT, value INTEGER, t REAL, PRIMARY KEY (pid, col));
+CREATE TABLE IF NOT EXISTS tiers (age REAL, step REAL);
 """
 # peaks: each process's highest rss, pss (PSS rounds) and est (the fast series: est_pss, else pss) with its time,
-# kept by the writer as it inserts; the rounds that held them may be dropped by the downsampling (buckets.py).
+# kept by the writer as it inserts; the rounds that held them may be dropped by the downsampling (buckets.py),
+# whose tiers (rounds older than ``age`` s reduced to buckets of ``step`` s) are in ``tiers``.
 
 
 def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
@@ -52,9 +54,7 @@ class RunData:
         # Records written before the fast series existed have no per-round PSS estimate.
         self.has_fast = "est_pss" in cols
         # Records written before the downsampling have every round and no peaks table.
-        self.has_peaks = bool(
-            self.con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='peaks'").fetchone()
-        )
+        self.has_peaks = "peaks" in self._tables()
 
     def close(self) -> None:
         """Close the record."""
@@ -106,6 +106,19 @@ class RunData:
             out[pid] = (rss or 0, None if pss is None else est)
         return out
 
+    def fit_window(self) -> float:
+        """The bucket the leak fit reads the record's floors at: the coarsest the downsampling has reached, so
+        that every part of the run, downsampled or not yet, gives one floor point per bucket (its lowest round,
+        which every bucket keeps); 0 (every round) for a record not downsampled."""
+        if not self.has_peaks or "tiers" not in self._tables():
+            return 0.0
+        row = self.con.execute("SELECT MIN(t), MAX(t) FROM samples WHERE kind=0").fetchone()
+        if not row or row[0] is None:
+            return 0.0
+        span = row[1] - row[0]
+        steps = [step for age, step in self.con.execute("SELECT age, step FROM tiers") if span > age and step > 0]
+        return float(max(steps, default=0.0))
+
     def process_peaks(self) -> dict[tuple[int, str], tuple[int, float]]:
         """(pid, "rss" | "pss" | "est") -> (peak, its t) as the writer kept them; empty for older records."""
         if not self.has_peaks:
@@ -150,28 +163,36 @@ class RunData:
             ys.append(v or 0)
         return out
 
-    def fast_totals(self, private: bool = False) -> list[tuple[float, int]]:
+    def fast_totals(self, private: bool = False, floor_s: float = 0.0) -> list[tuple[float, int]]:
         """The tree's PSS (or, with ``private``, its anonymous PSS + swap) at every RSS round: the fast series
-        (measured in PSS rounds, carried forward between them). Empty for records without it."""
+        (measured in PSS rounds, carried forward between them). Empty for records without it. ``floor_s``: only
+        the lowest round of each ``floor_s`` bucket (``fit_window``)."""
         if not self.has_fast:
             return []
         col = "est_private" if private else "est_pss"
-        return self.con.execute(f"SELECT t, SUM({col}) FROM samples WHERE kind=0 GROUP BY t ORDER BY t").fetchall()
+        sql = f"SELECT t, SUM({col}) AS v FROM samples WHERE kind=0 GROUP BY t ORDER BY t"
+        if floor_s > 0:  # SQLite takes the bare t from the row that holds MIN(v)
+            sql = f"SELECT t, MIN(v) FROM ({sql}) GROUP BY CAST(t / {float(floor_s)!r} AS INTEGER) ORDER BY t"
+        return self.con.execute(sql).fetchall()
 
     def role_fast_totals(
-        self, private: bool = False, column: str | None = None
+        self, private: bool = False, column: str | None = None, floor_s: float = 0.0
     ) -> dict[str, tuple[list[float], list[float]]]:
         """Per role, (t, sum of the fast series over that role's processes) at every RSS round. ``column``
         "private" gives the raw statm private memory instead (not proportional: copy-on-write pages count in
-        every process that maps them, so a parent's own growth stays its own)."""
+        every process that maps them, so a parent's own growth stays its own). ``floor_s``: only the lowest round
+        of each ``floor_s`` bucket, per role."""
         col = column or ("est_private" if private else "est_pss")
         out: dict[str, tuple[list[float], list[float]]] = {}
         if not self.has_fast:
             return out
-        for t, role, v in self.con.execute(
-            f"SELECT s.t, COALESCE(p.role, 'other'), SUM(s.{col}) FROM samples s LEFT JOIN processes p "
-            "ON p.pid = s.pid WHERE s.kind=0 GROUP BY s.t, 2 ORDER BY s.t"
-        ):
+        sql = (
+            f"SELECT s.t AS t, COALESCE(p.role, 'other') AS r, SUM(s.{col}) AS v FROM samples s LEFT JOIN "
+            "processes p ON p.pid = s.pid WHERE s.kind=0 GROUP BY s.t, 2 ORDER BY s.t"
+        )
+        if floor_s > 0:
+            sql = f"SELECT t, r, MIN(v) FROM ({sql}) GROUP BY r, CAST(t / {float(floor_s)!r} AS INTEGER) ORDER BY t"
+        for t, role, v in self.con.execute(sql):
             ts, ys = out.setdefault(role, ([], []))
             ts.append(t)
             ys.append(v or 0)
@@ -208,10 +229,12 @@ class RunData:
             "cgroup_oom FROM host ORDER BY t"
         ).fetchall()
 
+    def _tables(self) -> set[str]:
+        return {r[0] for r in self.con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
     def tables_missing(self) -> set[str]:
         """The memscope tables this file lacks (all five: not a memscope record)."""
-        tables = {r[0] for r in self.con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        return {"run", "processes", "samples", "host", "events"} - tables
+        return {"run", "processes", "samples", "host", "events"} - self._tables()
 
     def stored_summary(self) -> Any:
         """The summary written at the run's end as stored (None when missing or damaged: not JSON)."""

@@ -70,6 +70,8 @@ class Recorder:
         self._flush_s = flush_s
         self._con = connect(path)
         self._con.executescript(SCHEMA)
+        if tiers:
+            self._con.executemany("INSERT INTO tiers VALUES (?,?)", tiers)
         self._con.commit()
         self._warn = warn if warn is not None else stderr_line
         self.bad_records = 0
