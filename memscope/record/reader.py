@@ -284,6 +284,27 @@ class RunData:
             raise ValueError(column)
         return self.con.execute(f"SELECT t, pid, {column} FROM samples WHERE kind=? ORDER BY t", (kind,))
 
+    def role_sums(self, kind: int, columns: tuple[str, ...], totals: tuple[str, ...] = ()) -> tuple[list[str], Any]:
+        """The charts' series in one pass: (roles, rows), a row per round of ``kind`` by time: t, then for each
+        of ``columns`` the sum over each role's processes (None where none of them was in that round; a process
+        without a role is "other"), then the tree's sum of each of ``totals``. Summed by SQLite in time order:
+        a row a round, not one per process."""
+        allowed = ("rss", "est_pss", "pss", "est_private")
+        if any(c not in allowed for c in (*columns, *totals)):
+            raise ValueError(columns, totals)
+        roles = [r for (r,) in self.con.execute("SELECT DISTINCT COALESCE(role, 'other') FROM processes")]
+        if "other" not in roles:
+            roles.append("other")  # samples of a pid the processes table lacks
+        sums = [
+            f"SUM(CASE WHEN COALESCE(p.role, 'other')=? THEN COALESCE(s.{c}, 0) END)" for c in columns for _ in roles
+        ]
+        sums += [f"SUM(s.{c})" for c in totals]
+        return roles, self.con.execute(
+            f"SELECT s.t, {', '.join(sums)} FROM samples s LEFT JOIN processes p ON p.pid = s.pid WHERE s.kind=? "
+            "GROUP BY s.t ORDER BY s.t",
+            (*roles * len(columns), kind),
+        )
+
     def host_available(self) -> Iterable[tuple[float, int, int | None]]:
         """(t, available, limit) of every host sample, by time."""
         return self.con.execute("SELECT t, available, lim FROM host ORDER BY t")
