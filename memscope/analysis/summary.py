@@ -270,7 +270,11 @@ def _workers(rd: RunData) -> dict[str, Any] | None:
     """DataLoader workers as they were alive together: the most at one moment, and what those held then."""
     if not rd.has_fast:
         return None
-    row = rd.role_peak_round("dataloader_worker")
+    row, alive = None, 0
+    for r in rd.role_rounds("dataloader_worker"):  # the round where they held most, and the most alive at once
+        alive = max(alive, r[1])
+        if r[2] is not None and (row is None or r[2] > row[2]):
+            row = r
     if row is None:
         return None
     ever = rd.role_count("dataloader_worker")
@@ -278,7 +282,7 @@ def _workers(rd: RunData) -> dict[str, Any] | None:
     persistent = [bool(e["data"].get("persistent")) for e in epochs if "persistent" in e["data"]]
     return {
         "ever": ever,
-        "max_alive": max(rd.role_alive_counts("dataloader_worker")),
+        "max_alive": alive,
         "at_peak_alive": row[1],
         "peak_pss_bytes": row[2],
         "rss_at_peak_bytes": row[3],

@@ -10,7 +10,7 @@ import json
 import sqlite3
 from typing import Any, Iterable, Iterator
 
-from ..model import KIND_PSS
+from ..model import KIND_PSS, KIND_RSS
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS run (id TEXT PRIMARY KEY, command TEXT, cwd TEXT, started_at TEXT, t0_epoch REAL,
@@ -93,14 +93,16 @@ class RunData:
         """pid -> (peak RSS, peak PSS); PSS at every round where the record has the fast series. Exact on a
         downsampled record: the max of the rounds kept and of the writer's ``peaks`` table."""
         # A process whose PSS was never readable (another user's) has no PSS peak, only RSS rounds' guesses.
-        est = "MAX(COALESCE(est_pss, pss))" if self.has_fast else "MAX(pss)"
-        sql = f"SELECT pid, MAX(rss) AS r, MAX(pss) AS p, {est} AS e FROM samples GROUP BY pid"
         if self.has_peaks:
+            # Written with every round (and refreshed by memory_copy for what the file refused): the whole story,
+            # without a pass over every sample sorted by pid.
             sql = (
-                f"SELECT pid, MAX(r), MAX(p), MAX(e) FROM ({sql} UNION ALL SELECT pid, "
-                "MAX(CASE WHEN col='rss' THEN value END), MAX(CASE WHEN col='pss' THEN value END), "
-                "MAX(CASE WHEN col='est' THEN value END) FROM peaks GROUP BY pid) GROUP BY pid"
+                "SELECT pid, MAX(CASE WHEN col='rss' THEN value END), MAX(CASE WHEN col='pss' THEN value END), "
+                "MAX(CASE WHEN col='est' THEN value END) FROM peaks GROUP BY pid"
             )
+        else:
+            est = "MAX(COALESCE(est_pss, pss))" if self.has_fast else "MAX(pss)"
+            sql = f"SELECT pid, MAX(rss), MAX(pss), {est} FROM samples GROUP BY pid"
         out: dict[int, tuple[int, int | None]] = {}
         for pid, rss, pss, est in self.con.execute(sql):
             out[pid] = (rss or 0, None if pss is None else est)
@@ -112,7 +114,9 @@ class RunData:
         which every bucket keeps); 0 (every round) for a record not downsampled."""
         if not self.has_peaks or "tiers" not in self._tables():
             return 0.0
-        row = self.con.execute("SELECT MIN(t), MAX(t) FROM samples WHERE kind=0").fetchone()
+        row = self.con.execute(
+            "SELECT (SELECT MIN(t) FROM samples WHERE kind=0), (SELECT MAX(t) FROM samples WHERE kind=0)"
+        ).fetchone()
         if not row or row[0] is None:
             return 0.0
         span = row[1] - row[0]
@@ -151,17 +155,7 @@ class RunData:
 
     def role_totals(self, kind: int, private: bool = False) -> dict[str, tuple[list[float], list[float]]]:
         """Per role, (t, sum over that role's processes) per round."""
-        col = _column(kind, private)
-        out: dict[str, tuple[list[float], list[float]]] = {}
-        for t, role, v in self.con.execute(
-            f"SELECT s.t, COALESCE(p.role, 'other'), SUM({col}) FROM samples s LEFT JOIN processes p "
-            "ON p.pid = s.pid WHERE s.kind=? GROUP BY s.t, 2 ORDER BY s.t",
-            (kind,),
-        ):
-            ts, ys = out.setdefault(role, ([], []))
-            ts.append(t)
-            ys.append(v or 0)
-        return out
+        return self._by_role(kind, _column(kind, private))
 
     def fast_totals(self, private: bool = False, floor_s: float = 0.0) -> list[tuple[float, int]]:
         """The tree's PSS (or, with ``private``, its anonymous PSS + swap) at every RSS round: the fast series
@@ -182,21 +176,48 @@ class RunData:
         "private" gives the raw statm private memory instead (not proportional: copy-on-write pages count in
         every process that maps them, so a parent's own growth stays its own). ``floor_s``: only the lowest round
         of each ``floor_s`` bucket, per role."""
-        col = column or ("est_private" if private else "est_pss")
-        out: dict[str, tuple[list[float], list[float]]] = {}
         if not self.has_fast:
-            return out
-        sql = (
-            f"SELECT s.t AS t, COALESCE(p.role, 'other') AS r, SUM(s.{col}) AS v FROM samples s LEFT JOIN "
-            "processes p ON p.pid = s.pid WHERE s.kind=0 GROUP BY s.t, 2 ORDER BY s.t"
+            return {}
+        return self._by_role(KIND_RSS, column or ("est_private" if private else "est_pss"), floor_s)
+
+    def _by_role(self, kind: int, col: str, floor_s: float = 0.0) -> dict[str, tuple[list[float], list[float]]]:
+        """Per role, (t, sum of ``col`` over its processes) at each round of ``kind`` where it had one. One pass
+        in time order (the samples index), a column per role: grouping by round and role made SQLite sort every
+        sample. With ``floor_s``, each bucket's lowest round only."""
+        roles = [r for (r,) in self.con.execute("SELECT DISTINCT COALESCE(role, 'other') FROM processes")]
+        if "other" not in roles:
+            roles.append("other")  # samples of a pid the processes table lacks
+        sums = ", ".join(f"SUM(CASE WHEN COALESCE(p.role, 'other')=? THEN COALESCE({col}, 0) END)" for _ in roles)
+        series: list[tuple[list[float], list[float]]] = [([], []) for _ in roles]
+        keys: list[int | None] = [None] * len(roles)
+        for t, *vals in self.con.execute(
+            f"SELECT s.t, {sums} FROM samples s LEFT JOIN processes p ON p.pid = s.pid WHERE s.kind=? "
+            "GROUP BY s.t ORDER BY s.t",
+            (*roles, kind),
+        ):
+            for k, v in enumerate(vals):
+                if v is None:
+                    continue  # none of this role's processes in this round
+                ts, ys = series[k]
+                if floor_s > 0:
+                    key = int(t / floor_s)
+                    if keys[k] == key:
+                        if v < ys[-1]:
+                            ts[-1], ys[-1] = t, v
+                        continue
+                    keys[k] = key
+                ts.append(t)
+                ys.append(v)
+        return {r: s for r, s in zip(roles, series) if s[0]}
+
+    def role_rounds(self, role: str) -> Iterator[tuple[float, int, int | None, int | None]]:
+        """(t, processes alive, their PSS, their RSS) at each fast round where ``role`` had a process: one pass
+        for ``role_peak_round`` and ``role_alive_counts`` together."""
+        yield from self.con.execute(
+            "SELECT s.t, COUNT(*), SUM(s.est_pss), SUM(s.rss) FROM samples s JOIN processes p ON p.pid = s.pid "
+            "WHERE s.kind=0 AND p.role=? GROUP BY s.t ORDER BY s.t",
+            (role,),
         )
-        if floor_s > 0:
-            sql = f"SELECT t, r, MIN(v) FROM ({sql}) GROUP BY r, CAST(t / {float(floor_s)!r} AS INTEGER) ORDER BY t"
-        for t, role, v in self.con.execute(sql):
-            ts, ys = out.setdefault(role, ([], []))
-            ts.append(t)
-            ys.append(v or 0)
-        return out
 
     def fast_peak(self) -> tuple[float, int] | None:
         """(t, tree PSS) at the fast series' peak, None for records without it."""
@@ -246,7 +267,10 @@ class RunData:
 
     def last_sample_t(self) -> float | None:
         """The time of the record's last sampling round, None when it has none."""
-        row = self.con.execute("SELECT MAX(t) FROM samples").fetchone()
+        row = self.con.execute(  # per kind: the (kind, t) index answers each at once
+            "SELECT MAX(m) FROM (SELECT MAX(t) AS m FROM samples WHERE kind=0 UNION ALL "
+            "SELECT MAX(t) FROM samples WHERE kind=1)"
+        ).fetchone()
         return row[0] if row and row[0] is not None else None
 
     def role_peak_round(self, role: str) -> tuple[float, int, int, int] | None:

@@ -151,6 +151,13 @@ class Recorder:
                 _apply(mem, rec)
             except Exception:
                 pass
+        # The rounds the file refused are in samples now, not in peaks: peaks again from every round kept.
+        for col, expr in (("rss", "rss"), ("pss", "pss"), ("est", "COALESCE(est_pss, pss)")):
+            mem.execute(  # the bare t is that of the MAX row
+                f"INSERT INTO peaks SELECT pid, '{col}', MAX({expr}), t FROM samples WHERE true GROUP BY pid "
+                f"HAVING MAX({expr}) IS NOT NULL ON CONFLICT(pid, col) DO UPDATE SET value=excluded.value, "
+                "t=excluded.t WHERE excluded.value > peaks.value"
+            )
         mem.commit()
         return mem
 
