@@ -109,6 +109,14 @@ def _no_diagnosis() -> dict[str, Any]:
 def summarize(rd: RunData) -> Summary:
     """The summary of a record (schema memscope.summary/1, model.Summary): pure, from the reader's data. Each
     section is computed on its own: one that fails is left empty and named in ``unavailable``."""
+    rd.hold_events()
+    try:
+        return _summarize(rd)
+    finally:
+        rd.hold_events(False)
+
+
+def _summarize(rd: RunData) -> Summary:
     unavailable: dict[str, str] = {}
     run = rd.run_row()
     procs = _guard(unavailable, "processes", rd.processes, list)

@@ -55,6 +55,7 @@ class RunData:
         self.has_fast = "est_pss" in cols
         # Records written before the downsampling have every round and no peaks table.
         self.has_peaks = "peaks" in self._tables()
+        self._events: dict[str, list[dict[str, Any]]] | None = None  # see hold_events
 
     def close(self) -> None:
         """Close the record."""
@@ -348,15 +349,34 @@ class RunData:
         """The events (of ``kind``, or all), in time order, their data decoded. An event whose data is not a JSON
         object (damaged, or valid JSON of another shape: a list, a number) is left out: every reader of events
         takes their data as an object, and one such event made `report` and `ls` fail for the whole record."""
+        if kind and kind != "output" and self._events is not None:
+            return [{**e, "data": dict(e["data"])} for e in self._events.get(kind, ())]  # the caller's own
         sql, args = "SELECT t, pid, kind, data FROM events", ()
         if kind:
             sql, args = sql + " WHERE kind=?", (kind,)
-        out = []
-        for t, pid, k, d in self.con.execute(sql + " ORDER BY t", args):
-            data = _json_or(d, {}) if isinstance(d, str) else None
-            if data or d == "{}":
-                out.append({"t": t, "pid": pid, "kind": k, "data": data})
-        return out
+        return _decoded(self.con.execute(sql + " ORDER BY t", args))
+
+    def hold_events(self, on: bool = True) -> None:
+        """Read every event but program output once and answer ``events(kind)`` from that until
+        ``hold_events(False)``: the summary asks for some 30 kinds, and each was a scan of a table where a
+        week's program output is 60,000 rows. Only for a reading that wants one moment of the record."""
+        self._events = None
+        if on:
+            held: dict[str, list[dict[str, Any]]] = {}
+            for e in _decoded(
+                self.con.execute("SELECT t, pid, kind, data FROM events WHERE kind != 'output' ORDER BY t")
+            ):
+                held.setdefault(e["kind"], []).append(e)
+            self._events = held
+
+
+def _decoded(rows: Iterable[tuple]) -> list[dict[str, Any]]:
+    out = []
+    for t, pid, k, d in rows:
+        data = _json_or(d, {}) if isinstance(d, str) else None
+        if data or d == "{}":
+            out.append({"t": t, "pid": pid, "kind": k, "data": data})
+    return out
 
 
 def _json_or(text: str | None, default: Any) -> Any:
