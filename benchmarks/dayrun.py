@@ -11,8 +11,8 @@
 No process is watched: a seeded generator makes the records a real run would have made, and they go through the
 same code a notebook kernel runs, in this one process:
 
-- ``store.Recorder`` (a real SQLite file in a temporary directory, deleted at the end): RSS rounds at 10 Hz,
-  PSS rounds every 2 s, a host sample every second, processes seen and exited, phase/epoch/mark events and a
+- ``store.Recorder`` (a real SQLite file in a temporary directory, deleted at the end, downsampled as the run goes
+  by the recorder's own thread as in a real run: record/buckets.py): RSS rounds at 10 Hz, PSS rounds every 2 s, a host sample every second, processes seen and exited, phase/epoch/mark events and a
   line of program output every 10 s;
 - ``Snapshot.update`` (the live snapshot the status line and process table read);
 - ``ui.series.RunSeries`` (fed every record, as ``RunSeries.follow`` does) and, every simulated minute, what the
@@ -299,6 +299,7 @@ class Result:
     hwm_replay: int = 0
     hwm_reset: bool = False
     rss_by_hour: list[tuple[float, int]] = field(default_factory=list)
+    db_by_hour: list[tuple[float, int]] = field(default_factory=list)  # the record's size (file + WAL)
     traced_peak: int | None = None
     traced_end: int | None = None
     pushes: int = 0
@@ -312,11 +313,13 @@ class Result:
     wal_bytes_max: int = 0
     sample_rows: int = 0
     summarize_s: float = 0.0
+    summarize_cpu_s: float = 0.0
     summarize_hwm: int = 0
     summary_leak: dict = field(default_factory=dict)
     summary_spikes: int = 0
     summary_phases: int = 0
     reopen_s: float = 0.0
+    reopen_cpu_s: float = 0.0
     reopen_hwm: int = 0
     reopen_points: int = 0
     recorder_errors: int = 0
@@ -374,6 +377,9 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
                     res.wal_bytes_max = max(res.wal_bytes_max, os.path.getsize(wal))
                 if t + 1e-9 >= next_report:
                     res.rss_by_hour.append((t / 3600.0, vm_status()["VmRSS"]))
+                    res.db_by_hour.append(
+                        (t / 3600.0, sum(os.path.getsize(p) for p in (path, wal) if os.path.exists(p)))
+                    )
                     say(
                         f"  {t / 3600:5.1f} h replayed in {time.perf_counter() - w0:6.1f} s, "
                         f"RSS {res.rss_by_hour[-1][1] / MiB:.0f} MiB"
@@ -456,14 +462,19 @@ def measure_summary(path: str, res: Result) -> dict:
     """``summarize`` on the record, timed, its peak memory (VmHWM reset first)."""
     gc.collect()
     reset_hwm()
-    a = time.perf_counter()
+    a, c = time.perf_counter(), time.process_time()
     rd = RunData(path)
     try:
         summary = summarize(rd)
-        res.sample_rows = rd.con.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
     finally:
         rd.close()
     res.summarize_s = time.perf_counter() - a
+    res.summarize_cpu_s = time.process_time() - c
+    rd = RunData(path)
+    try:
+        res.sample_rows = rd.con.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+    finally:
+        rd.close()
     res.summarize_hwm = vm_status()["VmHWM"]
     res.summary_leak = {k: summary["leak"].get(k) for k in ("verdict", "slope_bytes_per_s", "confidence", "series")}
     res.summary_spikes = len(summary.get("spikes") or [])
@@ -475,9 +486,10 @@ def measure_reopen(path: str, res: Result) -> None:
     """``RunSeries.from_record`` (what ``memscope.reopen`` does), timed, its peak memory."""
     gc.collect()
     reset_hwm()
-    a = time.perf_counter()
+    a, c = time.perf_counter(), time.process_time()
     rs = RunSeries.from_record(path)
     res.reopen_s = time.perf_counter() - a
+    res.reopen_cpu_s = time.process_time() - c
     res.reopen_hwm = vm_status()["VmHWM"]
     res.reopen_points = count_points(chart_payload(rs.snapshot()))
 
@@ -558,6 +570,17 @@ def report(r: Result, load_end: tuple[float, float, float]) -> str:
         marks = [x for x in r.rss_by_hour if abs(x[0] - round(x[0])) < 1e-6]
         step = max(1, len(marks) // 6)
         lines.append("| RSS by the hour | " + ", ".join(f"{h:g} h {v / MiB:.0f} MiB" for h, v in marks[::step]) + " |")
+    if r.db_by_hour:
+        marks = [x for x in r.db_by_hour if abs(x[0] - round(x[0])) < 1e-6]
+        step = max(1, len(marks) // 6)
+        half = [x for x in marks if x[0] >= marks[-1][0] / 2]
+        rate = (half[-1][1] - half[0][1]) / (half[-1][0] - half[0][0]) if len(half) >= 2 else None
+        lines.append(
+            "| record size by the hour | "
+            + ", ".join(f"{h:g} h {v / MiB:.1f} MiB" for h, v in marks[::step])
+            + (f"; **{rate / MiB:.2f} MiB per hour** over the second half" if rate is not None else "")
+            + " |"
+        )
     if r.traced_peak is not None:
         lines.append(
             f"| Python allocations (tracemalloc) | peak {_mib(r.traced_peak)}, at the end {_mib(r.traced_end)} |"
@@ -582,14 +605,15 @@ def report(r: Result, load_end: tuple[float, float, float]) -> str:
         f"{_f(None if r.writer_cpu_s is None else 100 * r.hz * (r.feed_s + r.writer_cpu_s) / max(r.rounds, 1), '{:.2f}')} "
         f"% of one core (feeding + writing, per round x {r.hz:g} rounds/s; pushes and the leak verdict "
         f"not included) |",
-        f"| summary at the end (summarize: leak, spikes, phases) | {r.summarize_s:.1f} s, peak RSS "
+        f"| summary at the end (summarize: leak, spikes, phases) | {r.summarize_s:.2f} s ({r.summarize_cpu_s:.2f} s "
+        f"CPU), peak RSS "
         f"{_mib(r.summarize_hwm)}; leak verdict {r.summary_leak.get('verdict')} (slope "
         f"{(r.summary_leak.get('slope_bytes_per_s') or 0) * 3600 / MiB:.1f} MiB/h of "
         f"{r.summary_leak.get('series')}; truth: 25 MiB/h of the main's RSS, i.e. {25 * MAIN_PSS * 0.8:.1f} "
         f"MiB/h of its private PSS, {25 * MAIN_PSS:.1f} of its PSS), "
         f"{r.summary_spikes} spikes, {r.summary_phases} phases |",
         _full_row(r),
-        f"| reopen (RunSeries.from_record) | {r.reopen_s:.1f} s, peak RSS {_mib(r.reopen_hwm)}, "
+        f"| reopen (RunSeries.from_record) | {r.reopen_s:.2f} s ({r.reopen_cpu_s:.2f} s CPU), peak RSS {_mib(r.reopen_hwm)}, "
         f"{r.reopen_points:,} points |",
         f"| recorder errors | {r.recorder_errors} |",
         "",
@@ -620,10 +644,10 @@ def remeasure(path: str, out: str | None) -> int:
     res.db_bytes = os.path.getsize(path)
     lines = [
         f"| record | {res.db_bytes / MiB:.1f} MiB, {res.sample_rows:,} sample rows ({res.hours:.3g} h at {res.hz:g} Hz) |",
-        f"| summary at the end | {res.summarize_s:.2f} s, peak RSS {_mib(res.summarize_hwm)}; leak "
+        f"| summary at the end | {res.summarize_s:.2f} s ({res.summarize_cpu_s:.2f} s CPU), peak RSS {_mib(res.summarize_hwm)}; leak "
         f"{res.summary_leak.get('verdict')} {(res.summary_leak.get('slope_bytes_per_s') or 0) * 3600 / MiB:.2f} "
         f"MiB/h; {res.summary_spikes} spikes, {res.summary_phases} phases |",
-        f"| reopen | {res.reopen_s:.2f} s, peak RSS {_mib(res.reopen_hwm)}, {res.reopen_points:,} points |",
+        f"| reopen | {res.reopen_s:.2f} s ({res.reopen_cpu_s:.2f} s CPU), peak RSS {_mib(res.reopen_hwm)}, {res.reopen_points:,} points |",
     ]
     emit("| on a kept record | |\n|---|---|\n" + "\n".join(lines) + "\n", out)
     return 0
