@@ -5,12 +5,14 @@
     python benchmarks/dayrun.py --quick              # CI smoke: 20 min of run (< 30 s)
     python benchmarks/dayrun.py --tracemalloc        # also trace Python allocations (about 2x slower)
     python benchmarks/dayrun.py --out FILE           # also write the Markdown report to FILE
+    python benchmarks/dayrun.py --keep FILE          # also keep the record (to re-measure with --record)
+    python benchmarks/dayrun.py --record FILE        # only the summary and reopen, on a kept record
 
 No process is watched: a seeded generator makes the records a real run would have made, and they go through the
 same code a notebook kernel runs, in this one process:
 
-- ``store.Recorder`` (a real SQLite file in a temporary directory, deleted at the end): RSS rounds at 10 Hz,
-  PSS rounds every 2 s, a host sample every second, processes seen and exited, phase/epoch/mark events and a
+- ``store.Recorder`` (a real SQLite file in a temporary directory, deleted at the end, downsampled as the run goes
+  by the recorder's own thread as in a real run: record/buckets.py): RSS rounds at 10 Hz, PSS rounds every 2 s, a host sample every second, processes seen and exited, phase/epoch/mark events and a
   line of program output every 10 s;
 - ``Snapshot.update`` (the live snapshot the status line and process table read);
 - ``ui.series.RunSeries`` (fed every record, as ``RunSeries.follow`` does) and, every simulated minute, what the
@@ -19,7 +21,10 @@ same code a notebook kernel runs, in this one process:
 - every simulated 5 minutes the dashboard's live leak verdict (``fit_plan(...).verdict`` on ``RunSeries``'s
   ``tree_private``: anonymous PSS + swap at every RSS round, as ``Dashboard._live_leak`` fits it);
 - at the end ``analysis.summary.summarize`` on the whole record (leak verdict, spikes, phases) and
-  ``RunSeries.from_record`` (what ``memscope.reopen`` does).
+  ``RunSeries.from_record`` (what ``memscope.reopen`` does);
+- last, the leak verdict fitted on the full-resolution series (the tree's anonymous PSS + swap at every RSS round,
+  written to a side file as the replay goes, not kept in memory) with the summary's plan: what the summary said
+  before the record was downsampled, to compare with what it says on the downsampled record.
 
 The tree (16 processes at any time): a bash wrapper, the training's main process (a slow leak of 25 MB/h on a
 3 GiB base, +1.5 GiB during each 5-minute validation, random spikes of 0.3-2 GiB lasting 1-8 s), 8 DataLoader
@@ -36,6 +41,7 @@ minute of records (a live run's queue holds about 0.5 s: the figure is an upper 
 from __future__ import annotations
 
 import argparse
+import array
 import gc
 import json
 import math
@@ -53,7 +59,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hostinfo import emit, machine_rows  # noqa: E402
 
-from memscope.analysis.leak import fit_plan  # noqa: E402
+from memscope.analysis.leak import assess_leak, fit_plan  # noqa: E402
 from memscope.analysis.summary import summarize  # noqa: E402
 from memscope.model import Event, HostSample, ProcessExited, ProcessSeen, ProcMem, RunEnded, TreeSample  # noqa: E402
 from memscope.record.reader import RunData  # noqa: E402
@@ -293,6 +299,7 @@ class Result:
     hwm_replay: int = 0
     hwm_reset: bool = False
     rss_by_hour: list[tuple[float, int]] = field(default_factory=list)
+    db_by_hour: list[tuple[float, int]] = field(default_factory=list)  # the record's size (file + WAL)
     traced_peak: int | None = None
     traced_end: int | None = None
     pushes: int = 0
@@ -306,14 +313,18 @@ class Result:
     wal_bytes_max: int = 0
     sample_rows: int = 0
     summarize_s: float = 0.0
+    summarize_cpu_s: float = 0.0
     summarize_hwm: int = 0
     summary_leak: dict = field(default_factory=dict)
     summary_spikes: int = 0
     summary_phases: int = 0
     reopen_s: float = 0.0
+    reopen_cpu_s: float = 0.0
     reopen_hwm: int = 0
     reopen_points: int = 0
     recorder_errors: int = 0
+    full_leak: dict = field(default_factory=dict)  # the verdict on the full-resolution series
+    full_points: int = 0
 
 
 def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[str], None]) -> Result:
@@ -350,16 +361,25 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
     writer0 = thread_cpu(writer_tid)
     c0, w0 = time.process_time(), time.perf_counter()
     next_report = 3600.0
+    # The full-resolution fitted series (t, tree anonymous PSS + swap per RSS round) goes to a side file.
+    full_path = os.path.join(workdir, "full.bin")
+    full_f = open(full_path, "wb")
+    full_buf = array.array("d")
     for r in day.records():
         if type(r) is tuple:
             what, t = r
             if what == "sync":
+                full_buf.tofile(full_f)
+                del full_buf[:]
                 sync()
                 wal = path + "-wal"
                 if os.path.exists(wal):
                     res.wal_bytes_max = max(res.wal_bytes_max, os.path.getsize(wal))
                 if t + 1e-9 >= next_report:
                     res.rss_by_hour.append((t / 3600.0, vm_status()["VmRSS"]))
+                    res.db_by_hour.append(
+                        (t / 3600.0, sum(os.path.getsize(p) for p in (path, wal) if os.path.exists(p)))
+                    )
                     say(
                         f"  {t / 3600:5.1f} h replayed in {time.perf_counter() - w0:6.1f} s, "
                         f"RSS {res.rss_by_hour[-1][1] / MiB:.0f} MiB"
@@ -392,6 +412,8 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
         if type(r) is TreeSample:
             if r.kind == "rss":
                 res.rounds += 1
+                full_buf.append(r.t)
+                full_buf.append(sum(p.est_private or 0 for p in r.procs))
             else:
                 res.pss_rounds += 1
         elif type(r) is ProcessSeen:
@@ -403,6 +425,9 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
         if type(r) is Event and r.kind in ("phase", "epoch"):  # what Dashboard._on_record keeps
             phase_events.append({"t": r.t, "pid": r.pid, "kind": r.kind, "data": r.data})
         feed_s += perf() - a
+    full_buf.tofile(full_f)
+    full_f.close()
+    del full_buf
     sync()
     res.replay_s = time.perf_counter() - w0
     res.cpu_s = time.process_time() - c0
@@ -418,35 +443,73 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
     say(f"replayed {res.rounds} rounds in {res.replay_s:.1f} s; summarizing the record...")
 
     # The end of the run: the summary from the record (what session/finish.py does), then the recorder closes.
-    reset_hwm()
-    a = time.perf_counter()
-    rd = RunData(path)
-    try:
-        summary = summarize(rd)
-        res.sample_rows = rd.con.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
-    finally:
-        rd.close()
-    res.summarize_s = time.perf_counter() - a
-    res.summarize_hwm = vm_status()["VmHWM"]
+    summary = measure_summary(path, res)
     rec.put(RunEnded(res.hours * 3600.0, summary))
     series.feed(RunEnded(res.hours * 3600.0, summary))
     rec.close(timeout=120)
     res.recorder_errors = rec.errors
-    res.summary_leak = {k: summary["leak"].get(k) for k in ("verdict", "slope_bytes_per_s", "confidence", "series")}
-    res.summary_spikes = len(summary.get("spikes") or [])
-    res.summary_phases = len(summary.get("phases") or [])
     res.db_bytes = sum(os.path.getsize(path + s) for s in ("", "-wal") if os.path.exists(path + s))
     del series, snapshot, summary, phase_events
     gc.collect()
-
     say("reopening the record (RunSeries.from_record)...")
+    measure_reopen(path, res)
+    say("fitting the full-resolution series...")
+    full_fit(path, full_path, res, day.main.pid)
+    return res
+
+
+def measure_summary(path: str, res: Result) -> dict:
+    """``summarize`` on the record, timed, its peak memory (VmHWM reset first)."""
+    gc.collect()
     reset_hwm()
-    a = time.perf_counter()
+    a, c = time.perf_counter(), time.process_time()
+    rd = RunData(path)
+    try:
+        summary = summarize(rd)
+    finally:
+        rd.close()
+    res.summarize_s = time.perf_counter() - a
+    res.summarize_cpu_s = time.process_time() - c
+    rd = RunData(path)
+    try:
+        res.sample_rows = rd.con.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+    finally:
+        rd.close()
+    res.summarize_hwm = vm_status()["VmHWM"]
+    res.summary_leak = {k: summary["leak"].get(k) for k in ("verdict", "slope_bytes_per_s", "confidence", "series")}
+    res.summary_spikes = len(summary.get("spikes") or [])
+    res.summary_phases = len(summary.get("phases") or [])
+    return summary
+
+
+def measure_reopen(path: str, res: Result) -> None:
+    """``RunSeries.from_record`` (what ``memscope.reopen`` does), timed, its peak memory."""
+    gc.collect()
+    reset_hwm()
+    a, c = time.perf_counter(), time.process_time()
     rs = RunSeries.from_record(path)
     res.reopen_s = time.perf_counter() - a
+    res.reopen_cpu_s = time.process_time() - c
     res.reopen_hwm = vm_status()["VmHWM"]
     res.reopen_points = count_points(chart_payload(rs.snapshot()))
-    return res
+
+
+def full_fit(path: str, full_path: str, res: Result, main_pid: int) -> None:
+    """The summary's leak fit (diagnosis: the same plan, teardown trimmed) on the full-resolution series."""
+    buf = array.array("d")
+    with open(full_path, "rb") as f:
+        buf.frombytes(f.read())
+    t, y = buf[0::2].tolist(), buf[1::2].tolist()
+    del buf
+    rd = RunData(path)
+    try:
+        events = sorted(rd.events("epoch") + rd.events("phase"), key=lambda e: e["t"])
+    finally:
+        rd.close()
+    plan = fit_plan(events, res.hours * 3600.0, main_pid, ended=True)
+    v = assess_leak(*plan.span(t, y), phases=plan.phases)
+    res.full_points = len(t)
+    res.full_leak = {"verdict": v.verdict, "slope_bytes_per_s": v.slope_bytes_per_s, "confidence": v.confidence}
 
 
 # -- the report -------------------------------------------------------------------------------------------------
@@ -465,6 +528,18 @@ def _f(x: float | None, fmt: str = "{:.1f}") -> str:
 def _med(xs: list[float]) -> float:
     s = sorted(xs)
     return s[len(s) // 2] if s else float("nan")
+
+
+def _full_row(r: Result) -> str:
+    a, b = r.summary_leak.get("slope_bytes_per_s"), r.full_leak.get("slope_bytes_per_s")
+    if not r.full_leak or a is None or not b:
+        return "| leak fit at full resolution | — |"
+    return (
+        f"| leak fit at full resolution (the same plan on all {r.full_points:,} RSS rounds) | verdict "
+        f"{r.full_leak['verdict']}, slope {b * 3600 / MiB:.2f} MiB/h (confidence {r.full_leak['confidence']:.4f}); "
+        f"the summary's on the record: {r.summary_leak.get('verdict')}, {a * 3600 / MiB:.2f} MiB/h: "
+        f"**{100 * (a - b) / b:+.2f} %** |"
+    )
 
 
 def report(r: Result, load_end: tuple[float, float, float]) -> str:
@@ -495,6 +570,17 @@ def report(r: Result, load_end: tuple[float, float, float]) -> str:
         marks = [x for x in r.rss_by_hour if abs(x[0] - round(x[0])) < 1e-6]
         step = max(1, len(marks) // 6)
         lines.append("| RSS by the hour | " + ", ".join(f"{h:g} h {v / MiB:.0f} MiB" for h, v in marks[::step]) + " |")
+    if r.db_by_hour:
+        marks = [x for x in r.db_by_hour if abs(x[0] - round(x[0])) < 1e-6]
+        step = max(1, len(marks) // 6)
+        half = [x for x in marks if x[0] >= marks[-1][0] / 2]
+        rate = (half[-1][1] - half[0][1]) / (half[-1][0] - half[0][0]) if len(half) >= 2 else None
+        lines.append(
+            "| record size by the hour | "
+            + ", ".join(f"{h:g} h {v / MiB:.1f} MiB" for h, v in marks[::step])
+            + (f"; **{rate / MiB:.2f} MiB per hour** over the second half" if rate is not None else "")
+            + " |"
+        )
     if r.traced_peak is not None:
         lines.append(
             f"| Python allocations (tracemalloc) | peak {_mib(r.traced_peak)}, at the end {_mib(r.traced_end)} |"
@@ -519,13 +605,15 @@ def report(r: Result, load_end: tuple[float, float, float]) -> str:
         f"{_f(None if r.writer_cpu_s is None else 100 * r.hz * (r.feed_s + r.writer_cpu_s) / max(r.rounds, 1), '{:.2f}')} "
         f"% of one core (feeding + writing, per round x {r.hz:g} rounds/s; pushes and the leak verdict "
         f"not included) |",
-        f"| summary at the end (summarize: leak, spikes, phases) | {r.summarize_s:.1f} s, peak RSS "
+        f"| summary at the end (summarize: leak, spikes, phases) | {r.summarize_s:.2f} s ({r.summarize_cpu_s:.2f} s "
+        f"CPU), peak RSS "
         f"{_mib(r.summarize_hwm)}; leak verdict {r.summary_leak.get('verdict')} (slope "
         f"{(r.summary_leak.get('slope_bytes_per_s') or 0) * 3600 / MiB:.1f} MiB/h of "
         f"{r.summary_leak.get('series')}; truth: 25 MiB/h of the main's RSS, i.e. {25 * MAIN_PSS * 0.8:.1f} "
         f"MiB/h of its private PSS, {25 * MAIN_PSS:.1f} of its PSS), "
         f"{r.summary_spikes} spikes, {r.summary_phases} phases |",
-        f"| reopen (RunSeries.from_record) | {r.reopen_s:.1f} s, peak RSS {_mib(r.reopen_hwm)}, "
+        _full_row(r),
+        f"| reopen (RunSeries.from_record) | {r.reopen_s:.2f} s ({r.reopen_cpu_s:.2f} s CPU), peak RSS {_mib(r.reopen_hwm)}, "
         f"{r.reopen_points:,} points |",
         f"| recorder errors | {r.recorder_errors} |",
         "",
@@ -538,6 +626,33 @@ def report(r: Result, load_end: tuple[float, float, float]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def remeasure(path: str, out: str | None) -> int:
+    """The summary and reopen on a record kept by ``--keep`` (a copy: reading never changes the record)."""
+    if not os.path.isfile(path):
+        print(f"dayrun: no such record: {path}", file=sys.stderr)
+        return 2
+    res = Result(0.0, 0.0)
+    rd = RunData(path)
+    try:
+        meta = rd.run_row()["meta"]
+        res.hours = (rd.last_sample_t() or 0.0) / 3600.0
+        res.hz = 1.0 / meta.get("interval_s", 1.0)
+    finally:
+        rd.close()
+    measure_summary(path, res)
+    measure_reopen(path, res)
+    res.db_bytes = os.path.getsize(path)
+    lines = [
+        f"| record | {res.db_bytes / MiB:.1f} MiB, {res.sample_rows:,} sample rows ({res.hours:.3g} h at {res.hz:g} Hz) |",
+        f"| summary at the end | {res.summarize_s:.2f} s ({res.summarize_cpu_s:.2f} s CPU), peak RSS {_mib(res.summarize_hwm)}; leak "
+        f"{res.summary_leak.get('verdict')} {(res.summary_leak.get('slope_bytes_per_s') or 0) * 3600 / MiB:.2f} "
+        f"MiB/h; {res.summary_spikes} spikes, {res.summary_phases} phases |",
+        f"| reopen | {res.reopen_s:.2f} s ({res.reopen_cpu_s:.2f} s CPU), peak RSS {_mib(res.reopen_hwm)}, {res.reopen_points:,} points |",
+    ]
+    emit("| on a kept record | |\n|---|---|\n" + "\n".join(lines) + "\n", out)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hours", type=float, default=24.0, help="simulated hours (24)")
@@ -546,7 +661,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tracemalloc", action="store_true", help="also trace Python allocations (slower)")
     ap.add_argument("--dir", help="where to write the record (a temporary directory, deleted at the end)")
     ap.add_argument("--out", metavar="FILE", help="also write the Markdown report here")
+    ap.add_argument("--keep", metavar="FILE", help="copy the record here at the end")
+    ap.add_argument("--record", metavar="FILE", help="only measure summarize and reopen on this kept record")
     ns = ap.parse_args(argv)
+    if ns.record:
+        return remeasure(ns.record, ns.out)
     hours = 1 / 3 if ns.quick else ns.hours
 
     def say(msg: str) -> None:
@@ -555,6 +674,8 @@ def main(argv: list[str] | None = None) -> int:
     work = tempfile.mkdtemp(prefix="memscope-dayrun-", dir=ns.dir)
     try:
         res = replay(hours, ns.hz, work, ns.tracemalloc, say)
+        if ns.keep:
+            shutil.copyfile(os.path.join(work, "day.sqlite"), ns.keep)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     text = report(res, os.getloadavg())

@@ -148,6 +148,14 @@ def _no_diagnosis() -> dict[str, Any]:
 def summarize(rd: RunData) -> Summary:
     """The summary of a record (schema memscope.summary/1, model.Summary): pure, from the reader's data. Each
     section is computed on its own: one that fails is left empty and named in ``unavailable``."""
+    rd.hold_events()
+    try:
+        return _summarize(rd)
+    finally:
+        rd.hold_events(False)
+
+
+def _summarize(rd: RunData) -> Summary:
     unavailable: dict[str, str] = {}
     run = rd.run_row()
     procs = _guard(unavailable, "processes", rd.processes, list)
@@ -286,14 +294,17 @@ def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
     round, measured in PSS rounds and carried forward between them by each process's private memory. The leak
     verdict fits its private part (anonymous PSS + swap): the file-backed part of PSS moves whenever another
     process maps or drops the same libraries, and that wobble hid a flat floor. Records without the fast series
-    (older memscope) fall back to the PSS rounds (or the RSS rounds where there is no PSS)."""
+    (older memscope) fall back to the PSS rounds (or the RSS rounds where there is no PSS). A downsampled record
+    is fitted on one floor point per bucket of its coarsest tier (``RunData.fit_window``) all along: the part not
+    yet downsampled, read round by round, would outweigh the rest and sit on another floor."""
     fast = rd.fast_totals()
+    window = rd.fit_window()
     if fast:
         t = [r[0] for r in fast]
         y = [r[1] or 0 for r in fast]
-        rows = rd.fast_totals(private=True)
+        rows = rd.fast_totals(private=True, floor_s=window)
         pt, py = [r[0] for r in rows], [r[1] or 0 for r in rows]
-        roles = rd.role_fast_totals(private=True)
+        roles = rd.role_fast_totals(private=True, floor_s=window)
         series = "tree_private"
     else:
         kind = KIND_PSS if rd.tree_peak(KIND_PSS) else KIND_RSS
@@ -324,9 +335,9 @@ def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
     # with every forked DataLoader worker alive at the time, so its PSS share saw-tooths as workers come and go
     # while the leak is the main's all along. Other roles on their PSS share (a worker's private memory counts
     # the main's pages it maps).
-    own = rd.role_fast_totals(column="private").get("main")
+    own = rd.role_fast_totals(column="private", floor_s=window).get("main")
     # The tree's verdict agrees with its parts (leak.reconcile): each role's per-process floor, the main's own.
-    floors = rd.process_fast_floors(max(0.2, duration / 4000))
+    floors = rd.process_fast_floors(max(0.2, duration / 4000, window))  # a downsampled record: its buckets
     verdict, parts = run_verdict(plan, tree, own, floors, limit)
     if ended and verdict.verdict == "insufficient_data":
         # Without its teardown, the run's floor may fall short of what a verdict needs where the live line, fitted
@@ -355,7 +366,11 @@ def _workers(rd: RunData) -> dict[str, Any] | None:
     """DataLoader workers as they were alive together: the most at one moment, and what those held then."""
     if not rd.has_fast:
         return None
-    row = rd.role_peak_round("dataloader_worker")
+    row, alive = None, 0
+    for r in rd.role_rounds("dataloader_worker"):  # the round where they held most, and the most alive at once
+        alive = max(alive, r[1])
+        if r[2] is not None and (row is None or r[2] > row[2]):
+            row = r
     if row is None:
         return None
     ever = rd.role_count("dataloader_worker")
@@ -363,7 +378,7 @@ def _workers(rd: RunData) -> dict[str, Any] | None:
     persistent = [bool(e["data"].get("persistent")) for e in epochs if "persistent" in e["data"]]
     return {
         "ever": ever,
-        "max_alive": max(rd.role_alive_counts("dataloader_worker")),
+        "max_alive": alive,
         "at_peak_alive": row[1],
         "peak_pss_bytes": row[2],
         "rss_at_peak_bytes": row[3],

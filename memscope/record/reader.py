@@ -10,7 +10,7 @@ import json
 import sqlite3
 from typing import Any, Iterable, Iterator
 
-from ..model import KIND_PSS
+from ..model import KIND_PSS, KIND_RSS
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS run (id TEXT PRIMARY KEY, command TEXT, cwd TEXT, started_at TEXT, t0_epoch REAL,
@@ -23,7 +23,13 @@ CREATE INDEX IF NOT EXISTS samples_t ON samples (kind, t);
 CREATE TABLE IF NOT EXISTS host (t REAL, total INTEGER, available INTEGER, swap_total INTEGER, swap_used INTEGER,
   lim INTEGER, cgroup_usage INTEGER, host_oom INTEGER, cgroup_oom INTEGER);
 CREATE TABLE IF NOT EXISTS events (t REAL, pid INTEGER, kind TEXT, data TEXT);
+CREATE INDEX IF NOT EXISTS host_t ON host (t);
+CREATE TABLE IF NOT EXISTS peaks (pid INTEGER, col TEXT, value INTEGER, t REAL, PRIMARY KEY (pid, col));
+CREATE TABLE IF NOT EXISTS tiers (age REAL, step REAL);
 """
+# peaks: each process's highest rss, pss (PSS rounds) and est (the fast series: est_pss, else pss) with its time,
+# kept by the writer as it inserts; the rounds that held them may be dropped by the downsampling (buckets.py),
+# whose tiers (rounds older than ``age`` s reduced to buckets of ``step`` s) are in ``tiers``.
 
 
 def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
@@ -47,6 +53,9 @@ class RunData:
         cols = {r[1] for r in self.con.execute("PRAGMA table_info(samples)")}
         # Records written before the fast series existed have no per-round PSS estimate.
         self.has_fast = "est_pss" in cols
+        # Records written before the downsampling have every round and no peaks table.
+        self.has_peaks = "peaks" in self._tables()
+        self._events: dict[str, list[dict[str, Any]]] | None = None  # see hold_events
 
     def close(self) -> None:
         """Close the record."""
@@ -82,15 +91,44 @@ class RunData:
         return [dict(zip(keys, r)) for r in cur]
 
     def peaks_by_pid(self) -> dict[int, tuple[int, int | None]]:
-        """pid -> (peak RSS, peak PSS); PSS at every round where the record has the fast series."""
+        """pid -> (peak RSS, peak PSS); PSS at every round where the record has the fast series. Exact on a
+        downsampled record: the max of the rounds kept and of the writer's ``peaks`` table."""
         # A process whose PSS was never readable (another user's) has no PSS peak, only RSS rounds' guesses.
-        col = (
-            "CASE WHEN MAX(pss) IS NULL THEN NULL ELSE MAX(COALESCE(est_pss, pss)) END" if self.has_fast else "MAX(pss)"
-        )
+        if self.has_peaks:
+            # Written with every round (and refreshed by memory_copy for what the file refused): the whole story,
+            # without a pass over every sample sorted by pid.
+            sql = (
+                "SELECT pid, MAX(CASE WHEN col='rss' THEN value END), MAX(CASE WHEN col='pss' THEN value END), "
+                "MAX(CASE WHEN col='est' THEN value END) FROM peaks GROUP BY pid"
+            )
+        else:
+            est = "MAX(COALESCE(est_pss, pss))" if self.has_fast else "MAX(pss)"
+            sql = f"SELECT pid, MAX(rss), MAX(pss), {est} FROM samples GROUP BY pid"
         out: dict[int, tuple[int, int | None]] = {}
-        for pid, rss, pss in self.con.execute(f"SELECT pid, MAX(rss), {col} FROM samples GROUP BY pid"):
-            out[pid] = (rss or 0, pss)
+        for pid, rss, pss, est in self.con.execute(sql):
+            out[pid] = (rss or 0, None if pss is None else est)
         return out
+
+    def fit_window(self) -> float:
+        """The bucket the leak fit reads the record's floors at: the coarsest the downsampling has reached, so
+        that every part of the run, downsampled or not yet, gives one floor point per bucket (its lowest round,
+        which every bucket keeps); 0 (every round) for a record not downsampled."""
+        if not self.has_peaks or "tiers" not in self._tables():
+            return 0.0
+        row = self.con.execute(
+            "SELECT (SELECT MIN(t) FROM samples WHERE kind=0), (SELECT MAX(t) FROM samples WHERE kind=0)"
+        ).fetchone()
+        if not row or row[0] is None:
+            return 0.0
+        span = row[1] - row[0]
+        steps = [step for age, step in self.con.execute("SELECT age, step FROM tiers") if span > age and step > 0]
+        return float(max(steps, default=0.0))
+
+    def process_peaks(self) -> dict[tuple[int, str], tuple[int, float]]:
+        """(pid, "rss" | "pss" | "est") -> (peak, its t) as the writer kept them; empty for older records."""
+        if not self.has_peaks:
+            return {}
+        return {(pid, col): (v, t) for pid, col, v, t in self.con.execute("SELECT pid, col, value, t FROM peaks")}
 
     def last_by_pid(self) -> dict[int, dict[str, Any]]:
         """Each process's last round with memory in it (RSS, private, PSS and swap of that one moment)."""
@@ -118,44 +156,69 @@ class RunData:
 
     def role_totals(self, kind: int, private: bool = False) -> dict[str, tuple[list[float], list[float]]]:
         """Per role, (t, sum over that role's processes) per round."""
-        col = _column(kind, private)
-        out: dict[str, tuple[list[float], list[float]]] = {}
-        for t, role, v in self.con.execute(
-            f"SELECT s.t, COALESCE(p.role, 'other'), SUM({col}) FROM samples s LEFT JOIN processes p "
-            "ON p.pid = s.pid WHERE s.kind=? GROUP BY s.t, 2 ORDER BY s.t",
-            (kind,),
-        ):
-            ts, ys = out.setdefault(role, ([], []))
-            ts.append(t)
-            ys.append(v or 0)
-        return out
+        return self._by_role(kind, _column(kind, private))
 
-    def fast_totals(self, private: bool = False) -> list[tuple[float, int]]:
+    def fast_totals(self, private: bool = False, floor_s: float = 0.0) -> list[tuple[float, int]]:
         """The tree's PSS (or, with ``private``, its anonymous PSS + swap) at every RSS round: the fast series
-        (measured in PSS rounds, carried forward between them). Empty for records without it."""
+        (measured in PSS rounds, carried forward between them). Empty for records without it. ``floor_s``: only
+        the lowest round of each ``floor_s`` bucket (``fit_window``)."""
         if not self.has_fast:
             return []
         col = "est_private" if private else "est_pss"
-        return self.con.execute(f"SELECT t, SUM({col}) FROM samples WHERE kind=0 GROUP BY t ORDER BY t").fetchall()
+        sql = f"SELECT t, SUM({col}) AS v FROM samples WHERE kind=0 GROUP BY t ORDER BY t"
+        if floor_s > 0:  # SQLite takes the bare t from the row that holds MIN(v)
+            sql = f"SELECT t, MIN(v) FROM ({sql}) GROUP BY CAST(t / {float(floor_s)!r} AS INTEGER) ORDER BY t"
+        return self.con.execute(sql).fetchall()
 
     def role_fast_totals(
-        self, private: bool = False, column: str | None = None
+        self, private: bool = False, column: str | None = None, floor_s: float = 0.0
     ) -> dict[str, tuple[list[float], list[float]]]:
         """Per role, (t, sum of the fast series over that role's processes) at every RSS round. ``column``
         "private" gives the raw statm private memory instead (not proportional: copy-on-write pages count in
-        every process that maps them, so a parent's own growth stays its own)."""
-        col = column or ("est_private" if private else "est_pss")
-        out: dict[str, tuple[list[float], list[float]]] = {}
+        every process that maps them, so a parent's own growth stays its own). ``floor_s``: only the lowest round
+        of each ``floor_s`` bucket, per role."""
         if not self.has_fast:
-            return out
-        for t, role, v in self.con.execute(
-            f"SELECT s.t, COALESCE(p.role, 'other'), SUM(s.{col}) FROM samples s LEFT JOIN processes p "
-            "ON p.pid = s.pid WHERE s.kind=0 GROUP BY s.t, 2 ORDER BY s.t"
+            return {}
+        return self._by_role(KIND_RSS, column or ("est_private" if private else "est_pss"), floor_s)
+
+    def _by_role(self, kind: int, col: str, floor_s: float = 0.0) -> dict[str, tuple[list[float], list[float]]]:
+        """Per role, (t, sum of ``col`` over its processes) at each round of ``kind`` where it had one. One pass
+        in time order (the samples index), a column per role: grouping by round and role made SQLite sort every
+        sample. With ``floor_s``, each bucket's lowest round only."""
+        roles = [r for (r,) in self.con.execute("SELECT DISTINCT COALESCE(role, 'other') FROM processes")]
+        if "other" not in roles:
+            roles.append("other")  # samples of a pid the processes table lacks
+        sums = ", ".join(f"SUM(CASE WHEN COALESCE(p.role, 'other')=? THEN COALESCE({col}, 0) END)" for _ in roles)
+        series: list[tuple[list[float], list[float]]] = [([], []) for _ in roles]
+        keys: list[int | None] = [None] * len(roles)
+        for t, *vals in self.con.execute(
+            f"SELECT s.t, {sums} FROM samples s LEFT JOIN processes p ON p.pid = s.pid WHERE s.kind=? "
+            "GROUP BY s.t ORDER BY s.t",
+            (*roles, kind),
         ):
-            ts, ys = out.setdefault(role, ([], []))
-            ts.append(t)
-            ys.append(v or 0)
-        return out
+            for k, v in enumerate(vals):
+                if v is None:
+                    continue  # none of this role's processes in this round
+                ts, ys = series[k]
+                if floor_s > 0:
+                    key = int(t / floor_s)
+                    if keys[k] == key:
+                        if v < ys[-1]:
+                            ts[-1], ys[-1] = t, v
+                        continue
+                    keys[k] = key
+                ts.append(t)
+                ys.append(v)
+        return {r: s for r, s in zip(roles, series) if s[0]}
+
+    def role_rounds(self, role: str) -> Iterator[tuple[float, int, int | None, int | None]]:
+        """(t, processes alive, their PSS, their RSS) at each fast round where ``role`` had a process: one pass
+        for ``role_peak_round`` and ``role_alive_counts`` together."""
+        yield from self.con.execute(
+            "SELECT s.t, COUNT(*), SUM(s.est_pss), SUM(s.rss) FROM samples s JOIN processes p ON p.pid = s.pid "
+            "WHERE s.kind=0 AND p.role=? GROUP BY s.t ORDER BY s.t",
+            (role,),
+        )
 
     def process_fast_floors(self, bucket_s: float) -> dict[int, tuple[str, list[float], list[float]]]:
         """Per process: (its role, t, the least of its fast private series, anonymous PSS + swap, in each
@@ -206,10 +269,12 @@ class RunData:
             "cgroup_oom FROM host ORDER BY t"
         ).fetchall()
 
+    def _tables(self) -> set[str]:
+        return {r[0] for r in self.con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
     def tables_missing(self) -> set[str]:
         """The memscope tables this file lacks (all five: not a memscope record)."""
-        tables = {r[0] for r in self.con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        return {"run", "processes", "samples", "host", "events"} - tables
+        return {"run", "processes", "samples", "host", "events"} - self._tables()
 
     def stored_summary(self) -> Any:
         """The summary written at the run's end as stored (None when missing or damaged: not JSON)."""
@@ -221,7 +286,10 @@ class RunData:
 
     def last_sample_t(self) -> float | None:
         """The time of the record's last sampling round, None when it has none."""
-        row = self.con.execute("SELECT MAX(t) FROM samples").fetchone()
+        row = self.con.execute(  # per kind: the (kind, t) index answers each at once
+            "SELECT MAX(m) FROM (SELECT MAX(t) AS m FROM samples WHERE kind=0 UNION ALL "
+            "SELECT MAX(t) FROM samples WHERE kind=1)"
+        ).fetchone()
         return row[0] if row and row[0] is not None else None
 
     def role_peak_round(self, role: str) -> tuple[float, int, int, int] | None:
@@ -259,6 +327,27 @@ class RunData:
             raise ValueError(column)
         return self.con.execute(f"SELECT t, pid, {column} FROM samples WHERE kind=? ORDER BY t", (kind,))
 
+    def role_sums(self, kind: int, columns: tuple[str, ...], totals: tuple[str, ...] = ()) -> tuple[list[str], Any]:
+        """The charts' series in one pass: (roles, rows), a row per round of ``kind`` by time: t, then for each
+        of ``columns`` the sum over each role's processes (None where none of them was in that round; a process
+        without a role is "other"), then the tree's sum of each of ``totals``. Summed by SQLite in time order:
+        a row a round, not one per process."""
+        allowed = ("rss", "est_pss", "pss", "est_private")
+        if any(c not in allowed for c in (*columns, *totals)):
+            raise ValueError(columns, totals)
+        roles = [r for (r,) in self.con.execute("SELECT DISTINCT COALESCE(role, 'other') FROM processes")]
+        if "other" not in roles:
+            roles.append("other")  # samples of a pid the processes table lacks
+        sums = [
+            f"SUM(CASE WHEN COALESCE(p.role, 'other')=? THEN COALESCE(s.{c}, 0) END)" for c in columns for _ in roles
+        ]
+        sums += [f"SUM(s.{c})" for c in totals]
+        return roles, self.con.execute(
+            f"SELECT s.t, {', '.join(sums)} FROM samples s LEFT JOIN processes p ON p.pid = s.pid WHERE s.kind=? "
+            "GROUP BY s.t ORDER BY s.t",
+            (*roles * len(columns), kind),
+        )
+
     def host_available(self) -> Iterable[tuple[float, int, int | None]]:
         """(t, available, limit) of every host sample, by time."""
         return self.con.execute("SELECT t, available, lim FROM host ORDER BY t")
@@ -278,15 +367,34 @@ class RunData:
         """The events (of ``kind``, or all), in time order, their data decoded. An event whose data is not a JSON
         object (damaged, or valid JSON of another shape: a list, a number) is left out: every reader of events
         takes their data as an object, and one such event made `report` and `ls` fail for the whole record."""
+        if kind and kind != "output" and self._events is not None:
+            return [{**e, "data": dict(e["data"])} for e in self._events.get(kind, ())]  # the caller's own
         sql, args = "SELECT t, pid, kind, data FROM events", ()
         if kind:
             sql, args = sql + " WHERE kind=?", (kind,)
-        out = []
-        for t, pid, k, d in self.con.execute(sql + " ORDER BY t", args):
-            data = _json_or(d, {}) if isinstance(d, str) else None
-            if data or d == "{}":
-                out.append({"t": t, "pid": pid, "kind": k, "data": data})
-        return out
+        return _decoded(self.con.execute(sql + " ORDER BY t", args))
+
+    def hold_events(self, on: bool = True) -> None:
+        """Read every event but program output once and answer ``events(kind)`` from that until
+        ``hold_events(False)``: the summary asks for some 30 kinds, and each was a scan of a table where a
+        week's program output is 60,000 rows. Only for a reading that wants one moment of the record."""
+        self._events = None
+        if on:
+            held: dict[str, list[dict[str, Any]]] = {}
+            for e in _decoded(
+                self.con.execute("SELECT t, pid, kind, data FROM events WHERE kind != 'output' ORDER BY t")
+            ):
+                held.setdefault(e["kind"], []).append(e)
+            self._events = held
+
+
+def _decoded(rows: Iterable[tuple]) -> list[dict[str, Any]]:
+    out = []
+    for t, pid, k, d in rows:
+        data = _json_or(d, {}) if isinstance(d, str) else None
+        if data or d == "{}":
+            out.append({"t": t, "pid": pid, "kind": k, "data": data})
+    return out
 
 
 def _json_or(text: str | None, default: Any) -> Any:

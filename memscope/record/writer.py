@@ -17,6 +17,7 @@ from typing import Any
 
 from ..fmt import stderr_line
 from ..model import KIND_PSS, KIND_RSS, Event, HostSample, ProcessExited, ProcessSeen, Record, RunEnded, TreeSample
+from . import buckets
 from .reader import SCHEMA, connect
 
 
@@ -56,14 +57,24 @@ class Recorder:
     knows it, so the summary stays true.
     """
 
-    def __init__(self, path: str, flush_s: float = 0.5, warn: Any = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        flush_s: float = 0.5,
+        warn: Any = None,
+        tiers: tuple[tuple[float, float], ...] | None = buckets.TIERS,
+    ) -> None:
+        """``tiers``: the downsampling of old rounds (``buckets.TIERS``); None keeps every round."""
         self.path = path
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._flush_s = flush_s
         self._con = connect(path)
         # One transaction: each statement on its own would be a commit, and each commit an fsync (synchronous=FULL)
         # that the run's start waits on.
-        self._con.executescript(f"BEGIN;{SCHEMA}COMMIT;")
+        self._con.executescript(f"BEGIN;{SCHEMA}")
+        if tiers:
+            self._con.executemany("INSERT INTO tiers VALUES (?,?)", tiers)
+        self._con.commit()
         self._warn = warn if warn is not None else stderr_line
         self.bad_records = 0
         self.lost_records = 0
@@ -75,6 +86,8 @@ class Recorder:
         self._lost_lock = threading.Lock()
         self._closed = False
         self.after_close = 0  # records put once the file was closed: dropped (nothing would ever write them)
+        self.compactor = buckets.Compactor(tiers) if tiers else None
+        self._peaks: dict[tuple[int, str], int] = {}  # (pid, col) -> the highest value in the file
         self._thread = threading.Thread(target=self._loop, name="memscope-recorder", daemon=True)
         self._thread.start()
 
@@ -146,6 +159,13 @@ class Recorder:
                 _apply(mem, rec)
             except Exception:
                 pass
+        # The rounds the file refused are in samples now, not in peaks: peaks again from every round kept.
+        for col, expr in (("rss", "rss"), ("pss", "pss"), ("est", "COALESCE(est_pss, pss)")):
+            mem.execute(  # the bare t is that of the MAX row
+                f"INSERT INTO peaks SELECT pid, '{col}', MAX({expr}), t FROM samples WHERE true GROUP BY pid "
+                f"HAVING MAX({expr}) IS NOT NULL ON CONFLICT(pid, col) DO UPDATE SET value=excluded.value, "
+                "t=excluded.t WHERE excluded.value > peaks.value"
+            )
         mem.commit()
         return mem
 
@@ -170,6 +190,10 @@ class Recorder:
                 continue
             if rec is not None:
                 self._write_one(rec)
+            if self.compactor is not None and self.compactor.due():
+                self._commit()
+                self._compact()
+                last = time.monotonic()
             if self._batch and (time.monotonic() - last >= self._flush_s or rec is None):
                 self._commit()
                 last = time.monotonic()
@@ -185,6 +209,53 @@ class Recorder:
             self.first_error = self.first_error or f"a record could not be stored: {exc!r}"[:300]
             return
         self._batch.append(rec)
+        c = self.compactor
+        if type(rec) is TreeSample:
+            try:
+                self._keep_peaks(rec)
+            except sqlite3.OperationalError as exc:
+                self._refused(exc, [])
+                return
+            if c is not None:
+                c.saw_round(rec.t)
+        elif c is not None and (
+            type(rec) in (ProcessSeen, ProcessExited) or (type(rec) is Event and rec.kind in buckets.PROTECT_EVENTS)
+        ):
+            c.protect(rec.t)
+
+    def _keep_peaks(self, rec: TreeSample) -> None:
+        """Each process's highest rss, pss and est (est_pss, else pss) in the ``peaks`` table, in the same
+        transaction as the round: the round itself may be dropped by the downsampling."""
+        peaks = self._peaks
+        rows = []
+        for p in rec.procs:
+            est = p.est_pss if p.est_pss is not None else p.pss
+            for col, v in (("rss", p.rss), ("pss", p.pss), ("est", est)):
+                if v is not None and v > peaks.get((p.pid, col), -1):
+                    peaks[(p.pid, col)] = v
+                    rows.append((p.pid, col, v, rec.t))
+        if rows:
+            self._con.executemany(
+                "INSERT INTO peaks VALUES (?,?,?,?) ON CONFLICT(pid, col) DO UPDATE SET value=excluded.value, "
+                "t=excluded.t WHERE excluded.value > peaks.value",
+                rows,
+            )
+
+    def _compact(self) -> None:
+        """One downsampling pass in its own transaction; on an error it is undone and tried again next time."""
+        c = self.compactor
+        assert c is not None
+        done = list(c.done)
+        try:
+            c.run(self._con)
+            self._con.commit()
+        except sqlite3.Error as exc:
+            c.done = done  # those buckets again next time
+            try:
+                self._con.rollback()
+            except sqlite3.Error:
+                pass
+            self.first_error = self.first_error or f"downsampling the record failed: {exc!r}"[:300]
 
     def _commit(self) -> None:
         if not self._batch and not self._con.in_transaction:
@@ -203,6 +274,7 @@ class Recorder:
             pass
         lost = self._batch + also
         self._batch = []
+        self._peaks.clear()  # the rolled-back peaks are written again by the next rounds
         first = self.lost_records == 0
         self.lost_records += len(lost)
         with self._lost_lock:
