@@ -118,6 +118,9 @@ class Recorder:
                 (run_id, json.dumps(command), cwd, started_at, t0_epoch, root_pid, json.dumps(meta)),
             )
         )
+        # Committed at once, not at the next flush: `memscope ls`, `report` and `stacks` find a run by this row,
+        # and a person types them right after the start.
+        self._q.put(_Barrier())
 
     def put(self, rec: Record) -> None:
         """Queue a record for the writer thread (never blocks the collectors)."""
