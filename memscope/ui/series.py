@@ -66,7 +66,6 @@ class RunSeries:
         self._version = 0
         self._roles: dict[int, str] = {}
         self._main: set[int] = set()
-        self._pid_col: dict[int, int] = {}
         self.pss_by_role = AlignedMinMax(max_points)
         self.tree_private = MinMaxSeries(max_points)
         # The live verdict's parts, as the summary fits them (analysis/leak.part_verdicts): the main's own private
@@ -126,7 +125,6 @@ class RunSeries:
 
     def _seen(self, pid: int, role: str) -> None:
         self._roles[pid] = role
-        self._pid_col.pop(pid, None)
         if role == "main":
             self._main.add(pid)
         else:
@@ -134,40 +132,12 @@ class RunSeries:
         self.exited.discard(pid)  # a pid seen again is a new process
 
     def _pss_round(self, t: float, procs: Iterable[tuple[int, int | None]]) -> None:
-        agg = self.pss_by_role
-        vals = [0] * (len(agg.columns) + 1)
-        pid_col = self._pid_col
-        total = 0
-        for pid, pss in procs:
-            j = pid_col.get(pid)
-            if j is None:
-                j = pid_col[pid] = agg.column(self._roles.get(pid, "other"))
-                if j >= len(vals):
-                    vals.extend([0] * (j + 1 - len(vals)))
-            if pss:
-                vals[j] += pss
-                total += pss
-        vals[0] = total
-        agg.append_row(t, vals)
-        self._t_pss = t
-        if t > self.t_last:
-            self.t_last = t
+        roles = self._roles
+        self._pss_roles(t, ((roles.get(pid, "other"), pss) for pid, pss in procs))
 
     def _rss_round(self, t: float, procs: Iterable[tuple[int, int]]) -> None:
         main = self._main
-        total = m = 0
-        found = False
-        for pid, rss in procs:
-            total += rss
-            if pid in main:
-                m += rss
-                found = True
-        self.tree_rss.append(t, total)
-        if found:
-            self.main_rss.append(t, m)
-        self._t_rss = t
-        if t > self.t_last:
-            self.t_last = t
+        self._rss_roles(t, (("main" if pid in main else "other", rss) for pid, rss in procs))
 
     def _parts_round(self, t: float, procs: Iterable[tuple[int, int | None, int | None]]) -> None:
         own = None
@@ -196,8 +166,8 @@ class RunSeries:
         return self.main_own.points(), procs
 
     def _rss_roles(self, t: float, roles: Iterable[tuple[str, int | None]]) -> None:
-        """``_rss_round`` from a round's per-role sums (``RunData.role_sums``: None where the role had no
-        process)."""
+        """A round of RSS from its per-role sums (``RunData.role_sums``, or a live round's processes by role):
+        None where the role had no process."""
         total = m = 0
         found = False
         for role, v in roles:
@@ -215,7 +185,7 @@ class RunSeries:
             self.t_last = t
 
     def _pss_roles(self, t: float, roles: Iterable[tuple[str, int | None]]) -> None:
-        """``_pss_round`` from a round's per-role sums."""
+        """A round of PSS (or its fast estimate) from its per-role sums, stacked by role."""
         agg = self.pss_by_role
         vals = [0] * (len(agg.columns) + 1)
         total = 0
