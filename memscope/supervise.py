@@ -268,6 +268,20 @@ def wait_root(pid: int) -> tuple[int | None, int | None]:
     return rc, int(ru.ru_maxrss) * (1 if sys.platform == "darwin" else 1024)
 
 
+def own_peak_rss() -> int | None:
+    """This process's peak RSS in bytes (getrusage), None where unknown.
+
+    A child's ru_maxrss starts from its launcher's: the kernel carries the peak of the memory it replaced at exec
+    (and a fork copies the parent's), so a run launched by a notebook kernel of 3 GiB reports at least 3 GiB.
+    Taken just after the launch, this is the floor below which the child's figure says nothing of its own."""
+    try:
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * (1 if sys.platform == "darwin" else 1024)
+    except (ImportError, OSError, ValueError):
+        return None
+
+
 # One decoding of wait statuses and signal numbers, the tree sampler's (a zombie's status reads the same way).
 
 

@@ -198,6 +198,27 @@ def test_a_sidecar_oom_killed_in_the_runs_cgroup_is_not_the_runs_oom_kill(start,
         os.rmdir(cg)
 
 
+def test_the_launchers_own_peak_is_never_the_runs(start):
+    # A child's ru_maxrss starts from its launcher's (fork copies it; exec keeps the peak of the memory it
+    # replaced): launched by a process of 300 MiB, a 10 MiB run "peaked at" 300 MiB, and a SIGKILL in a shared
+    # cgroup read as the run near its limit (CI: the sidecar case after test_leak had grown the test process).
+    ballast = bytearray(300 << 20)
+    for i in range(0, len(ballast), 4096):
+        ballast[i] = 1  # resident
+    run = start([PY, "-c", "pass"])
+    s = run.wait(60)
+    del ballast
+    from memscope.record.reader import RunData
+
+    rd = RunData(s["record"])
+    try:
+        (status,) = rd.events("exit_status")
+    finally:
+        rd.close()
+    peak = status["data"]["maxrss_bytes"]
+    assert peak is None or peak < 200 << 20, peak  # not the launcher's 300 MiB
+
+
 def test_wrapper_script_finds_python_main_and_bash_wrapper(start):
     run = start([script("train_stage_2.sh"), "raises.py"])
     assert_exception_in_main_behind_wrapper(run, run.wait(60))

@@ -33,7 +33,11 @@ def wait_loop(run: Run) -> None:
         if rc is not None:
             run.returncode = rc
             run._proc.returncode = rc  # keep Popen from reaping again
-            run._maxrss = maxrss
+            # Only a peak above memscope's own says anything of the run's: below it, it may be this process's
+            # memory, inherited by the child through fork and exec (a test process or kernel of 337 MiB made a
+            # 35 MiB training look near its 300 MiB limit).
+            floor = run._launcher_peak
+            run._maxrss = maxrss if maxrss is not None and (floor is None or maxrss > floor) else None
         run._root_exited.set()
     else:
         while alive(run.pid) and not run._ended_early.wait(run.options.interval_s):

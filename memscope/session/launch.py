@@ -46,6 +46,7 @@ def launch(run: Run) -> None:
             finish_mod.abort(run)
             raise LaunchError(f"{run.command[0]}: {exc.strerror or exc}") from None
         run.pid = run._proc.pid
+        run._launcher_peak = supervise.own_peak_rss()  # the root's ru_maxrss counts from here (supervise)
     run.t0 = time.monotonic()
     run.started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     run._recorder.begin(

@@ -107,6 +107,7 @@ class Run:
         self._stop_lock = threading.Lock()
         self._detached = self._subreaper = False
         self._maxrss: int | None = None
+        self._launcher_peak: int | None = None  # this process's peak RSS at the launch (finish.wait_loop)
         self._kmsg: Any = None  # collect.host.KernelLog: the OOM killer's victims while the run goes
         self._readers: dict[str, Any] = {}  # stream name -> collect.output.LineReader (capture mode)
         self._proc: subprocess.Popen | None = None
