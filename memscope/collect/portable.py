@@ -85,16 +85,9 @@ def read_environ(pid: int) -> dict[str, str] | None:
         return None
 
 
-def catches(pid: int, sig: int) -> bool:
+def catches(pid: int, *signals: int) -> bool:
     """No SigCgt outside Linux: never proven, so the stacks signal is never sent there."""
     return False
-
-
-def thread_count(pid: int) -> int | None:
-    try:
-        return psutil.Process(pid).num_threads()
-    except psutil.Error:
-        return None
 
 
 def cpu_ticks(pid: int) -> int | None:

@@ -185,42 +185,23 @@ def boot_time() -> float:
     return 0.0
 
 
-def catches(pid: int, sig: int) -> bool:
-    """Whether ``pid`` has a handler installed for ``sig`` now (/proc/PID/status SigCgt). exec resets handlers
-    to their defaults, so a handler seen here was installed by the image running now."""
+def catches(pid: int, *signals: int) -> bool:
+    """Whether ``pid`` has a handler installed for every one of ``signals`` now (/proc/PID/status SigCgt). exec
+    resets handlers to their defaults, so a handler seen here was installed by the image running now."""
     data = _read(f"/proc/{pid}/status", 8192)
     if not data:
         return False
     for line in data.split(b"\n"):
         if line.startswith(b"SigCgt:"):
             try:
-                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+                mask = int(line.split()[1], 16)
             except (IndexError, ValueError):
                 return False
+            return all(mask >> (sig - 1) & 1 for sig in signals)
     return False
-
-
-def thread_count(pid: int) -> int | None:
-    """How many threads ``pid`` has (/proc/PID/status Threads), None when it is gone."""
-    data = _read(f"/proc/{pid}/status", 8192)
-    if not data:
-        return None
-    for line in data.split(b"\n"):
-        if line.startswith(b"Threads:"):
-            try:
-                return int(line.split()[1])
-            except (IndexError, ValueError):
-                return None
-    return None
 
 
 def cpu_ticks(pid: int) -> int | None:
     """utime + stime of ``pid`` in clock ticks, None when it is gone."""
-    data = _read(f"/proc/{pid}/stat", 4096)
-    if not data:
-        return None
-    try:
-        rest = data[data.rindex(b")") + 2 :].split()
-        return int(rest[11]) + int(rest[12])
-    except (ValueError, IndexError):
-        return None
+    st = read_stat(pid)
+    return st.cpu if st is not None else None

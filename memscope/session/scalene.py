@@ -83,19 +83,6 @@ def wrap_command(command: list[str], script: str | None, mode: str, outfile: str
     ]
 
 
-def catches(pid: int, *signals: int) -> bool:
-    """Whether ``pid`` has a handler for every one of ``signals`` now (SigCgt in /proc/PID/status)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("SigCgt:"):
-                    mask = int(line.split()[1], 16)
-                    return all(mask >> (s - 1) & 1 for s in signals)
-    except (OSError, ValueError):
-        pass
-    return False
-
-
 # -- a run's snapshots -----------------------------------------------------------------------------------------
 
 
@@ -177,7 +164,7 @@ class ScaleneSession:
         assert pid is not None
         with self._cond:
             writes_before = len(self._writes)
-        if not catches(pid, on, off):
+        if not procfs.catches(pid, on, off):
             raise ScaleneError(f"the profiled process (pid {pid}) is not taking Scalene's signals: it is ending")
         started = time.time()
         if not supervise.send(pid, self._start, on):
@@ -186,9 +173,9 @@ class ScaleneSession:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             time.sleep(min(0.1, max(end - time.monotonic(), 0.0)))
-            if not catches(pid, on, off):
+            if not procfs.catches(pid, on, off):
                 break
-        if not (catches(pid, on, off) and supervise.send(pid, self._start, off)):
+        if not (procfs.catches(pid, on, off) and supervise.send(pid, self._start, off)):
             note = "the script ended during the window"  # Scalene writes its profile on the way out
         deadline = time.monotonic() + 60.0
         with self._cond:
