@@ -90,6 +90,15 @@ BENCHES = [
         "peak of Python's traced allocations, against the RSS figures above.",
     ),
     Bench(
+        "pushes",
+        "pushes.py",
+        "What the dashboard sends over a long run",
+        ["--hours", "168", "--hz", "5", "--push-every", "10"],
+        ["--quick"],
+        "A week at 5 Hz of the same replayed training, through the dashboard's chart: each push's bytes (only "
+        "new points) and the whole window a reload asks for.",
+    ),
+    Bench(
         "startup",
         "startup.py",
         "Start-up in a notebook",
@@ -283,6 +292,13 @@ def _points(r: dict[str, str]) -> tuple[str, bool | None]:
     return (f"max {v:,.0f} a push" if v is not None else "—"), None
 
 
+def _push_bytes(r: dict[str, str]) -> tuple[str, bool | None]:
+    text = r.get("pushes", "")
+    v = _num(_find(r"\*\*a push \(lines\)\*\* \| \*\*max ([0-9.]+) KiB", text))
+    span = _find(r"\| replay \| ([0-9.]+ h at [0-9.]+ Hz)", text)
+    return (f"max {v:.1f} KiB over {span}" if v is not None else "—"), (v <= 64 if v is not None else None)
+
+
 def _disk(r: dict[str, str]) -> tuple[str, bool | None]:
     v = _find(r"\*\*([0-9.]+ MiB per hour)\*\*", r.get("dayrun", ""))
     return (v or "—"), None
@@ -323,6 +339,7 @@ TARGETS: list[Target] = [
     ("Day-long run: Python's own allocations (tracemalloc)", "≤ 100 MB", "dayrun_traced", _traced),
     ("Day-long run: points sent to the browser", "bounded", "dayrun", _points),
     ("Day-long run: record on disk", "(reported)", "dayrun", _disk),
+    ("Week-long run: a dashboard push", "≤ 64 KiB", "pushes", _push_bytes),
     ("Start-up: `%memscope` to the first chart point (kernel side)", "≤ 1 s", "startup", _startup),
     ("Import time", "(reported)", "startup", _imports),
     ("Fixed cost: `memscope run -- python -c pass` minus plain, wall", "≤ 0.15 s", "fixed_cost", _fixed_cost),

@@ -53,11 +53,14 @@ def _ts(msg: dict[str, Any]) -> float:
     return d.timestamp()
 
 
-def _points(state: dict[str, Any]) -> int:
-    from memscope.ui.chart import count_points
-
-    data = state.get("data")
-    return count_points(data) if isinstance(data, dict) else 0
+def _points(msg: dict[str, Any]) -> int:
+    """The points a chart's custom message carries (memscope.ui.chart.ChartWire: a float32 y buffer a line)."""
+    data = msg["content"].get("data") or {}
+    content = data.get("content") or {}
+    if data.get("method") != "custom" or content.get("type") != "memscope-data":
+        return 0
+    buffers = msg.get("buffers") or []
+    return sum(len(buffers[e[3]]) // 4 for e in content.get("series") or [] if e[3] < len(buffers))
 
 
 def kernel_trial(workdir: str, sleeper: str, say) -> dict[str, Any]:
@@ -94,11 +97,8 @@ def kernel_trial(workdir: str, sleeper: str, say) -> dict[str, Any]:
                     raise RuntimeError(f"the cell failed: {c.get('ename')}: {c.get('evalue')}")
                 elif t == "comm_open" and "rendered_points" in (c.get("data", {}).get("state") or {}):
                     charts.add(c["comm_id"])
-                    n = _points(c["data"]["state"])
-                    if n and r["first_point"] is None:
-                        r["first_point"], r["points"] = _ts(m), n
                 elif t == "comm_msg" and c.get("comm_id") in charts and r["first_point"] is None:
-                    n = _points((c.get("data") or {}).get("state") or {})
+                    n = _points(m)
                     if n:
                         r["first_point"], r["points"] = _ts(m), n
                 elif t == "status" and m["parent_header"].get("msg_id") == msg_id and c["execution_state"] == "idle":

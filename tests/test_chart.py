@@ -43,29 +43,140 @@ def _snapshot(n: int = 50) -> dict:
     }
 
 
-def test_chart_constructs_and_its_state_holds_the_data():
+def test_chart_constructs_and_its_state_holds_no_lines():
+    """The lines stay out of the widget's state (resent whole at each push, a week's window was ~300 KiB): the
+    state carries phases, marks and labels; the lines go as ChartWire messages."""
     snap = _snapshot()
     c = MemoryChart(snap, title="train.py", height=400)
     state = c.get_state()
-    assert state["data"] == chart_payload(snap)
-    assert state["data"]["main_rss"]["y"][0] == 1.5 * GiB
-    assert state["data"]["tree_pss_by_role"]["main"]["t"] == snap["tree_pss_by_role"]["main"]["t"]
-    assert state["data"]["version"] == 7
-    assert state["data"]["phases"] == [
+    assert c.data == chart_payload(snap)
+    assert c.data["main_rss"]["y"][0] == 1.5 * GiB and c.data["version"] == 7
+    assert "data" not in state and "events" not in c.data  # hundreds of kB the chart does not draw
+    assert state["meta"]["phases"] == [
         {"name": "train", "start_s": 0.0, "end_s": 10.0},
         {"name": "eval", "start_s": 10.0, "end_s": None},
     ]
-    assert "events" not in state["data"]  # hundreds of kB the chart does not draw
+    assert set(state["meta"]) == {"phases"}
     assert (state["title"], state["height"], state["rendered_points"]) == ("train.py", 400, 0)
-    assert state["_bokeh_version"] == bokeh.__version__
+    assert state["_bokeh_version"] == bokeh.__version__ and len(state["_uid"]) == 32
     assert "export default" in state["_esm"]
-    json.dumps(state["data"])  # JSON-able as sent
+    json.dumps(state["meta"])  # JSON-able as sent
 
     c.update({"main_rss": {"t": [0, 1], "y": [1, 2]}})
     assert c.data == {"tree_pss_by_role": {}, "main_rss": {"t": [0, 1], "y": [1, 2]}}
     c.data = {}
     assert c.data == {"tree_pss_by_role": {}}
     assert MemoryChart().data == {"tree_pss_by_role": {}}
+    assert MemoryChart(title="a").get_state()["_uid"] != MemoryChart(title="b").get_state()["_uid"]
+
+
+def test_phases_sent_are_capped():
+    c = MemoryChart({"phases": [{"name": "p" * 500, "start_s": i, "end_s": i + 1} for i in range(1000)]})
+    assert len(c.meta["phases"]) == 400 and c.meta["phases"][-1]["start_s"] == 999
+    assert len(c.meta["phases"][0]["name"]) == 80
+    assert len(json.dumps(c.meta)) < 64 * 1024
+
+
+def _week_like_series(n_rounds: int, max_points: int = 2000):
+    """A RunSeries fed like a live run (three roles, host samples), and its snapshot every 50 rounds."""
+    from memscope.ui.series import RunSeries
+
+    rs = RunSeries(max_points=max_points)
+    for pid, role in ((1, "main"), (2, "dataloader_worker"), (3, "dataloader_worker")):
+        rs.feed(ProcessSeen(t=0.0, pid=pid, ppid=0, role=role, name="python", cmdline="python", create_time=0.0))
+    for i in range(n_rounds):
+        t = i * 0.2
+        procs = tuple(ProcMem(p, rss=(100 + p * 10 + (i * 7 + p) % 13) << 20, pss=(90 + p) << 20) for p in (1, 2, 3))
+        rs.feed(TreeSample(t=t, kind="pss", procs=procs))
+        rs.feed(
+            HostSample(
+                t=t,
+                total=64 * GiB,
+                available=20 * GiB - i * 4096,
+                swap_total=0,
+                swap_used=0,
+                limit=32 * GiB,
+                cgroup_usage=None,
+                host_oom_kills=0,
+                cgroup_oom_kills=0,
+            )
+        )
+        if i % 50 == 49:
+            yield chart_payload(rs.snapshot())
+
+
+def _apply(lines: dict, seq: int, msg: dict, buffers: list) -> tuple[dict, int]:
+    """What chart.js's applyLines does, in Python (the node test below runs the real one)."""
+    from array import array
+
+    if msg["base"] is not None and msg["base"] != seq:
+        return lines, seq
+    nxt = {k: ([], []) if msg["base"] is None else lines.get(k, ([], [])) for k in msg["keys"]}
+    for key, k, ti, yi in msg["series"]:
+        t, y = nxt[key]
+        nxt[key] = (t[:k] + list(array("f", buffers[ti])), y[:k] + list(array("f", buffers[yi])))
+    return nxt, msg["seq"]
+
+
+def _as_float32(payload: dict) -> dict:
+    from array import array
+
+    out = {}
+    for key, (t, y) in chart_mod._keyed(payload).items():
+        out[key] = (list(array("f", t)), list(array("f", y)))
+    return out
+
+
+def _apply_all(lines: dict, seq: int, msgs: list) -> tuple[dict, int]:
+    for content, buffers in msgs:
+        lines, seq = _apply(lines, seq, content, buffers)
+    return lines, seq
+
+
+def _bytes(msg: tuple) -> int:
+    return len(json.dumps(msg[0])) + sum(len(b) for b in msg[1])
+
+
+def test_wire_sends_only_what_changed_and_rebuilds_the_window(monkeypatch):
+    """Issue 24: a push carries the appended or rewritten points, not the window; applied in order they rebuild it,
+    through the series' merges (every bucket rewritten); a view that missed some gets the whole window once (sent
+    to every view); no message is much over PART_BYTES (a whole window goes in parts, drawn after the last)."""
+    monkeypatch.setattr(chart_mod, "PART_BYTES", 8192)  # a window of this test's size in several parts
+    wire = chart_mod.ChartWire()
+    lines, seq = {}, 0
+    sizes, late, late_seq = [], None, None
+    for n, payload in enumerate(_week_like_series(12_000)):
+        msgs = wire.delta(payload)
+        assert msgs and all(m[0].get("more") for m in msgs[:-1]) and not msgs[-1][0].get("more")
+        sizes.append(sum(_bytes(m) for m in msgs))
+        lines, seq = _apply_all(lines, seq, msgs)
+        assert lines == _as_float32(payload), n
+        if n == 100:  # a view that joins now holds nothing: deltas do not apply to it until it has the window
+            late, late_seq = _apply_all({}, 0, msgs)
+            assert late == {} and late_seq == 0
+            whole = wire.full()
+            late, late_seq = _apply_all({}, 0, whole)
+            lines, seq = _apply_all(lines, seq, whole)
+            assert late == lines and late_seq == seq == wire.seq
+        elif late is not None:
+            late, late_seq = _apply_all(late, late_seq, msgs)
+    assert late == lines
+    assert wire.delta(payload) == []  # nothing new: nothing sent
+    full = wire.full()
+    # A line (2,000 points: 16,000 bytes of t and y) that does not fit a part travels alone.
+    assert len(full) >= 3 and all(_bytes(m) < 16_000 + 2048 for m in full)
+    assert _apply_all({}, 0, full)[0] == lines
+    # Most pushes are a few points; a merge of buckets resends (about half) a line.
+    assert sorted(sizes)[len(sizes) // 2] < 2000 < sum(_bytes(m) for m in full)
+
+
+def test_wire_drops_a_line_that_went_away():
+    wire = chart_mod.ChartWire()
+    wire.delta({"main_rss": {"t": [0.0], "y": [1.0]}, "limit": {"t": [0.0], "y": [2.0]}})
+    [(content, buffers)] = wire.delta({"main_rss": {"t": [0.0], "y": [1.0]}})
+    assert content["keys"] == ["main_rss"] and content["series"] == []
+    lines, _ = _apply({"main_rss": ([0.0], [1.0]), "limit": ([0.0], [2.0])}, 1, content, buffers)
+    assert lines == {"main_rss": ([0.0], [1.0])}
 
 
 def test_payload_tolerates_missing_and_ragged_series():
@@ -197,6 +308,58 @@ def test_esm_columns_match_the_python_point_count(tmp_path):
     assert out["empty"] == 0
     assert out["odd_x"] == [0, 1, 2]  # roles on different times: the union
     assert out["odd_other"] == [1, 3, 1]  # MiB: "weird" folded into other, stacked on main, only in its span
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+def test_esm_applies_the_wire_messages_to_the_same_window(tmp_path, monkeypatch):
+    """chart.js's own applyLines, run by node on ChartWire's messages (buffers as DataViews at odd offsets, as a
+    websocket hands them): the window it rebuilds is the kernel's, point for point (float32); a delta on the
+    wrong base is refused; the whole window resets a store."""
+    import base64
+
+    mjs = tmp_path / "chart.mjs"
+    mjs.write_text(chart_mod._ESM, encoding="utf-8")
+    monkeypatch.setattr(chart_mod, "PART_BYTES", 8192)  # this test's window in several parts
+    wire = chart_mod.ChartWire()
+    msgs = []
+    for payload in _week_like_series(6_000):
+        for content, buffers in wire.delta(payload):
+            msgs.append({"content": content, "buffers": [base64.b64encode(b).decode() for b in buffers]})
+    full = [{"content": c, "buffers": [base64.b64encode(b).decode() for b in bs]} for c, bs in wire.full()]
+    (tmp_path / "msgs.json").write_text(json.dumps({"msgs": msgs, "full": full}))
+    script = f"""
+      const m = await import({json.dumps(mjs.as_uri())});
+      const fs = await import("node:fs");
+      const {{ msgs, full }} = JSON.parse(fs.readFileSync({json.dumps(str(tmp_path / "msgs.json"))}, "utf8"));
+      const bufs = (x) => x.buffers.map((b) => {{
+        const raw = Buffer.from(b, "base64");
+        const padded = new Uint8Array(raw.length + 3);
+        padded.set(raw, 3);
+        return new DataView(padded.buffer, 3, raw.length);
+      }});
+      const store = {{ seq: 0, lines: {{}}, views: new Set(), whole: false }};
+      let applied = 0;
+      for (const x of msgs) applied += m.applyLines(store, x.content, bufs(x)) ? 1 : 0;
+      const stale = {{ seq: 0, lines: {{}}, views: new Set(), whole: false }};
+      const refused = m.applyLines(stale, msgs[msgs.length - 1].content, bufs(msgs[msgs.length - 1]));
+      let reset = true;
+      for (const x of full) reset = m.applyLines(stale, x.content, bufs(x)) && reset;
+      const data = m.chartData(store, {{ phases: [] }});
+      console.log(JSON.stringify({{ applied, refused, reset, seq: store.seq, whole: store.whole, lines: store.lines,
+        same: JSON.stringify(stale.lines) === JSON.stringify(store.lines), points: m.columns(data).points,
+        roles: Object.keys(data.tree_pss_by_role) }}));
+    """
+    r = subprocess.run([NODE, "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert len(full) >= 2 and out["applied"] == len(msgs) and out["whole"]
+    assert out["refused"] is False and out["reset"] is True and out["same"]
+    want = _as_float32(payload)
+    assert {k: (v["t"], v["y"]) for k, v in out["lines"].items()} == {
+        k: (list(t), list(y)) for k, (t, y) in want.items()
+    }
+    assert out["points"] == count_points(payload)
+    assert out["roles"] == ["main", "dataloader_worker"]
 
 
 @pytest.mark.skipif(NODE is None, reason="node is not installed")

@@ -4,14 +4,20 @@
 // * _BokehJS, one per kernel: carries BokehJS (bokeh.min.js + bokeh-api.min.js, read from the installed bokeh
 //   wheel) in its state. Its initialize() only publishes that text to this window's registry.
 // * MemoryChart: references the loader (trait _bokehjs = "IPY_MODEL_<id>"), injects BokehJS at most once per
-//   window (a classic <script> from a blob: URL, after checking window.Bokeh), then draws, and on every change of
-//   `data` updates its ColumnDataSources in place.
+//   window (a classic <script> from a blob: URL, after checking window.Bokeh), then draws. Its lines arrive as
+//   custom messages that carry only what changed (memscope.ui.chart.ChartWire): per line, the points to keep and
+//   a float32 tail. They are applied once per window to a store shared by every view of the chart; a store that
+//   missed a message (a reload, a second view of a model made before it) asks the kernel for the whole window.
+//   Phases, marks and labels are the synced `meta` trait. On every change the ColumnDataSources update in place.
 // Only anywidget 0.9 APIs are used: the default export { initialize, render }, model.get/set/on/off/save_changes/
 // send, and (when the host has it) model.widget_manager.get_model.
 
 const REGISTRY_KEY = "__memscope_bokehjs__";
 const REQUEST = "memscope-bokehjs?";
 const REPLY = "memscope-bokehjs";
+const DATA_MSG = "memscope-data";
+const WINDOW_REQUEST = "memscope-window?";
+const STORES_KEY = "__memscope_chart_lines__";
 
 // Stacking order, bottom first (memscope.model.ROLES, main first), and one colour per role everywhere.
 const ROLES = ["main", "dataloader_worker", "compile_worker", "rank", "wrapper", "helper", "other"];
@@ -134,6 +140,89 @@ function ensureBokeh(model) {
     load.catch(() => { if (reg.loads[version] === load) delete reg.loads[version]; });
   }
   return reg.loads[version];
+}
+
+// ---------------------------------------------------------------- the lines this window holds
+
+// One store per chart (its _uid) per window: every view and every copy of the model share it, so a message is
+// applied once (its seq says whether it was) and a second view draws at once.
+function storeFor(model) {
+  const g = globalThis;
+  const stores = (g[STORES_KEY] ||= new Map());
+  const uid = model.get("_uid") || "";
+  let s = stores.get(uid);
+  if (!s) {
+    s = { seq: 0, lines: {}, views: new Set(), asked: 0, whole: false };
+    stores.set(uid, s);
+  }
+  return s;
+}
+
+function floats(b) {
+  if (!b) return [];
+  const view = b instanceof ArrayBuffer ? new Uint8Array(b) : new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+  const copy = view.slice();  // aligned for Float32Array, whatever offset the message had
+  return Array.from(new Float32Array(copy.buffer, 0, copy.byteLength >> 2));
+}
+
+function askWindow(model, store) {
+  const now = Date.now();
+  if (now - store.asked < 2000) return;  // one request in flight
+  store.asked = now;
+  model.send({ type: WINDOW_REQUEST });
+}
+
+// Applies a ChartWire message to the store; true when the lines changed.
+export function applyLines(store, msg, buffers) {
+  if (!msg || msg.type !== DATA_MSG || !Array.isArray(msg.series) || !Array.isArray(msg.keys)) return false;
+  const whole = msg.base === null || msg.base === undefined;
+  if (!whole && msg.base !== store.seq) return false;
+  const next = {};
+  for (const key of msg.keys) next[key] = whole ? { t: [], y: [] } : (store.lines[key] || { t: [], y: [] });
+  for (const [key, k, ti, yi] of msg.series) {
+    const line = next[key];
+    if (!line) continue;
+    const t = floats(buffers && buffers[ti]), y = floats(buffers && buffers[yi]);
+    line.t.length = Math.min(line.t.length, k);
+    line.y.length = Math.min(line.y.length, k);
+    for (const v of t) line.t.push(v);
+    for (const v of y) line.y.push(v);
+  }
+  store.lines = next;
+  store.seq = msg.seq;
+  if (whole || msg.base === 0) store.building = true;  // base 0: built up from nothing, so whole too
+  if (store.building && !msg.more) { store.whole = true; store.building = false; }
+  return true;
+}
+
+// The store's lines in the shape columns() reads, with the meta trait (phases, marks, labels).
+export function chartData(store, meta) {
+  const data = { ...(meta || {}), tree_pss_by_role: {} };
+  for (const [key, line] of Object.entries(store.lines)) {
+    if (key.startsWith("role:")) data.tree_pss_by_role[key.slice(5)] = line;
+    else data[key] = line;
+  }
+  return data;
+}
+
+function onLines(model, msg, buffers) {
+  if (!msg || msg.type !== DATA_MSG) return;
+  const store = storeFor(model);
+  if (!(msg.base === null || msg.base === undefined) && msg.base !== store.seq) {
+    if (msg.seq > store.seq) askWindow(model, store);  // missed some: the whole window once
+    return;
+  }
+  // A change in several parts is drawn once, after its last.
+  if (applyLines(store, msg, buffers) && !msg.more) for (const v of store.views) v();
+}
+
+function hookLines(model) {
+  const store = storeFor(model);
+  if (!store.models) store.models = new WeakSet();
+  if (store.models.has(model)) return store;
+  store.models.add(model);
+  model.on("msg:custom", (msg, buffers) => onLines(model, msg, buffers));
+  return store;
 }
 
 // ---------------------------------------------------------------- data → columns
@@ -672,10 +761,11 @@ async function render({ model, el }) {
     if (view && view.frame) chart.setPlotWidth(view.frame.bbox.width);
   };
 
+  const store = hookLines(model);
   let pending = false;
   const apply = () => {
     pending = false;
-    const points = update(model.get("data"));
+    const points = update(chartData(store, model.get("meta")));
     setStatus(el, points ? "" : "waiting for samples…");
     measure();
     if (model.get("rendered_points") !== points) {
@@ -709,13 +799,16 @@ async function render({ model, el }) {
     requestAnimationFrame(() => requestAnimationFrame(measure));
   });
   resized.observe(el);
-  model.on("change:data", schedule);
+  store.views.add(schedule);
+  if (!store.whole) askWindow(model, store);  // a page that has not had this window whole (a reload, a new tab)
+  model.on("change:meta", schedule);
   model.on("change:title", onTitle);
   model.on("change:height", onHeight);
   model.on("change:window_s", onWindow);
   return () => {
     resized.disconnect();
-    model.off("change:data", schedule);
+    store.views.delete(schedule);
+    model.off("change:meta", schedule);
     model.off("change:title", onTitle);
     model.off("change:height", onHeight);
     model.off("change:window_s", onWindow);
@@ -728,6 +821,8 @@ function initialize({ model }) {
   // The loader model (memscope.ui.chart._BokehJS) makes BokehJS's text known to this window; it injects nothing.
   const core = model.get("core");
   if (core) publishSources(model.get("_bokeh_version"), { core, api: model.get("api") }, "loader");
+  // A chart takes its lines from the model's creation on, before any view (a view shows them at once).
+  if (model.get("_uid")) hookLines(model);
 }
 
 export default { initialize, render };

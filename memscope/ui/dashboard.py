@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     from ..session.run import Run
 
 PUSH_PERIOD_S = 0.25  # at most 4 updates a second reach the browser
-# Each push sends the whole (decimated) window: on a long run that is ~15,000 points and ~300 KiB. The browser
-# redraws it all each time, so a big window is pushed less often: one second more per 8,000 points, 2 s at most.
+# A push sends only new points (chart.ChartWire), but the browser redraws the whole (decimated) window, ~15,000
+# points on a long run: so a big window is pushed less often, one second more per 8,000 points, 2 s at most.
 POINTS_PER_S = 8000
 MAX_PUSH_PERIOD_S = 2.0
 FALLBACK_PERIOD_S = 30.0  # the static copy (a saved notebook without its kernel) is refreshed this often and at the end
@@ -104,7 +104,7 @@ class Dashboard:
         self._spikes: list[dict[str, Any]] = []
         self._leak_at = 0.0
         self.status = w.HTML()
-        self.chart = MemoryChart(title=title, height=300)
+        self.chart = MemoryChart(title=title, height=300, spread=True)
         self.gpu_chart: MemoryChart | None = None  # made with the run's first GPU data, never before
         self.table = w.HTML()
         self.output = w.HTML()
@@ -184,6 +184,7 @@ class Dashboard:
                 except Exception:
                     pass
             if ended:
+                self.chart.flush()  # no push comes after this one: the parts of its change that wait go now
                 break
             self._wake.wait(period)
             self._wake.clear()
@@ -210,8 +211,11 @@ class Dashboard:
             ]
         else:
             main, events = self._main_events()
+            # The open phase without an end (the chart draws it to the last point): its end moved at every push,
+            # and the chart's phases, unchanged, are not sent again.
             snap["phases"] = [
-                {"name": n, "start_s": a, "end_s": b} for n, a, b in phases_mod.intervals(events, end, main)
+                {"name": n, "start_s": a, "end_s": b if b < end else None}
+                for n, a, b in phases_mod.intervals(events, end, main)
             ]
         snap["marks"] = stack_marks((final_summary or {}).get("stacks") or self._stacks)
         self.chart.data = snap
