@@ -81,3 +81,31 @@ def has_torch() -> bool:
 
 
 PY = sys.executable
+
+
+def apply_chart_message(lines: dict, seq: int, msg: dict, buffers: list) -> tuple[dict, int]:
+    """What chart.js's applyLines does with a chart's message (memscope.ui.chart.ChartWire), in Python: the lines
+    by wire key as (t, y) lists, and the seq they are at. A message on another base changes nothing."""
+    from array import array
+
+    if msg["base"] is not None and msg["base"] != seq:
+        return lines, seq
+    nxt = {k: ([], []) if msg["base"] is None else lines.get(k, ([], [])) for k in msg["keys"]}
+    for key, k, ti, yi in msg["series"]:
+        t, y = nxt[key]
+        nxt[key] = (t[:k] + list(array("f", bytes(buffers[ti]))), y[:k] + list(array("f", bytes(buffers[yi]))))
+    return nxt, msg["seq"]
+
+
+def chart_lines_from_iopub(msgs: list) -> dict:
+    """The lines a browser would hold after the chart messages among these iopub messages (one chart)."""
+    lines: dict = {}
+    seq = 0
+    for m in msgs:
+        if m["msg_type"] != "comm_msg":
+            continue
+        data = m["content"]["data"]
+        content = data.get("content") or {}
+        if data.get("method") == "custom" and content.get("type") == "memscope-data":
+            lines, seq = apply_chart_message(lines, seq, content, m.get("buffers") or [])
+    return lines

@@ -17,6 +17,7 @@ pytest.importorskip("anywidget")
 pytest.importorskip("bokeh")
 
 import bokeh  # noqa: E402
+from conftest import apply_chart_message  # noqa: E402
 
 from memscope.model import HostSample, ProcessSeen, ProcMem, TreeSample  # noqa: E402
 from memscope.ui import chart as chart_mod  # noqa: E402
@@ -105,19 +106,6 @@ def _week_like_series(n_rounds: int, max_points: int = 2000):
             yield chart_payload(rs.snapshot())
 
 
-def _apply(lines: dict, seq: int, msg: dict, buffers: list) -> tuple[dict, int]:
-    """What chart.js's applyLines does, in Python (the node test below runs the real one)."""
-    from array import array
-
-    if msg["base"] is not None and msg["base"] != seq:
-        return lines, seq
-    nxt = {k: ([], []) if msg["base"] is None else lines.get(k, ([], [])) for k in msg["keys"]}
-    for key, k, ti, yi in msg["series"]:
-        t, y = nxt[key]
-        nxt[key] = (t[:k] + list(array("f", buffers[ti])), y[:k] + list(array("f", buffers[yi])))
-    return nxt, msg["seq"]
-
-
 def _as_float32(payload: dict) -> dict:
     from array import array
 
@@ -129,7 +117,7 @@ def _as_float32(payload: dict) -> dict:
 
 def _apply_all(lines: dict, seq: int, msgs: list) -> tuple[dict, int]:
     for content, buffers in msgs:
-        lines, seq = _apply(lines, seq, content, buffers)
+        lines, seq = apply_chart_message(lines, seq, content, buffers)
     return lines, seq
 
 
@@ -175,7 +163,7 @@ def test_wire_drops_a_line_that_went_away():
     wire.delta({"main_rss": {"t": [0.0], "y": [1.0]}, "limit": {"t": [0.0], "y": [2.0]}})
     [(content, buffers)] = wire.delta({"main_rss": {"t": [0.0], "y": [1.0]}})
     assert content["keys"] == ["main_rss"] and content["series"] == []
-    lines, _ = _apply({"main_rss": ([0.0], [1.0]), "limit": ([0.0], [2.0])}, 1, content, buffers)
+    lines, _ = apply_chart_message({"main_rss": ([0.0], [1.0]), "limit": ([0.0], [2.0])}, 1, content, buffers)
     assert lines == {"main_rss": ([0.0], [1.0])}
 
 
