@@ -533,6 +533,15 @@ def figures(res: Result) -> dict[str, Any]:
             "max_bytes_per_minute": max(steady_min, default=0),
             "max_bytes_per_minute_with_reload": max(per_min[i] for i in whole),
             "binary_frames": sum(f.binary for f in fs),
+            # What the kernel sent, not the echoes of the page's own changes (rendered_points, window_s).
+            "pushes_per_minute": [
+                sum(1 for f in fs if f.method != "echo_update" and min(int((f.t - res.t_start) // 60), n_min - 1) == i)
+                for i in range(n_min)
+            ],
+            "largest": [
+                {"t_s": round(f.t - res.t_start, 1), "bytes": f.size, "method": f.method}
+                for f in sorted(fs, key=lambda f: -f.size)[:5]
+            ],
         }
         if res.reload_at is not None:
             rf = [f for f in fs if in_reload(f)]
@@ -540,7 +549,8 @@ def figures(res: Result) -> dict[str, Any]:
                 "frames": len(rf),
                 "bytes": sum(f.size for f in rf),
                 "max_frame": max((f.size for f in rf), default=0),
-                "first_frame": rf[0].size if rf else 0,  # for the chart: the window, sent once
+                # The first frame that is not an echo of the page's own change: for the chart, the window, sent once.
+                "first_frame": next((f.size for f in rf if f.method != "echo_update"), 0),
             }
     # Before the first chart: the widgets' opening (BokehJS travels there, once per kernel).
     before = [f for f in res.frames if f.t < res.t_start]
@@ -614,6 +624,8 @@ def report(res: Result, fig: dict[str, Any], machine: list[tuple[str, str]]) -> 
         f"{_kib(a['max_bytes_per_minute'])} | {pm(a)} |",
         f"| every frame | {al['frames']:,} | {_kib(al['max_frame'])} | {_kib(al['max_bytes_per_minute'])} | {pm(al)} |",
         "",
+        f"Chart pushes a minute (the kernel's messages on the chart's comm, echoes of the page's own changes left "
+        f"out): {', '.join(str(n) for n in c['pushes_per_minute'])}.",
         "Largest frame and minute leave out the 30 s after the reload (and its minute); the bytes per minute include "
         f"it. Chart comm messages by method: {fig['chart_methods']}. Before the first chart (the widgets' opening, "
         f"BokehJS once): {fig['before_start']['frames']} frames, {_kib(fig['before_start']['bytes'])}.",
@@ -626,7 +638,7 @@ def report(res: Result, fig: dict[str, Any], machine: list[tuple[str, str]]) -> 
             f"Reload at {(res.reload_at - res.t_start) / 60:.1f} min: the chart drew again "
             f"{res.reload_redraw_s} s after it, {res.reload_points} points (before: {res.points_before_reload}). "
             f"In the 30 s after it the page received: chart comm {rc['frames']} frames, {_kib(rc['bytes'])}, largest "
-            f"{_kib(rc['max_frame'])}, the first {_kib(rc['first_frame'])}; every comm_msg {ra['frames']} frames, {_kib(ra['bytes'])}, largest "
+            f"{_kib(rc['max_frame'])}, the first (not an echo) {_kib(rc['first_frame'])}; every comm_msg {ra['frames']} frames, {_kib(ra['bytes'])}, largest "
             f"{_kib(ra['max_frame'])}.",
         ]
     lines += [f"Note: {n}" for n in res.notes]
