@@ -1,9 +1,12 @@
 """A real (not replayed) training watched by `%memscope` with the dashboard open in chromium: does the browser's
 memory stay flat, and how much does each push send?
 
-    python benchmarks/browser_long.py                        # 30 minutes of training (~33 min in all)
-    python benchmarks/browser_long.py --minutes 3            # a short check
-    python benchmarks/browser_long.py --out r.json --md r.md # also write the figures (JSON) and the table (Markdown)
+    python benchmarks/browser_long.py --minutes 30 --out browser_long.json --md browser_long.md   # ~33 min
+    python benchmarks/browser_long.py --minutes 3            # a short check (~4.5 min)
+
+--out writes every reading and frame statistic as JSON, --md the printed Markdown report (machine, a table of the
+page's metrics at the start, every 5 minutes (every minute under 10), around the reload and at the end, and the
+frames' table); --shots DIR keeps screenshots; --no-reload, --reload-at F, --no-gc.
 
 JupyterLab (tests/test_browser.py's helpers: a temporary root, a token, 127.0.0.1) opens a notebook in Debian's
 chromium (/usr/bin/chromium, driven by Playwright, headless) and runs `%load_ext memscope` /
