@@ -304,10 +304,6 @@ class Page:
         raise TimeoutError(f"the chart drew no points within {timeout:.0f} s")
 
 
-def cell_output(page: Any, i: int) -> str:
-    return T._cell(page, i).locator(".jp-OutputArea").inner_text()
-
-
 def drive(
     url: str, res: Result, minutes: float, reload_at: float | None, gc: bool, shots: str | None, tick: Any
 ) -> None:
