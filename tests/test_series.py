@@ -226,6 +226,59 @@ def test_run_series_sums_pss_per_role():
     assert rs.exited == {11, 12}
 
 
+def _worker_round(t, pids):
+    procs = [ProcMem(10, 900 << 20, private=800 << 20, est_pss=850 << 20, est_private=800 << 20)]
+    procs += [ProcMem(p, 300 << 20, private=50 << 20, est_pss=100 << 20, est_private=50 << 20) for p in pids]
+    return TreeSample(t, "rss", tuple(procs))
+
+
+def test_workers_restarted_every_epoch_never_evict_each_other(monkeypatch):
+    """Issue 24's week replay: past 64 processes seen (8 DataLoader workers restarted every epoch, ~3.5 h of a real
+    run) eight new workers evicted each other at every round, each eviction reading 64 series whole: the replay
+    went from 16 s to 800 s a simulated hour, and a live kernel would have lost a core. Exited processes go first;
+    live ones stay; none of it reads a series."""
+    rs = RunSeries()
+    rs.feed(seen(0.0, 10, "main"))
+    calls: list[int] = []
+    real = MinMaxSeries.points
+
+    def counted(self):
+        calls.append(1)
+        return real(self)
+
+    t, pid = 0.0, 100
+    for epoch in range(12):
+        workers = list(range(pid, pid + 8))
+        pid += 8
+        for w in workers:
+            rs.feed(seen(t, w, "dataloader_worker"))
+        if epoch == 11:  # the last epoch: from here on, a series read whole is the defect
+            monkeypatch.setattr(MinMaxSeries, "points", counted)
+        for _ in range(20):
+            t += 0.2
+            rs.feed(_worker_round(t, workers))
+        for w in workers if epoch < 11 else []:
+            rs.feed(ProcessExited(t, w, 0, None))
+    assert calls == []
+    assert len(rs.proc_private) == 64
+    assert set(workers) <= set(rs.proc_private)  # every live worker is watched
+    assert all(len(rs.proc_private[w].points()[0]) == 20 for w in workers)  # from its first round on
+
+
+def test_more_live_processes_than_kept_do_not_churn():
+    rs = RunSeries()
+    rs.feed(seen(0.0, 10, "main"))
+    pids = list(range(100, 170))  # 70 live workers, 64 kept
+    for p in pids:
+        rs.feed(seen(0.0, p, "dataloader_worker"))
+    rs.feed(_worker_round(0.2, pids))
+    kept = set(rs.proc_private)
+    for i in range(2, 30):
+        rs.feed(_worker_round(0.2 * i, pids))
+    assert set(rs.proc_private) == kept and len(kept) == 64
+    assert all(len(rs.proc_private[p].points()[0]) == 29 for p in kept)
+
+
 def test_run_series_events_version_and_changed_since():
     rs = RunSeries()
     v0 = rs.version

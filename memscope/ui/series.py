@@ -72,6 +72,7 @@ class RunSeries:
         # memory (statm), and each other process's (anonymous PSS + swap) on its own.
         self.main_own = MinMaxSeries(max_points)
         self.proc_private: dict[int, MinMaxSeries] = {}
+        self._part_span: dict[int, list[float]] = {}  # pid -> [first, last] t of its series in proc_private
         self.tree_rss = MinMaxSeries(max_points)
         self.main_rss = MinMaxSeries(max_points)
         self.host_available = MinMaxSeries(max_points)
@@ -146,17 +147,32 @@ class RunSeries:
                 if private is not None:
                     own = (own or 0) + private
             elif est is not None:
-                self._proc_series(pid).append(t, est)
+                series = self._proc_series(pid, t)
+                if series is not None:
+                    series.append(t, est)
+                    self._part_span[pid][1] = t
         if own is not None:
             self.main_own.append(t, own)
 
-    def _proc_series(self, pid: int) -> MinMaxSeries:
+    def _proc_series(self, pid: int, t: float) -> MinMaxSeries | None:
+        """The series of ``pid``'s own memory; None if _PARTS_KEPT live processes are kept already. A tree that
+        forks all the time (DataLoader workers each epoch) drops the shortest-lived process that has exited, never
+        a live one: dropping the newest live one let eight new workers evict each other at every round (each
+        eviction reading 64 series whole), which after 64 workers took the kernel's core."""
         s = self.proc_private.get(pid)
         if s is None:
-            if len(self.proc_private) >= _PARTS_KEPT:  # a tree that forks all the time: drop the shortest-lived
-                gone = min(self.proc_private, key=lambda p: _span(self.proc_private[p]))
-                del self.proc_private[gone]
+            if len(self.proc_private) >= _PARTS_KEPT:
+                spans = self._part_span
+                gone = min(
+                    (p for p in self.proc_private if p in self.exited),
+                    key=lambda p: spans[p][1] - spans[p][0],
+                    default=None,
+                )
+                if gone is None:
+                    return None
+                del self.proc_private[gone], spans[gone]
             s = self.proc_private[pid] = MinMaxSeries(self.max_points // 4)
+            self._part_span[pid] = [t, t]
         return s
 
     def parts(self) -> tuple[tuple[list[float], list[float]], dict[int, tuple[str, list[float], list[float]]]]:
@@ -304,10 +320,15 @@ class RunSeries:
                         self._pss_roles(t, zip(names, row[n + 1 : 2 * n + 1]))
                         self.tree_private.append(t, row[-1])
                     # The leak verdict's parts: each process's own floor, the main's own private memory.
-                    for pid, (role, ts, ys) in rd.process_fast_floors(0.2).items():
-                        if role != "main":
-                            for t, v in zip(ts, ys):
-                                self._proc_series(pid).append(t, v)
+                    # (the longest-lived _PARTS_KEPT, as a live run keeps them)
+                    floors = {p: f for p, f in rd.process_fast_floors(0.2).items() if f[0] != "main" and f[1]}
+                    longest = sorted(floors, key=lambda p: floors[p][1][-1] - floors[p][1][0], reverse=True)
+                    for pid in sorted(longest[:_PARTS_KEPT]):
+                        _, ts, ys = floors[pid]
+                        part = self.proc_private[pid] = MinMaxSeries(self.max_points // 4)
+                        for t, v in zip(ts, ys):
+                            part.append(t, v)
+                        self._part_span[pid] = [ts[0], ts[-1]]
                     for t, v in zip(*rd.role_fast_totals(column="private").get("main", ([], []))):
                         self.main_own.append(t, v)
                 else:
@@ -362,11 +383,6 @@ class RunSeries:
 
 
 _PARTS_KEPT = 64  # processes whose own series the live leak verdict keeps
-
-
-def _span(s: MinMaxSeries) -> float:
-    t = s.points()[0]
-    return t[-1] - t[0] if t else 0.0
 
 
 def _rounds(cur: Iterable[tuple]) -> Iterable[tuple[float, list[tuple[int, Any]]]]:
