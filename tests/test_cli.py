@@ -328,3 +328,26 @@ def test_the_end_waits_for_analyses_still_loading_and_its_summary_is_right(tmp_p
     s = json.loads(out.read_text())
     assert s["exit"]["cause"] == "exit_nonzero" and s["exit"]["code"] == 7, s["exit"]
     assert "record_errors" not in s
+
+
+# `memscope` leaves without the interpreter's teardown once its work is closed: the exit handlers still run, the
+# output is all there, the status is the command's, and a thread that is not a daemon is still waited for.
+CONSOLE = r"""
+import atexit, sys, threading, time
+atexit.register(lambda: print("exit handler ran", flush=True))
+if sys.argv[1] == "thread":
+    threading.Thread(target=lambda: (time.sleep(0.3), print("thread finished", flush=True))).start()
+sys.argv = ["memscope", "run", "--record", sys.argv[2], "--", "sh", "-c", "echo from the command; exit 5"]
+from memscope.cli import console_main
+console_main()
+"""
+
+
+@pytest.mark.parametrize("case", ["plain", "thread"])
+def test_the_console_exit_keeps_the_handlers_the_output_and_the_status(case, tmp_path):
+    p = subprocess.run([PY, "-c", CONSOLE, case, str(tmp_path / "runs")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 5, p.stderr
+    assert "from the command" in p.stdout and "exit handler ran" in p.stdout
+    assert "memscope: exit_nonzero" in p.stderr  # memscope's final lines are all there
+    if case == "thread":
+        assert "thread finished" in p.stdout
