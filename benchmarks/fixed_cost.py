@@ -10,6 +10,11 @@ the whole command; CPU is the children's user + system time from getrusage. The 
 per-pair differences, so the machine's drift over the run cancels out. A training of T seconds pays it once:
 its wall ratio carries fixed_cost / T on top of the sampling overhead (benchmarks/overhead.py).
 
+The commands run with their bytecode cached, as an installed memscope has it (pip compiles it at the install):
+PYTHONDONTWRITEBYTECODE is taken out of their environment, so the first, uncounted run writes the __pycache__ of a
+source checkout. With it set over a checkout that has none, every run compiles memscope's modules (the engine's,
+and the agent's in the command) from source: about 0.1 s more CPU per run, which is not memscope's cost to a user.
+
 Then one run under memscope with its start-up traced: how long each step of `memscope run` takes on this
 machine (imports, the record, the launch, the end), to show where the remaining cost is.
 """
@@ -32,6 +37,8 @@ from hostinfo import emit, machine_rows  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PY = sys.executable  # the venv's interpreter itself (a shim such as pyenv's would add its own start-up)
+# Bytecode written and read, as an installed package has it (see the docstring).
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 # The steps of one `memscope run`, timed from inside (perf_counter since the interpreter's start).
 TRACE = r"""
@@ -62,7 +69,7 @@ def timed(cmd: list[str]) -> tuple[float, float]:
     """Wall seconds and the children's CPU seconds of one command."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -85,7 +92,7 @@ def measure(pairs: int, record_dir: str) -> dict[str, list[float]]:
 
 
 def trace(record_dir: str) -> list[tuple[float, str]]:
-    p = subprocess.run([PY, "-c", TRACE, record_dir, PY], capture_output=True, text=True, cwd=REPO, check=True)
+    p = subprocess.run([PY, "-c", TRACE, record_dir, PY], capture_output=True, text=True, cwd=REPO, check=True, env=ENV)
     rows = []
     for line in p.stdout.splitlines():
         t, _, what = line.partition("\t")

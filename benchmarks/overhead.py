@@ -204,8 +204,11 @@ def _parse_loop(text: str) -> float | None:
 
 
 def clean_env() -> dict[str, str]:
-    """This environment without any memscope of an outer run (this script may itself run under memscope)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSCOPE_")}
+    """This environment without any memscope of an outer run (this script may itself run under memscope), and
+    with bytecode written and read, as an installed memscope has it: PYTHONDONTWRITEBYTECODE over a source checkout
+    would compile memscope's modules (the engine's, the agent's in every process) at every start."""
+    skip = ("PYTHONDONTWRITEBYTECODE",)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSCOPE_") and k not in skip}
     site = os.path.join("memscope", "agent", "site")
     pp = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and not p.rstrip(os.sep).endswith(site)]
     if pp:

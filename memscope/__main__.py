@@ -1,8 +1,6 @@
 """``python -m memscope ...``: the same as the ``memscope`` command (where the script is not on PATH, as in a
 notebook's ``!python -m memscope run train.py``)."""
 
-import sys
+from .cli import console_main
 
-from .cli import main
-
-sys.exit(main())
+console_main()

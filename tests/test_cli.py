@@ -283,3 +283,71 @@ def test_memscope_killed_keeps_a_readable_record_and_the_training_goes_on(tmp_pa
         assert "record stopped" in again["exit"]["message"] and "unwatched" in again["exit"]["message"]
     finally:
         os.kill(child, signal.SIGKILL)
+
+
+# `memscope run` in a fresh interpreter: the analyses are imported once the command is launched, on a thread of
+# their own, and here that import is held back (a finder that waits on it) until the end has asked for the
+# summary: the end must wait for the whole module, and the summary be the run's own.
+SLOW_ANALYSES = r"""
+import json, sys, threading, time
+import memscope.cli as cli, memscope.session.finish as finish, memscope.supervise as sup
+seen = {}
+asked = threading.Event()
+class HoldBack:
+    def find_spec(self, name, path=None, target=None):
+        if name == "memscope.analysis.advice" and "held" not in seen:  # inside analysis.summary's import
+            seen["held"] = threading.current_thread().name
+            asked.wait(30)  # until the end asks for the summary (a generous deadline: never a hang)
+            time.sleep(0.2)  # and reaches the import
+        return None
+sys.meta_path.insert(0, HoldBack())
+_launch, _summarize = sup.launch, finish.summarize_record
+def launch(*a, **k):
+    seen["analyses_before_launch"] = "memscope.analysis.summary" in sys.modules
+    return _launch(*a, **k)
+def summarize_record(run):
+    seen["root_exited_when_asked"] = run._root_exited.is_set()
+    asked.set()
+    return _summarize(run)
+sup.launch, finish.summarize_record = launch, summarize_record
+rc = cli.main(["run", "--quiet", "--record", sys.argv[1], "--summary-json", sys.argv[2], "--", "sh", "-c", "exit 7"])
+print(json.dumps(dict(seen, rc=rc)))
+"""
+
+
+def test_the_end_waits_for_analyses_still_loading_and_its_summary_is_right(tmp_path):
+    out = tmp_path / "s.json"
+    p = subprocess.run(
+        [PY, "-c", SLOW_ANALYSES, str(tmp_path / "runs"), str(out)], capture_output=True, text=True, timeout=120
+    )
+    assert p.returncode == 0, p.stderr
+    seen = json.loads(p.stdout.splitlines()[-1])
+    assert seen["analyses_before_launch"] is False  # the start did not wait on them
+    assert seen["held"] == "memscope-analyses"  # they load on their own thread, after the launch
+    assert seen["root_exited_when_asked"] is True and seen["rc"] == 7
+    s = json.loads(out.read_text())
+    assert s["exit"]["cause"] == "exit_nonzero" and s["exit"]["code"] == 7, s["exit"]
+    assert "record_errors" not in s
+
+
+# `memscope` leaves without the interpreter's teardown once its work is closed: the exit handlers still run, the
+# output is all there, the status is the command's, and a thread that is not a daemon is still waited for.
+CONSOLE = r"""
+import atexit, sys, threading, time
+atexit.register(lambda: print("exit handler ran", flush=True))
+if sys.argv[1] == "thread":
+    threading.Thread(target=lambda: (time.sleep(0.3), print("thread finished", flush=True))).start()
+sys.argv = ["memscope", "run", "--record", sys.argv[2], "--", "sh", "-c", "echo from the command; exit 5"]
+from memscope.cli import console_main
+console_main()
+"""
+
+
+@pytest.mark.parametrize("case", ["plain", "thread"])
+def test_the_console_exit_keeps_the_handlers_the_output_and_the_status(case, tmp_path):
+    p = subprocess.run([PY, "-c", CONSOLE, case, str(tmp_path / "runs")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 5, p.stderr
+    assert "from the command" in p.stdout and "exit handler ran" in p.stdout
+    assert "memscope: exit_nonzero" in p.stderr  # memscope's final lines are all there
+    if case == "thread":
+        assert "thread finished" in p.stdout

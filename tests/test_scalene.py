@@ -10,6 +10,7 @@ from conftest import PY, has_torch, script, wait_for_output
 
 import memscope
 from memscope.analysis.exit_cause import ExitEvidence, decide
+from memscope.analysis.scalene import diff_profiles
 from memscope.cli import build_parser
 from memscope.collect.roles import ProcInfo, classify
 from memscope.errors import LaunchError, ScaleneError
@@ -243,7 +244,7 @@ def test_diff_of_cumulative_profiles_and_escaped_html():
     # 4 s of CPU, all on line 1; then 4 s more, all on line 2: cumulative shares are 50/50 of 8 s.
     first = (profile(4.0, [(1, "a()", 100.0, 0.0)]), 4.0)
     second = (profile(8.0, [(1, "a()", 50.0, 0.0), (2, "b() # \\u003cscript\\u003e", 25.0, 25.0)]), 8.0)
-    rows, window_s, cpu_s = scalene_mod.diff_profiles(first, second, memory=False)
+    rows, window_s, cpu_s = diff_profiles(first, second, memory=False)
     assert (window_s, cpu_s) == (4.0, 4.0)
     assert [(r["line"], r["cpu_percent"], r["native_percent"]) for r in rows] == [(2, 100.0, 50.0)]
     assert rows[0]["code"] == "b() # <script>"

@@ -1,7 +1,5 @@
 """``python -m memscope.cli``."""
 
-import sys
+from . import console_main
 
-from . import main
-
-sys.exit(main())
+console_main()

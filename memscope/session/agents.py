@@ -10,15 +10,17 @@ import secrets
 import tempfile
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..agent import protocol
-from ..analysis.census import Census, advice, diff
 from ..collect.gpu import keep_snapshot
 from ..collect.server import BUDGET_TEXT, AgentServer
 from ..errors import CensusError
 from ..model import Event
 from .options import AGENT_SITE
+
+if TYPE_CHECKING:
+    from ..analysis.census import Census
 
 # Exceptions that end a process without it failing (a stop asked for, an exit asked for).
 _NOT_FAILURES = ("KeyboardInterrupt", "SystemExit")
@@ -127,8 +129,10 @@ class Agents:
                 run.tree.note_phase(pid)
             run.publish(Event(t, pid, f"agent_{kind}" if kind == "exception" else kind, msg))
 
-    def census(self, timeout: float) -> Census:
+    def census(self, timeout: float) -> "Census":
         """``Run.census``: ask the main process's agent for a census, diff it with the last one, record it."""
+        from ..analysis.census import Census, advice, diff  # loaded while the run goes (finish.load_analyses)
+
         run = self.run
         with self._census_lock:  # one at a time: each diff is against the one before
             if run.ended:

@@ -11,7 +11,6 @@ import time
 from typing import Any
 
 from .. import outfile, supervise
-from ..analysis.summary import summarize
 from ..collect.output import LineReader, follow
 from ..collect.tree import alive
 from ..fmt import decode_wait_status, signal_name
@@ -24,6 +23,15 @@ from ..record.writer import record_health
 Run = Any
 
 SUMMARY_SYNC_S = 60.0  # how long the end waits for the record writer to catch up before summarizing
+
+
+def load_analyses() -> None:
+    """The analyses the run needs at its end (the summary, exit causes, stacks, census, Scalene's windows), and
+    on requests while it goes: imported on a thread of their own once the command is launched, not before. They
+    are a third of the engine's imports; the start waited on them, and a short command's end did too. Whoever
+    needs one first (summarize_record, a census, a stacks capture) takes it from here or, if this thread is
+    still importing it, waits on the import lock for the whole module."""
+    from ..analysis import summary  # noqa: F401  (it imports census, exit_cause, stacks, scalene and the rest)
 
 
 def wait_loop(run: Run) -> None:
@@ -197,6 +205,8 @@ def summarize_record(run: Run) -> dict[str, Any]:
     from a record its writer has not caught up with would judge a shorter run than the one that ran, so the
     wait is long (a loaded machine can put the writer seconds behind), and a summary that had to go without
     says so in ``record_errors``."""
+    from ..analysis.summary import summarize  # loaded while the run goes (finish.load_analyses)
+
     synced = run._recorder.sync(SUMMARY_SYNC_S)
     # A record the disk refused in part: the summary reads it as memscope knows it (file + memory).
     rd = RunData(run.record_path, run._recorder.memory_copy() if run._recorder.lost_records else None)

@@ -101,6 +101,7 @@ def launch(run: Run) -> None:
     run._spawn(run.sampler.pss_loop, "memscope-pss")
     run._spawn(lambda: finish_mod.wait_loop(run), "memscope-waiter")
     run._spawn(lambda: _gpu_loop(run), "memscope-gpu")
+    run._spawn(finish_mod.load_analyses, "memscope-analyses")  # while the command starts: its end needs them
     if run._proc is not None and run.output_files:
         for name, path in zip(("stdout", "stderr"), run.output_files):
             run._spawn(lambda name=name, path=path: finish_mod.read_output(run, path, name), f"memscope-{name}")

@@ -11,7 +11,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..analysis.exit_cause import fault_signal
 from ..model import Event, HostSample, ProcessExited, ProcessSeen, Record, TreeSample
 
 SNAPSHOT_EXITED = 200  # exited processes the live snapshot keeps (the record keeps them all)
@@ -54,6 +53,8 @@ class Snapshot:
         elif isinstance(rec, HostSample):
             self.host = rec
         elif isinstance(rec, Event) and rec.kind == "fault" and rec.pid in self.procs:
+            from ..analysis.exit_cause import fault_signal  # loaded while the run goes (finish.load_analyses)
+
             d = self.procs[rec.pid]
             d["exit_signal"] = d.get("exit_signal") or fault_signal((rec.data or {}).get("text"))
         elif isinstance(rec, ProcessSeen):

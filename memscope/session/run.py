@@ -2,9 +2,10 @@
 
 Usable from plain Python (``memscope.run([...])``), the CLI and the notebook alike. Threads, none of which
 waits on another: the waiter (os.wait4 on the root), the RSS sampler (with discovery and host reads), the PSS
-sampler, the agent server, the recorder, and one dispatcher per subscriber. This module is the public handle;
-the work is in ``options``, ``launch``, ``sampling``, ``agents``, ``finish`` and ``scalene`` beside it. Exporters and views
-attach from outside through ``subscribe``, ``on_end`` and ``elapsed`` (``wiring.RUN_ATTACHMENTS``).
+sampler, the agent server, the recorder, one dispatcher per subscriber, and at the start the import of the
+analyses (``finish.load_analyses``). This module is the public handle; the work is in ``options``, ``launch``,
+``sampling``, ``agents``, ``finish`` and ``scalene`` beside it. Exporters and views attach from outside through
+``subscribe``, ``on_end`` and ``elapsed`` (``wiring.RUN_ATTACHMENTS``).
 """
 
 from __future__ import annotations

@@ -32,7 +32,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from .. import supervise
-from ..analysis.scalene import diff_profiles
 from ..collect.platform import procfs
 from ..errors import LaunchError, ScaleneError
 from ..model import Event
@@ -188,6 +187,8 @@ class ScaleneSession:
             write = self._writes[-1]
         profile = _read_json(self.outfile)
         cur = (profile, write.get("total_cpu_s"))
+        from ..analysis.scalene import diff_profiles  # loaded while the run goes (finish.load_analyses)
+
         rows, window_s, cpu_s = diff_profiles(self._previous, cur, memory=self.mode == "memory")
         self._previous = cur
         index = len(self.snapshots) + 1

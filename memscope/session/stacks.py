@@ -17,13 +17,15 @@ import os
 import secrets
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import supervise
-from ..analysis.stacks import Stacks, main_thread, parse_dump
 from ..collect.platform import procfs
 from ..errors import StacksError
 from ..model import Event, TreeSample
+
+if TYPE_CHECKING:
+    from ..analysis.stacks import Stacks
 
 # Parts of a Run take the Run itself, typed Any: run.py imports this module, and a type-only import back would
 # be a circle in the import graph.
@@ -71,8 +73,10 @@ class StackTaker:
     # -- capture ---------------------------------------------------------------------------------------------
     def take(
         self, reason: str = "request", deadline_s: float = DEADLINE_S, extra: dict[str, Any] | None = None
-    ) -> Stacks:
+    ) -> "Stacks":
         """Every process's stacks now, recorded as a "stacks" event; returns them."""
+        from ..analysis.stacks import Stacks  # loaded while the run goes (finish.load_analyses)
+
         run = self.run
         if run.ended:
             raise StacksError("the run has ended: stacks need its processes alive")
@@ -180,6 +184,8 @@ class StackTaker:
                 raw = f.read(min(end - start, MAX_DUMP))
         except OSError:
             return []
+        from ..analysis.stacks import main_thread, parse_dump  # loaded while the run goes (finish.load_analyses)
+
         # memscope's own agent thread is no part of the program's story.
         threads = [
             t
