@@ -109,3 +109,31 @@ def test_the_final_card_never_says_less_than_the_live_line(start):
     assert len(waits) <= 2, waits
     assert not any("half" in w or "points" in w for w in waits), waits
     assert "leak or spikes: not yet known (a verdict needs N s of training; N s so far)" in waits, waits
+
+
+def test_the_live_table_shows_the_latest_exits_and_counts_the_rest():
+    """Issue 24: the table is resent at every push; with DataLoader workers restarted every epoch it grew to 200
+    exited rows (~150 KiB a push, thousands of DOM nodes). Live ones all, the 10 latest exits, a line for the rest."""
+    from memscope.ui.dashboard import TABLE_EXITED
+    from memscope.ui.fragments import process_table
+
+    procs = {1: {"role": "main", "rss": 900 << 20, "alive": True, "cmdline": "python train.py"}}
+    for e in range(25):  # 25 epochs of 8 workers, each set exited at the epoch's end
+        for w in range(8):
+            procs[100 + 8 * e + w] = {
+                "role": "dataloader_worker",
+                "rss": (300 + w) << 20,
+                "alive": False,
+                "exit_t": 60.0 * e,
+                "exit_code": 0,
+                "cmdline": f"worker {e}.{w}",
+            }
+    live = {1000 + w: {"role": "dataloader_worker", "rss": 300 << 20, "alive": True} for w in range(8)}
+    procs.update(live)
+    full = process_table(procs)
+    html = process_table(procs, max_exited=TABLE_EXITED)
+    assert full.count("<tr") == 1 + 1 + 8 + 200
+    assert html.count("<tr") == 1 + 1 + 8 + 10 + 1 and len(html) < len(full) / 5
+    assert "and 190 more exited processes" in html and "memscope report" in html
+    assert "worker 24.7" in html and "worker 23.0" not in html  # the latest epoch's exits are the ones shown
+    assert html.index("python train.py") < html.index("worker 24.")  # live rows first

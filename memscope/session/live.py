@@ -66,7 +66,9 @@ class Snapshot:
                 self._exited.append(rec.pid)
             # A worker is not memscope's child: its status is unseen, and its faulthandler dump (a "fault" event,
             # before or after this) names the signal instead.
-            d.update(alive=False, exit_code=rec.exit_code, exit_signal=rec.exit_signal or d.get("exit_signal"))
+            d.update(
+                alive=False, exit_code=rec.exit_code, exit_signal=rec.exit_signal or d.get("exit_signal"), exit_t=rec.t
+            )
             # A run that forks 50 processes a second: the live table keeps the latest exits, the record all.
             while len(self._exited) > SNAPSHOT_EXITED:
                 old = self._exited.popleft()

@@ -46,14 +46,23 @@ COLUMN_HELP = {
 }
 
 
-def process_table(procs: dict[int, dict[str, Any]]) -> str:
+def process_table(procs: dict[int, dict[str, Any]], max_exited: int | None = None) -> str:
     """One row per process. RSS, private and PSS of a row are of one moment (the row's last round: PSS measured
     then, or carried to it from the last PSS reading, whose age the cell's tooltip gives); peaks have their own
-    columns. The live view and a reopened run use the same columns."""
+    columns. The live view and a reopened run use the same columns. Live processes first (largest RSS first),
+    then exited ones, the latest exits first: at most ``max_exited`` of them, and a line for the rest."""
     # A "GPU" column only when some process has GPU memory (``gpu`` bytes: NVML's, else PyTorch's reserved).
     gpu = any(d.get("gpu") for d in procs.values())
+    alive = sorted((x for x in procs.items() if x[1].get("alive", True)), key=lambda x: -(x[1].get("rss") or 0))
+    gone = sorted(
+        (x for x in procs.items() if not x[1].get("alive", True)),
+        key=lambda x: (-(x[1].get("exit_t") or 0.0), -(x[1].get("rss") or 0)),
+    )
+    hidden = 0
+    if max_exited is not None and len(gone) > max_exited:
+        hidden, gone = len(gone) - max_exited, gone[:max_exited]
     rows = []
-    for pid, d in sorted(procs.items(), key=lambda x: (not x[1].get("alive", True), -(x[1].get("rss") or 0))):
+    for pid, d in alive + gone:
         alive = d.get("alive", True)
         if alive:
             state = "running"
@@ -88,6 +97,11 @@ def process_table(procs: dict[int, dict[str, Any]]) -> str:
         + f">{h}</th>"
         for h in columns
     )
+    if hidden:
+        rows.append(
+            f"<tr style='color:#999'><td colspan='{len(columns)}'>and {hidden} more exited "
+            f"process{'es' if hidden > 1 else ''} (<code>memscope report</code> lists every one)</td></tr>"
+        )
     return (
         f"<table class='memscope-procs' style='font-size:12px;font-family:monospace;width:100%;"
         f"white-space:nowrap'><tr>{head}</tr>"
