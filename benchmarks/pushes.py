@@ -10,7 +10,8 @@ validations and spikes, 8 DataLoader workers restarted every epoch, 4 compile wo
 dashboard's data path runs: ``RunSeries`` fed every record; at each push what ``Dashboard._push`` gives the
 chart (``snapshot()`` with the phases from ``analysis.phases.intervals``) is assigned to a ``MemoryChart`` made as
 the dashboard makes it, whose custom messages (their JSON content plus their float32 buffers) are counted: what
-the push sends; and its ``meta`` (phases, marks, labels: a synced trait, sent when it changed). Every simulated
+the push sends; its ``meta`` (phases, marks, labels: a synced trait, sent when it changed); and the process
+table's HTML from the live snapshot (``Snapshot.update``), a widget resent at every push. Every simulated
 hour, the chart's answer to a window request: the whole window a reloaded page or a new tab asks for once.
 
 By default the pushes come at the dashboard's own pace (``dashboard.push_period``: every 0.25 s, slower as the
@@ -36,8 +37,10 @@ from hostinfo import emit, machine_rows  # noqa: E402
 
 from memscope.analysis import phases as phases_mod  # noqa: E402
 from memscope.model import Event, ProcessSeen  # noqa: E402
+from memscope.session.live import Snapshot  # noqa: E402
 from memscope.ui.chart import WINDOW_REQUEST, MemoryChart, _meta, chart_payload, count_points  # noqa: E402
-from memscope.ui.dashboard import PUSH_PERIOD_S, push_period  # noqa: E402
+from memscope.ui.dashboard import PUSH_PERIOD_S, TABLE_EXITED, push_period  # noqa: E402
+from memscope.ui.fragments import process_table  # noqa: E402
 from memscope.ui.series import RunSeries  # noqa: E402
 
 KiB = 1024
@@ -50,6 +53,7 @@ class Pushes:
     push_every_s: float | None  # None: the dashboard's own pace (dashboard.push_period)
     pushes: int = 0
     message_max: int = 0  # the largest single message (a push, or a part of a whole window)
+    table_max: int = 0  # the process table's HTML (a widget resent at every push)
     sizes: list[int] = field(default_factory=list)
     meta_sizes: list[int] = field(default_factory=list)  # only the pushes whose meta changed
     merges: int = 0  # pushes that rewrote a line from its first point
@@ -74,12 +78,14 @@ def replay(hours: float, hz: float, push_every_s: float | None, say) -> Pushes:
     events: list[dict] = []
     main = day.main.pid
     meta: dict = {}
+    snapshot, root_pid = Snapshot(), day.wrapper.pid  # what the process table reads
     next_push, next_full = push_every_s or PUSH_PERIOD_S, 3600.0
     w0 = time.perf_counter()
     for r in day.records():
         if type(r) is tuple:  # dayrun's markers: the pushes here follow the records' own times
             continue
         series.feed(r)
+        snapshot.update(r, root_pid)
         if type(r) is Event and r.kind in ("phase", "epoch"):
             events.append({"t": r.t, "pid": r.pid, "kind": r.kind, "data": r.data})
         elif type(r) is ProcessSeen and r.role == "main":
@@ -103,6 +109,8 @@ def replay(hours: float, hz: float, push_every_s: float | None, say) -> Pushes:
             res.message_max = max([res.message_max, *map(_size, msgs)])
             if res.pushes > 1 and any(k == 0 for x in msgs for _, k, _, _ in x[0]["series"]):
                 res.merges += 1
+            table = process_table({p: dict(d) for p, d in snapshot.procs.items()}, max_exited=TABLE_EXITED)
+            res.table_max = max(res.table_max, len(table))
             if push_every_s is None:  # the dashboard's own pace: slower as the window grows
                 next_push = t + push_period(count_points(payload))
             if m != meta:
@@ -144,6 +152,7 @@ def report(r: Pushes, cmd: str) -> str:
         f"| **a push (lines)** | **max {max(r.sizes or [0]) / KiB:.1f} KiB**; median {_pct(r.sizes, 0.5) / KiB:.2f} "
         f"KiB, 99th percentile {_pct(r.sizes, 0.99) / KiB:.1f} KiB; {r.merges} pushes rewrote a line whole "
         f"(the series' buckets merged); the largest single message {r.message_max / KiB:.1f} KiB |",
+        f"| the process table (its HTML, resent at every push) | max {r.table_max / KiB:.1f} KiB |",
         f"| a push's meta (phases, marks; only when changed: {len(r.meta_sizes)} times) | max "
         f"{max(r.meta_sizes or [0]) / KiB:.1f} KiB |",
         f"| the whole window (a reload or a new tab, once) | max {max((s for _, s, _ in r.full_sizes), default=0) / KiB:.0f}"
