@@ -24,7 +24,9 @@ same code a notebook kernel runs, in this one process:
   ``RunSeries.from_record`` (what ``memscope.reopen`` does);
 - last, the leak verdict fitted on the full-resolution series (the tree's anonymous PSS + swap at every RSS round,
   written to a side file as the replay goes, not kept in memory) with the summary's plan: what the summary said
-  before the record was downsampled, to compare with what it says on the downsampled record.
+  before the record was downsampled, to compare with what it says on the downsampled record; and the summary's
+  spikes found on the full-resolution fast series (the tree's PSS at every RSS round, the same side file), each
+  matched to one on the record with the same start and end (within a round): count, times, heights.
 
 The tree (16 processes at any time): a bash wrapper, the training's main process (a slow leak of 25 MB/h on a
 3 GiB base, +1.5 GiB during each 5-minute validation, random spikes of 0.3-2 GiB lasting 1-8 s), 8 DataLoader

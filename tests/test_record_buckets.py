@@ -14,6 +14,7 @@ from conftest import PY
 
 from memscope.analysis.summary import summarize
 from memscope.model import KIND_PSS, KIND_RSS, Event, ProcessSeen, ProcMem, TreeSample
+from memscope.record import buckets
 from memscope.record.reader import RunData
 from memscope.record.writer import Recorder
 
@@ -371,3 +372,19 @@ def test_spikes_in_old_buckets_are_found_as_at_full_resolution(tmp_path):
     for a, b in zip(want, got):
         assert abs(a["start_s"] - b["start_s"]) <= 0.2 and abs(a["end_s"] - b["end_s"]) <= 0.2
         assert abs(a["height_bytes"] - b["height_bytes"]) <= 0.01 * a["height_bytes"]
+
+
+def test_the_rounds_kept_around_excursions_are_bounded():
+    """A tree whose memory jumps every 5 s for 2 h (1,440 excursions): the spans kept around them stay within the
+    budget (a share of the last hour), so such a run's record stays bounded; a lone spike is kept whole."""
+    ex = buckets.Excursions(window=30.0)
+    rows = [(i / 5, 100 * MiB + (50 * MiB if i % 25 < 3 else 0) + (i * 7919 % 97) * 4096) for i in range(5 * 7200)]
+    for k in range(0, len(rows), 300):
+        ex.feed(rows[k : k + 300])
+    assert ex.found > 1400 and ex.skipped > 1000
+    kept = sum(min(h, 7200.0) - max(lo, 3600.0) for lo, h in zip(ex.lo, ex.hi) if h > 3600.0)
+    assert 0 < kept <= buckets.MAX_KEPT_FRACTION * 3600 + buckets.SPIKE_FULL_S + 2 * buckets.SPIKE_MARGIN_S
+    ex = buckets.Excursions(window=30.0)
+    ex.feed([(i / 5, 100 * MiB + (50 * MiB if 500 <= i < 510 else 0) + (i * 7919 % 97) * 4096) for i in range(2000)])
+    assert (ex.lo, ex.hi) == ([100.0 - buckets.SPIKE_MARGIN_S], [101.8 + buckets.SPIKE_MARGIN_S])
+    assert ex.near(99.2) and ex.near(101.0) and ex.near(102.6) and not ex.near(98.8) and not ex.near(103.0)
