@@ -24,7 +24,9 @@ same code a notebook kernel runs, in this one process:
   ``RunSeries.from_record`` (what ``memscope.reopen`` does);
 - last, the leak verdict fitted on the full-resolution series (the tree's anonymous PSS + swap at every RSS round,
   written to a side file as the replay goes, not kept in memory) with the summary's plan: what the summary said
-  before the record was downsampled, to compare with what it says on the downsampled record.
+  before the record was downsampled, to compare with what it says on the downsampled record; and the summary's
+  spikes found on the full-resolution fast series (the tree's PSS at every RSS round, the same side file), each
+  matched to one on the record with the same start and end (within a round): count, times, heights.
 
 The tree (16 processes at any time): a bash wrapper, the training's main process (a slow leak of 25 MB/h on a
 3 GiB base, +1.5 GiB during each 5-minute validation, random spikes of 0.3-2 GiB lasting 1-8 s), 8 DataLoader
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import array
+import bisect
 import gc
 import json
 import math
@@ -59,8 +62,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hostinfo import emit, machine_rows  # noqa: E402
 
-from memscope.analysis.leak import assess_leak, fit_plan  # noqa: E402
-from memscope.analysis.summary import summarize  # noqa: E402
+from memscope.analysis import phases as phases_mod  # noqa: E402
+from memscope.analysis.leak import assess_leak, fit_plan, trim_teardown  # noqa: E402
+from memscope.analysis.summary import _spikes, summarize  # noqa: E402
 from memscope.model import Event, HostSample, ProcessExited, ProcessSeen, ProcMem, RunEnded, TreeSample  # noqa: E402
 from memscope.record.reader import RunData  # noqa: E402
 from memscope.record.writer import Recorder  # noqa: E402
@@ -325,6 +329,8 @@ class Result:
     recorder_errors: int = 0
     full_leak: dict = field(default_factory=dict)  # the verdict on the full-resolution series
     full_points: int = 0
+    spikes: list = field(default_factory=list)  # the summary's spikes on the record
+    full_spikes: list = field(default_factory=list)  # the same on the full-resolution series
 
 
 def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[str], None]) -> Result:
@@ -414,6 +420,7 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
                 res.rounds += 1
                 full_buf.append(r.t)
                 full_buf.append(sum(p.est_private or 0 for p in r.procs))
+                full_buf.append(sum(p.est_pss or 0 for p in r.procs))
             else:
                 res.pss_rounds += 1
         elif type(r) is ProcessSeen:
@@ -477,7 +484,8 @@ def measure_summary(path: str, res: Result) -> dict:
         rd.close()
     res.summarize_hwm = vm_status()["VmHWM"]
     res.summary_leak = {k: summary["leak"].get(k) for k in ("verdict", "slope_bytes_per_s", "confidence", "series")}
-    res.summary_spikes = len(summary.get("spikes") or [])
+    res.spikes = list(summary.get("spikes") or [])
+    res.summary_spikes = len(res.spikes)
     res.summary_phases = len(summary.get("phases") or [])
     return summary
 
@@ -499,17 +507,22 @@ def full_fit(path: str, full_path: str, res: Result, main_pid: int) -> None:
     buf = array.array("d")
     with open(full_path, "rb") as f:
         buf.frombytes(f.read())
-    t, y = buf[0::2].tolist(), buf[1::2].tolist()
+    t, y, pss = buf[0::3].tolist(), buf[1::3].tolist(), buf[2::3].tolist()
     del buf
     rd = RunData(path)
     try:
         events = sorted(rd.events("epoch") + rd.events("phase"), key=lambda e: e["t"])
+        spans = phases_mod.intervals(rd.events("phase"), res.hours * 3600.0, main_pid)
     finally:
         rd.close()
     plan = fit_plan(events, res.hours * 3600.0, main_pid, ended=True)
     v = assess_leak(*plan.span(t, y), phases=plan.phases)
     res.full_points = len(t)
     res.full_leak = {"verdict": v.verdict, "slope_bytes_per_s": v.slope_bytes_per_s, "confidence": v.confidence}
+    # The summary's spikes (as diagnosis finds them: teardown trimmed, labelled by phase) on the full-resolution
+    # fast series (the tree's PSS at every RSS round).
+    t, pss = trim_teardown(t, pss)
+    res.full_spikes = _spikes(t, pss, spans, list(plan.phases))
 
 
 # -- the report -------------------------------------------------------------------------------------------------
@@ -539,6 +552,36 @@ def _full_row(r: Result) -> str:
         f"{r.full_leak['verdict']}, slope {b * 3600 / MiB:.2f} MiB/h (confidence {r.full_leak['confidence']:.4f}); "
         f"the summary's on the record: {r.summary_leak.get('verdict')}, {a * 3600 / MiB:.2f} MiB/h: "
         f"**{100 * (a - b) / b:+.2f} %** |"
+    )
+
+
+def spike_match(full: list[dict], got: list[dict], tol_s: float) -> dict[str, Any]:
+    """The record's spikes against the full-resolution ones: how many of these have one on the record that starts
+    and ends within ``tol_s`` (a round), and the largest differences in start, end and height among those."""
+    starts = sorted((s["start_s"], i) for i, s in enumerate(got))
+    keys = [a for a, _ in starts]
+    matched, d_start, d_end, d_h = 0, 0.0, 0.0, 0.0
+    for f in full:
+        j = bisect.bisect_left(keys, f["start_s"] - tol_s)
+        if j < len(keys) and keys[j] <= f["start_s"] + tol_s:
+            g = got[starts[j][1]]
+            if abs(g["end_s"] - f["end_s"]) <= tol_s:
+                matched += 1
+                d_start = max(d_start, abs(g["start_s"] - f["start_s"]))
+                d_end = max(d_end, abs(g["end_s"] - f["end_s"]))
+                d_h = max(d_h, abs(g["height_bytes"] - f["height_bytes"]) / max(1, f["height_bytes"]))
+    return {"full": len(full), "record": len(got), "matched": matched, "d_start": d_start, "d_end": d_end, "d_h": d_h}
+
+
+def _spike_row(r: Result) -> str:
+    if not r.full_points:
+        return "| spikes at full resolution | — |"
+    m = spike_match(r.full_spikes, r.spikes, 1.0 / r.hz + 1e-6)
+    return (
+        f"| spikes at full resolution (the summary's find_spikes on all {r.full_points:,} RSS rounds) | "
+        f"**{m['full']} at full resolution, {m['record']} on the record**; {m['matched']} of them with the same "
+        f"start and end (within a round) on the record: largest differences start {m['d_start']:.2f} s, end "
+        f"{m['d_end']:.2f} s, height {100 * m['d_h']:.2f} % |"
     )
 
 
@@ -613,6 +656,7 @@ def report(r: Result, load_end: tuple[float, float, float]) -> str:
         f"MiB/h of its private PSS, {25 * MAIN_PSS:.1f} of its PSS), "
         f"{r.summary_spikes} spikes, {r.summary_phases} phases |",
         _full_row(r),
+        _spike_row(r),
         f"| reopen (RunSeries.from_record) | {r.reopen_s:.2f} s ({r.reopen_cpu_s:.2f} s CPU), peak RSS {_mib(r.reopen_hwm)}, "
         f"{r.reopen_points:,} points |",
         f"| recorder errors | {r.recorder_errors} |",

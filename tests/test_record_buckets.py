@@ -14,6 +14,7 @@ from conftest import PY
 
 from memscope.analysis.summary import summarize
 from memscope.model import KIND_PSS, KIND_RSS, Event, ProcessSeen, ProcMem, TreeSample
+from memscope.record import buckets
 from memscope.record.reader import RunData
 from memscope.record.writer import Recorder
 
@@ -316,3 +317,74 @@ def test_the_leak_fit_on_a_downsampled_record_agrees_with_the_full_one(tmp_path)
             rd.close()
     assert out[0]["verdict"] == out[1]["verdict"] == "leak"
     assert abs(out[1]["slope_bytes_per_s"] / out[0]["slope_bytes_per_s"] - 1) < 0.10
+
+
+# (start s, height of the main's est_pss) of short spikes, all older than the full-resolution window: three in one
+# 60 s bucket (two of them 10 s apart, the smallest between them), the rest apart.
+_SPIKES = ((130.0, 200 * MiB), (140.0, 40 * MiB), (150.0, 120 * MiB), (400.0, 300 * MiB), (700.0, 80 * MiB))
+
+
+def _spiky(path: str, tiers) -> None:
+    """20 min at 5 Hz of 4 processes with a wobble, and ``_SPIKES`` in the main: 2 rounds up, 2 s high, 2 down."""
+    rec = Recorder(path, flush_s=0.05, tiers=tiers)
+    rec.begin("r", ["x"], "/", "2026-01-01T00:00:00+0000", 1.7e9, 10, {})
+    pids = [10, 11, 12, 13]
+    for pid, role in zip(pids, ("main", "dataloader_worker", "dataloader_worker", "helper")):
+        rec.put(ProcessSeen(0.0, pid, 1, role, "python", "python train.py", 1.7e9))
+    rng = random.Random(3)
+    for i in range(6000):
+        t = i / 5.0
+        up = 0
+        for s, h in _SPIKES:
+            x = t - s
+            if 0 <= x <= 2.8:
+                up = h * min(1.0, (x + 0.2) / 0.6, (3.0 - x) / 0.6)
+        procs = []
+        for k, pid in enumerate(pids):
+            pss = (100 + 10 * k) * MiB + int(rng.gauss(0, 0.5 * MiB)) + (int(up) if k == 0 else 0)
+            procs.append(ProcMem(pid, 2 * pss, private=pss, est_pss=pss, est_private=pss // 2))
+        rec.put(TreeSample(t, "rss", tuple(procs)))
+        if i % 500 == 0:
+            assert rec.sync(30)
+    assert rec.sync(30)
+    rec.close()
+
+
+def test_spikes_in_old_buckets_are_found_as_at_full_resolution(tmp_path):
+    """Short spikes older than the full-resolution window, three of them in one bucket: the summary on the
+    downsampled record finds each, with the same height, start and end as on the record that kept every round
+    (a bucket's one maximum merged the three into one, and the smallest vanished)."""
+    full, small = str(tmp_path / "full.sqlite"), str(tmp_path / "small.sqlite")
+    _spiky(full, None)
+    _spiky(small, TIERS)
+    out = []
+    for path in (full, small):
+        rd = RunData(path)
+        try:
+            out.append(summarize(rd)["spikes"])
+            rows = rd.con.execute("SELECT COUNT(DISTINCT t) FROM samples WHERE kind=?", (KIND_RSS,)).fetchone()[0]
+        finally:
+            rd.close()
+    assert rows < 6000 / 2  # the record was downsampled
+    want, got = out
+    assert [round(s["start_s"]) for s in want] == [round(s) for s, _ in _SPIKES]
+    assert len(got) == len(want)
+    for a, b in zip(want, got):
+        assert abs(a["start_s"] - b["start_s"]) <= 0.2 and abs(a["end_s"] - b["end_s"]) <= 0.2
+        assert abs(a["height_bytes"] - b["height_bytes"]) <= 0.01 * a["height_bytes"]
+
+
+def test_the_rounds_kept_around_excursions_are_bounded():
+    """A tree whose memory jumps every 5 s for 2 h (1,440 excursions): the spans kept around them stay within the
+    budget (a share of the last hour), so such a run's record stays bounded; a lone spike is kept whole."""
+    ex = buckets.Excursions(window=30.0)
+    rows = [(i / 5, 100 * MiB + (50 * MiB if i % 25 < 3 else 0) + (i * 7919 % 97) * 4096) for i in range(5 * 7200)]
+    for k in range(0, len(rows), 300):
+        ex.feed(rows[k : k + 300])
+    assert ex.found > 1400 and ex.skipped > 1000
+    kept = sum(min(h, 7200.0) - max(lo, 3600.0) for lo, h in zip(ex.lo, ex.hi) if h > 3600.0)
+    assert 0 < kept <= buckets.MAX_KEPT_FRACTION * 3600 + buckets.SPIKE_FULL_S + 2 * buckets.SPIKE_MARGIN_S
+    ex = buckets.Excursions(window=30.0)
+    ex.feed([(i / 5, 100 * MiB + (50 * MiB if 500 <= i < 510 else 0) + (i * 7919 % 97) * 4096) for i in range(2000)])
+    assert (ex.lo, ex.hi) == ([100.0 - buckets.SPIKE_MARGIN_S], [101.8 + buckets.SPIKE_MARGIN_S])
+    assert ex.near(99.2) and ex.near(101.0) and ex.near(102.6) and not ex.near(98.8) and not ex.near(103.0)

@@ -5,7 +5,10 @@ Rounds younger than the first tier's age (30 min) stay at full resolution; older
 process of that moment): per kind, the rounds where the tree's total of each column is highest and lowest, where
 each role's PSS is highest and its private memory lowest (the main's statm private too: its leak is judged
 on it), and the bucket's last; rounds within ``EVENT_MARGIN_S``
-of a phase switch, an epoch, a mark, a process start or exit are kept as they are. Whole rounds keep the tree's
+of a phase switch, an epoch, a mark, a process start or exit are kept as they are, and so are the rounds around
+each excursion of the tree's memory above its running baseline (``Excursions``: a spike whole, a plateau's rise
+and fall), so that the summary finds the same spikes, with the same heights and edges, on a bucketed record as at
+full resolution: a bucket's one maximum would merge two spikes and drop a smaller one. Whole rounds keep the tree's
 and each role's totals exact at the kept times, so the readers' SQL (sums grouped by round) is the same on a
 bucketed record as on a full one, and each reduction composes with the next (the max of maxima is the max): the
 tree's peak round, the fast series' peak and each role's peak survive every tier with their times. A process's
@@ -23,6 +26,7 @@ from __future__ import annotations
 import bisect
 import math
 import sqlite3
+from collections import deque
 from typing import Any
 
 from ..model import KIND_PSS, KIND_RSS
@@ -36,6 +40,17 @@ PROTECT_EVENTS = frozenset(
 )
 MAX_PROTECTED = 20_000  # event times remembered (oldest forgotten first: a run that marks every step)
 MAX_BUCKETS_PER_PASS = 240  # a pass's work is bounded; a backlog is caught up over the next passes
+# Excursions (spikes, plateaus) of the tree's fast series (its PSS at every RSS round) above its running baseline.
+SPIKE_MARGIN_S = 1.0  # rounds this close to an excursion's edges are kept: the floor each side separates two spikes
+SPIKE_FULL_S = 10.0  # an excursion's first seconds are kept whole (a spike all of it; a plateau its rise, then buckets)
+BASELINE_S = 600.0  # the baseline: the tree's lowest over 10 min before and after (longer than a validation plateau)
+MAX_SPANS = 20_000  # kept spans remembered (oldest forgotten first), beyond those the last tier has reduced
+MAX_KEPT_FRACTION = 0.05  # of the last hour's rounds, kept for excursions at most
+# The analysis' spike threshold is at least these over its floor (analysis/_stats.py): this one is lower, never
+# higher (a spike the summary would find is never bucketed away), and well above the rounds' own noise.
+_NOISE_SIGMAS = 10.0
+_MIN_EXCURSION_BYTES = 1024 * 1024
+_MIN_EXCURSION_FRACTION = 0.0025
 
 # Per kind: the per-round sums the selection looks at (SQL over samples s), and which of them each role keeps
 # at its highest (its peak) and lowest (its floor).
@@ -64,6 +79,8 @@ class Compactor:
         self.next_at: float | None = None
         self.passes = 0
         self.deleted = 0
+        # the baseline looks ahead: at most half the first tier's age (rounds still whole when they are decided)
+        self.excursions = Excursions(min(BASELINE_S, tiers[0][0] / 2) if tiers else BASELINE_S)
 
     def saw_round(self, t: float) -> None:
         """A sampling round at ``t`` was written."""
@@ -105,13 +122,26 @@ class Compactor:
                 todo += 1
             self.done[i] = start
         self.deleted += n
+        if self.done[-1] is not None:  # the last tier never looks at these rounds again
+            self.excursions.forget_before(self.done[-1])
         return n
+
+    def save(self) -> Any:
+        """What a pass changes, to undo it when its transaction is rolled back (``restore``)."""
+        return list(self.done), self.excursions.copy()
+
+    def restore(self, state: Any) -> None:
+        """Back to ``save``'s state: the rounds of a rolled-back pass are reduced (and scanned) again."""
+        done, exc = state
+        self.done, self.excursions = list(done), exc
 
     def _near_event(self, t: float) -> bool:
         i = bisect.bisect_left(self.protected, t - EVENT_MARGIN_S)
         return i < len(self.protected) and self.protected[i] <= t + EVENT_MARGIN_S
 
     def _bucket(self, con: sqlite3.Connection, a: float, b: float) -> int:
+        # Excursions are found on the full-resolution rounds, up to the margin after this bucket, before any is dropped.
+        self.excursions.scan(con, b + SPIKE_MARGIN_S, self.first)
         n = 0
         for kind in (KIND_RSS, KIND_PSS):
             keep = self._rounds_kept(con, kind, a, b)
@@ -159,7 +189,8 @@ class Compactor:
                 see(("", j), tot[j], t, False)
         keep = {t for _, t in best.values()}
         keep.add(max(rounds))
-        keep.update(t for t in rounds if self._near_event(t))
+        near = self.excursions.near
+        keep.update(t for t in rounds if self._near_event(t) or near(t))
         if len(keep) >= len(rounds):
             return None
         return sorted(keep)
@@ -186,3 +217,127 @@ class Compactor:
         return con.execute(
             f"DELETE FROM host WHERE t>=? AND t<? AND rowid NOT IN ({marks})", (a, b, *sorted(keep))
         ).rowcount
+
+
+class Excursions:
+    """The spans of rounds kept around the tree's excursions above its baseline, found in one pass in time order
+    over the full-resolution rounds (before the first tier reduces them) and remembered for the later tiers.
+
+    The baseline at a round is, as the summary's spike floor, the higher of the tree's lowest over the ``window``
+    before it and over the ``window`` after it (the first tier leaves the rounds whole long enough to look
+    ahead): a spike or a validation plateau is above both, a step up (workers that warm up, a new plateau) and a
+    slow leak are not. A round is in an excursion when it is more than a threshold above it: below the summary's
+    spike threshold, so that every spike it would find keeps its rounds, and well above the rounds' noise. Kept:
+    ``SPIKE_MARGIN_S`` before each excursion's first round, its first ``SPIKE_FULL_S`` whole, and
+    ``SPIKE_MARGIN_S`` around its last round; at most ``MAX_KEPT_FRACTION`` of the last hour (a run whose memory
+    jumps all the time keeps its record bounded: its later excursions are bucketed as the rest). The state is
+    the two windows' rounds and the spans the last tier has not reduced yet (at most ``MAX_SPANS``)."""
+
+    def __init__(self, window: float = BASELINE_S) -> None:
+        self.window = window
+        self.until: float | None = None  # scanned up to here (exclusive)
+        self.low: deque[tuple[float, int]] = deque()  # (t, v), v increasing: the lowest over the window before
+        self.ahead: deque[tuple[float, int]] = deque()  # the same over the rounds not decided yet
+        self.pending: deque[tuple[float, int, int]] = deque()  # (t, v, lowest before): decided a window later
+        self.start: float | None = None  # the open excursion's first round
+        self.kept = False  # whether the open excursion is kept (within the budget)
+        self.last_above = 0.0
+        self.sigma = 0.0  # the rounds' noise (from successive differences)
+        self.lo: list[float] = []  # kept spans [lo, hi], sorted, disjoint
+        self.hi: list[float] = []
+        self.found = 0  # excursions seen (benchmarks, tests)
+        self.skipped = 0  # ... and not kept (over the budget)
+
+    def copy(self) -> Excursions:
+        """An independent copy (``Compactor.save``)."""
+        c = Excursions(self.window)
+        c.__dict__.update(self.__dict__)
+        c.low, c.ahead, c.pending = deque(self.low), deque(self.ahead), deque(self.pending)
+        c.lo, c.hi = list(self.lo), list(self.hi)
+        return c
+
+    def near(self, t: float) -> bool:
+        """Whether the round at ``t`` is kept."""
+        i = bisect.bisect_right(self.lo, t) - 1
+        return i >= 0 and t <= self.hi[i]
+
+    def forget_before(self, t: float) -> None:
+        """Drop the spans that end before ``t``."""
+        k = bisect.bisect_left(self.hi, t)
+        if k:
+            del self.lo[:k], self.hi[:k]
+
+    def _span(self, lo: float, hi: float) -> None:
+        if self.hi and lo <= self.hi[-1]:
+            self.hi[-1] = max(self.hi[-1], hi)
+            return
+        self.lo.append(lo)
+        self.hi.append(hi)
+        if len(self.lo) > MAX_SPANS:
+            del self.lo[0], self.hi[0]
+
+    def _within_budget(self, t: float) -> bool:
+        k = bisect.bisect_left(self.hi, t - 3600.0)
+        used = sum(min(h, t) - max(lo, t - 3600.0) for lo, h in zip(self.lo[k:], self.hi[k:]))
+        return used < MAX_KEPT_FRACTION * 3600.0
+
+    def scan(self, con: sqlite3.Connection, end: float, first: float | None) -> None:
+        """Decide the rounds up to ``end`` (exclusive): read the tree's fast series, per RSS round, a window
+        further (rounds still whole: the caller's first tier reduces rounds older than that)."""
+        a = self.until if self.until is not None else first
+        if a is None or end + self.window <= a:
+            return
+        rows = con.execute(
+            "SELECT t, COALESCE(SUM(est_pss), SUM(rss)) FROM samples WHERE kind=? AND t>=? AND t<? GROUP BY t "
+            "ORDER BY t",
+            (KIND_RSS, a, end + self.window),
+        ).fetchall()
+        self.until = end + self.window
+        self.feed(rows)
+
+    def feed(self, rows: list[tuple[float, Any]]) -> None:
+        """Rounds (t, the tree's fast series), in time order after the last fed: the rounds a window older than
+        the last of these are decided."""
+        diffs = sorted(abs(b[1] - a[1]) for a, b in zip(rows, rows[1:]) if a[1] is not None and b[1] is not None)
+        if len(diffs) >= 20:  # |N(0, 2 s^2)| has its 20th percentile at 0.2533*sqrt(2)*s (as analysis/_stats.py)
+            self.sigma = diffs[len(diffs) // 5] / (0.2533 * math.sqrt(2.0))
+        low, ahead, pending, w = self.low, self.ahead, self.pending, self.window
+        for t, v in rows:
+            if v is None:
+                continue
+            while low and low[-1][1] >= v:
+                low.pop()
+            low.append((t, v))
+            while low[0][0] < t - w:
+                low.popleft()
+            pending.append((t, v, low[0][1]))
+            while ahead and ahead[-1][1] >= v:
+                ahead.pop()
+            ahead.append((t, v))
+            while pending[0][0] <= t - w:
+                pt, pv, before = pending.popleft()
+                while ahead[0][0] < pt:
+                    ahead.popleft()
+                self._decide(pt, pv, max(before, ahead[0][1]))
+
+    def _decide(self, t: float, v: int, base: int) -> None:
+        thr = max(_MIN_EXCURSION_BYTES, _MIN_EXCURSION_FRACTION * abs(base), _NOISE_SIGMAS * self.sigma)
+        if v - base > thr:
+            if self.start is None:
+                self.start = t
+                self.found += 1
+                self.kept = self._within_budget(t)
+                if self.kept:
+                    self._span(t - SPIKE_MARGIN_S, t + SPIKE_FULL_S)
+                else:
+                    self.skipped += 1
+            self.last_above = t
+        elif self.start is not None:
+            if not self.kept:
+                pass
+            elif self.last_above <= self.start + SPIKE_FULL_S:  # a spike: kept whole, up to the margin after it
+                if self.hi:
+                    self.hi[-1] = self.last_above + SPIKE_MARGIN_S
+            else:  # a plateau: its fall too
+                self._span(self.last_above - SPIKE_MARGIN_S, self.last_above + SPIKE_MARGIN_S)
+            self.start = None

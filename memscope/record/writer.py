@@ -248,12 +248,12 @@ class Recorder:
         """One downsampling pass in its own transaction; on an error it is undone and tried again next time."""
         c = self.compactor
         assert c is not None
-        done = list(c.done)
+        state = c.save()
         try:
             c.run(self._con)
             self._con.commit()
         except sqlite3.Error as exc:
-            c.done = done  # those buckets again next time
+            c.restore(state)  # those buckets again next time
             try:
                 self._con.rollback()
             except sqlite3.Error:
