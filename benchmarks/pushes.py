@@ -54,6 +54,7 @@ class Pushes:
     pushes: int = 0
     message_max: int = 0  # the largest single message (a push, or a part of a whole window)
     table_max: int = 0  # the process table's HTML (a widget resent at every push)
+    total_max: int = 0  # a push in all: the chart's messages, its meta if it changed, the table
     sizes: list[int] = field(default_factory=list)
     meta_sizes: list[int] = field(default_factory=list)  # only the pushes whose meta changed
     merges: int = 0  # pushes that rewrote a line from its first point
@@ -113,9 +114,12 @@ def replay(hours: float, hz: float, push_every_s: float | None, say) -> Pushes:
             res.table_max = max(res.table_max, len(table))
             if push_every_s is None:  # the dashboard's own pace: slower as the window grows
                 next_push = t + push_period(count_points(payload))
+            meta_bytes = 0
             if m != meta:
                 meta = m
-                res.meta_sizes.append(len(json.dumps(m)))
+                meta_bytes = len(json.dumps(m))
+                res.meta_sizes.append(meta_bytes)
+            res.total_max = max(res.total_max, res.sizes[-1] + meta_bytes + len(table))
             if res.pushes % 60 == 0 or t + 1e-9 >= next_full:  # the old push (the whole payload), now and then
                 res.old_bytes_max = max(res.old_bytes_max, len(json.dumps(payload)))
             if t + 1e-9 >= next_full:
@@ -153,6 +157,8 @@ def report(r: Pushes, cmd: str) -> str:
         f"KiB, 99th percentile {_pct(r.sizes, 0.99) / KiB:.1f} KiB; {r.merges} pushes rewrote a line whole "
         f"(the series' buckets merged); the largest single message {r.message_max / KiB:.1f} KiB |",
         f"| the process table (its HTML, resent at every push) | max {r.table_max / KiB:.1f} KiB |",
+        f"| **a push in all** (the chart's messages, its meta if it changed, the table) | **max "
+        f"{r.total_max / KiB:.1f} KiB** |",
         f"| a push's meta (phases, marks; only when changed: {len(r.meta_sizes)} times) | max "
         f"{max(r.meta_sizes or [0]) / KiB:.1f} KiB |",
         f"| the whole window (a reload or a new tab, once) | max {max((s for _, s, _ in r.full_sizes), default=0) / KiB:.0f}"

@@ -294,7 +294,7 @@ def _points(r: dict[str, str]) -> tuple[str, bool | None]:
 
 def _push_bytes(r: dict[str, str]) -> tuple[str, bool | None]:
     text = r.get("pushes", "")
-    v = _num(_find(r"\*\*a push \(lines\)\*\* \| \*\*max ([0-9.]+) KiB", text))
+    v = _num(_find(r"\*\*a push in all\*\* [^|]*\| \*\*max ([0-9.]+) KiB", text))
     span = _find(r"\| replay \| ([0-9.]+ h at [0-9.]+ Hz)", text)
     return (f"max {v:.1f} KiB over {span}" if v is not None else "—"), (v <= 64 if v is not None else None)
 

@@ -190,7 +190,9 @@ def _f32(values: list) -> bytes:
     return array("f", [float("nan") if v is None else float(v) for v in values]).tobytes()
 
 
-PART_BYTES = 48 * 1024  # a message's buffers at most (one line's tail can be more: it then travels alone)
+# A message's buffers at most (one line's tail can be more: it then travels alone). With the meta (phases) and
+# the process table that may change in the same push, a push stays under 64 KiB.
+PART_BYTES = 32 * 1024
 
 
 class ChartWire:
@@ -260,9 +262,14 @@ class ChartWire:
 
 
 def _meta(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The synced ``meta`` trait: marks, labels, and the last phases as ``[name, start_s, end_s]`` (ms), the
+    short form chart.js reads too (400 phases in ~12 KiB instead of ~23)."""
     meta = {k: payload[k] for k in _META_KEYS if k in payload}
     if "phases" in meta:
-        meta["phases"] = meta["phases"][-_PHASES_SENT:]
+        meta["phases"] = [
+            [p["name"], round(p["start_s"], 3), None if p["end_s"] is None else round(p["end_s"], 3)]
+            for p in meta["phases"][-_PHASES_SENT:]
+        ]
     return meta
 
 
