@@ -376,7 +376,8 @@ def test_spikes_in_old_buckets_are_found_as_at_full_resolution(tmp_path):
 
 def test_the_rounds_kept_around_excursions_are_bounded():
     """A tree whose memory jumps every 5 s for 2 h (1,440 excursions): the spans kept around them stay within the
-    budget (a share of the last hour), so such a run's record stays bounded; a lone spike is kept whole."""
+    budget (a share of the last hour), so such a run's record stays bounded; a lone spike keeps its rise, its top
+    and its fall."""
     ex = buckets.Excursions(window=30.0)
     rows = [(i / 5, 100 * MiB + (50 * MiB if i % 25 < 3 else 0) + (i * 7919 % 97) * 4096) for i in range(5 * 7200)]
     for k in range(0, len(rows), 300):
@@ -385,6 +386,10 @@ def test_the_rounds_kept_around_excursions_are_bounded():
     kept = sum(min(h, 7200.0) - max(lo, 3600.0) for lo, h in zip(ex.lo, ex.hi) if h > 3600.0)
     assert 0 < kept <= buckets.MAX_KEPT_FRACTION * 3600 + buckets.SPIKE_FULL_S + 2 * buckets.SPIKE_MARGIN_S
     ex = buckets.Excursions(window=30.0)
-    ex.feed([(i / 5, 100 * MiB + (50 * MiB if 500 <= i < 510 else 0) + (i * 7919 % 97) * 4096) for i in range(2000)])
-    assert (ex.lo, ex.hi) == ([100.0 - buckets.SPIKE_MARGIN_S], [101.8 + buckets.SPIKE_MARGIN_S])
-    assert ex.near(99.2) and ex.near(101.0) and ex.near(102.6) and not ex.near(98.8) and not ex.near(103.0)
+    top = lambda i: 50 * MiB + (i == 515) * 8 * MiB  # noqa: E731
+    ex.feed([(i / 5, 100 * MiB + (top(i) if 500 <= i < 530 else 0) + (i * 7919 % 97) * 4096) for i in range(2000)])
+    m, full = buckets.SPIKE_MARGIN_S, buckets.SPIKE_FULL_S
+    assert full < 2.0  # the spike (100.0-105.8 s) is longer than what is kept whole from its start
+    assert ex.near(100.0 - m) and ex.near(100.0 + full) and not ex.near(100.0 - m - 0.2)  # its rise
+    assert ex.near(103.0) and not ex.near(102.0) and not ex.near(104.0)  # its top, and not the rest
+    assert ex.near(105.8 - m) and ex.near(105.8 + m) and not ex.near(105.8 + m + 0.2)  # its fall

@@ -314,14 +314,18 @@ class RunSeries:
                 if rd.has_fast:
                     names, rows = rd.role_sums(KIND_RSS, ("rss", "est_pss"), ("est_private",))
                     n = len(names)
+                    t = 0.0
                     for row in rows:
                         t = row[0]
                         self._rss_roles(t, zip(names, row[1 : n + 1]))
                         self._pss_roles(t, zip(names, row[n + 1 : 2 * n + 1]))
                         self.tree_private.append(t, row[-1])
-                    # The leak verdict's parts: each process's own floor, the main's own private memory.
+                    # The leak verdict's parts: each process's own floor, the main's own private memory, in
+                    # buckets of the run's length / 4000 at least, as the summary reads them (a week's record
+                    # read at 0.2 s was every row of every process: 10 s of the reopen).
                     # (the longest-lived _PARTS_KEPT, as a live run keeps them)
-                    floors = {p: f for p, f in rd.process_fast_floors(0.2).items() if f[0] != "main" and f[1]}
+                    floor_s = max(0.2, t / 4000)
+                    floors = {p: f for p, f in rd.process_fast_floors(floor_s).items() if f[0] != "main" and f[1]}
                     longest = sorted(floors, key=lambda p: floors[p][1][-1] - floors[p][1][0], reverse=True)
                     for pid in sorted(longest[:_PARTS_KEPT]):
                         _, ts, ys = floors[pid]
@@ -329,7 +333,8 @@ class RunSeries:
                         for t, v in zip(ts, ys):
                             part.append(t, v)
                         self._part_span[pid] = [ts[0], ts[-1]]
-                    for t, v in zip(*rd.role_fast_totals(column="private").get("main", ([], []))):
+                    main_own = rd.role_fast_totals(column="private", floor_s=floor_s).get("main", ([], []))
+                    for t, v in zip(*main_own):
                         self.main_own.append(t, v)
                 else:
                     names, rows = rd.role_sums(KIND_RSS, ("rss",))
