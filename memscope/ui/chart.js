@@ -166,8 +166,10 @@ function floats(b) {
 }
 
 function askWindow(model, store) {
+  // One request in flight: a kernel busy with a long cell answers them all when it is free, each with the whole
+  // window. Asked again only if none came in 30 s.
   const now = Date.now();
-  if (now - store.asked < 2000) return;  // one request in flight
+  if (now - store.asked < 30000) return;
   store.asked = now;
   model.send({ type: WINDOW_REQUEST });
 }
@@ -191,7 +193,7 @@ export function applyLines(store, msg, buffers) {
   store.lines = next;
   store.seq = msg.seq;
   if (whole || msg.base === 0) store.building = true;  // base 0: built up from nothing, so whole too
-  if (store.building && !msg.more) { store.whole = true; store.building = false; }
+  if (store.building && !msg.more) { store.whole = true; store.building = false; store.asked = 0; }
   return true;
 }
 
