@@ -496,6 +496,10 @@ CHART_JS = """() => {
            reset: r && r.width > 0 && r.left >= o.left - 1 && r.right <= o.right + 1,
            label_x: labels.x.map(x => v.frame.x_scale.compute(x)), labels: labels.text,
            axis: v.model.below[0].axis_label,
+           bands: v.model.renderers.filter(r => r.glyph && r.glyph.constructor.__name__ === 'VStrip')
+             .map(r => r.data_source.data.x0.map((x, i) => v.frame.x_scale.compute(r.data_source.data.x1[i])
+                                                        - v.frame.x_scale.compute(x))),
+           boxes: v.model.center.filter(r => r.constructor.__name__ === 'BoxAnnotation').length,
            scroll: document.querySelector('.jp-WindowedPanel-outer').scrollTop };
 }"""
 
@@ -530,6 +534,10 @@ def test_chart_follows_fits_800_px_and_leaves_a_static_copy(tmp_path):
             assert c["chart"] >= 0.95 * c["out"] and c["plot"] >= 0.75 * c["chart"], c  # the plot keeps the width
             assert c["reset"], c  # the toolbar's Reset is there, drawn inside the output area
             assert "eval" in c["labels"], c  # the short phases are labelled too
+            # The bands: one VStrip (no DOM node a band: a BoxAnnotation each was 9, thousands in a long run),
+            # each at least 3 px wide.
+            assert len(c["bands"]) == 1 and len(c["bands"][0]) >= 4 and c["boxes"] == 0, c
+            assert min(c["bands"][0]) >= 2.9, c
             xs = sorted(zip(c["label_x"], c["labels"]))
             for (x0, t0), (x1, _) in zip(xs, xs[1:]):
                 assert x1 - x0 >= 4 * len(t0), c  # labels do not run together

@@ -522,6 +522,16 @@ return fmtElapsed(value, timeFormat(xr.start, xr.end), (xr.end - xr.start) / 100
     x: { field: "x" }, y: { value: 18 }, y_units: "screen", x_offset: 3, text: { field: "text" },
     source: markSource, text_font_size: "10px", text_color: "#c62828",
   }));
+  // Phase bands: one VStrip glyph over a source (BokehJS >= 3.4: no DOM node a band); older BokehJS, a pool of
+  // BoxAnnotations, each 9 DOM nodes in the page (an epoch's train and eval bands, up to MAX_PHASES of them).
+  const bandSource = new B.ColumnDataSource({ data: { x0: [], x1: [], color: [] } });
+  const strips = typeof fig.vstrip === "function";
+  if (strips) {
+    fig.vstrip({
+      x0: { field: "x0" }, x1: { field: "x1" }, source: bandSource, fill_color: { field: "color" },
+      fill_alpha: 0.10, line_alpha: 0, level: "underlay",
+    });
+  }
   const boxes = [];
   let legendKey = "", unitKey = "", phases = [], last = null;
   const autoVis = {}, userSet = new Set();
@@ -562,11 +572,18 @@ return fmtElapsed(value, timeFormat(xr.start, xr.end), (xr.end - xr.start) / 100
     const span = xr.end - xr.start;
     const pxPerS = plotWidth > 0 && span > 0 ? plotWidth / span : 0;
     const minW = pxPerS > 0 ? 3 / pxPerS : 0;
-    phases.forEach((p, i) => {
-      const b = boxes[i];
-      const right = Math.max(p.right, p.left + minW);
-      if (b && b.right !== right) b.right = right;
-    });
+    if (strips) {
+      bandSource.data = {
+        x0: phases.map((p) => p.left), x1: phases.map((p) => Math.max(p.right, p.left + minW)),
+        color: phases.map((p) => PHASE_COLORS[p.name] || PHASE_OTHER),
+      };
+    } else {
+      phases.forEach((p, i) => {
+        const b = boxes[i];
+        const right = Math.max(p.right, p.left + minW);
+        if (b && b.right !== right) b.right = right;
+      });
+    }
     const shown = pxPerS > 0 ? fitLabels(phases, pxPerS) : [];
     phaseLabels.data = { x: shown.map((i) => phases[i].left), text: shown.map((i) => phases[i].name) };
   }
@@ -577,11 +594,11 @@ return fmtElapsed(value, timeFormat(xr.start, xr.end), (xr.end - xr.start) / 100
     stackSource.data = c.stackData;
     for (const [key] of LINES) lineSources[key].data = c.lineData[key];
 
-    // Phase bands: a pool of BoxAnnotations, reused in place; extra ones hidden.
+    // Phase bands without VStrip: a pool of BoxAnnotations, reused in place; extra ones hidden.
     // New boxes are created with their final values and added in one go (a BoxAnnotation has no view until the
     // plot has built it: it must not be changed in between).
     const added = [];
-    c.phaseData.forEach((p, i) => {
+    (strips ? [] : c.phaseData).forEach((p, i) => {
       const props = { left: p.left, right: p.right, fill_color: PHASE_COLORS[p.name] || PHASE_OTHER, visible: true };
       if (boxes[i]) {
         const b = boxes[i];
