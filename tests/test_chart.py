@@ -75,6 +75,20 @@ def test_phases_sent_are_capped():
     assert len(json.dumps(c.meta)) < 64 * 1024
 
 
+def _host(t: float, available: int, limit: int) -> HostSample:
+    return HostSample(
+        t=t,
+        total=64 * GiB,
+        available=available,
+        swap_total=0,
+        swap_used=0,
+        limit=limit,
+        cgroup_usage=None,
+        host_oom_kills=0,
+        cgroup_oom_kills=0,
+    )
+
+
 def _week_like_series(n_rounds: int, max_points: int = 2000):
     """A RunSeries fed like a live run (three roles, host samples), and its snapshot every 50 rounds."""
     from memscope.ui.series import RunSeries
@@ -86,19 +100,7 @@ def _week_like_series(n_rounds: int, max_points: int = 2000):
         t = i * 0.2
         procs = tuple(ProcMem(p, rss=(100 + p * 10 + (i * 7 + p) % 13) << 20, pss=(90 + p) << 20) for p in (1, 2, 3))
         rs.feed(TreeSample(t=t, kind="pss", procs=procs))
-        rs.feed(
-            HostSample(
-                t=t,
-                total=64 * GiB,
-                available=20 * GiB - i * 4096,
-                swap_total=0,
-                swap_used=0,
-                limit=32 * GiB,
-                cgroup_usage=None,
-                host_oom_kills=0,
-                cgroup_oom_kills=0,
-            )
-        )
+        rs.feed(_host(t, available=20 * GiB - i * 4096, limit=32 * GiB))
         if i % 50 == 49:
             yield chart_payload(rs.snapshot())
 
@@ -203,19 +205,7 @@ def test_chart_of_a_real_run_series():
                 ),
             )
         )
-        series.feed(
-            HostSample(
-                t=t,
-                total=64 * GiB,
-                available=40 * GiB,
-                swap_total=0,
-                swap_used=0,
-                limit=16 * GiB,
-                cgroup_usage=None,
-                host_oom_kills=0,
-                cgroup_oom_kills=0,
-            )
-        )
+        series.feed(_host(t, available=40 * GiB, limit=16 * GiB))
     c = MemoryChart(series.snapshot())
     roles = c.data["tree_pss_by_role"]
     assert set(roles) == {"main", "dataloader_worker"}
