@@ -6,8 +6,8 @@ process of that moment): per kind, the rounds where the tree's total of each col
 each role's PSS is highest and its private memory lowest (the main's statm private too: its leak is judged
 on it), and the bucket's last; rounds within ``EVENT_MARGIN_S``
 of a phase switch, an epoch, a mark, a process start or exit are kept as they are, and so are the rounds around
-each excursion of the tree's memory above its running baseline (``Excursions``: a spike whole, a plateau's rise
-and fall), so that the summary finds the same spikes, with the same heights and edges, on a bucketed record as at
+each excursion of the tree's memory above its running baseline (``Excursions``: its rise, its highest round
+and its fall), so that the summary finds the same spikes, with the same heights and edges, on a bucketed record as at
 full resolution: a bucket's one maximum would merge two spikes and drop a smaller one. Whole rounds keep the tree's
 and each role's totals exact at the kept times, so the readers' SQL (sums grouped by round) is the same on a
 bucketed record as on a full one, and each reduction composes with the next (the max of maxima is the max): the

@@ -51,8 +51,9 @@ PUSH_PERIOD_S = 0.25  # at most 4 updates a second reach the browser
 POINTS_PER_S = 8000
 MAX_PUSH_PERIOD_S = 2.0
 FALLBACK_PERIOD_S = 30.0  # the static copy (a saved notebook without its kernel) is refreshed this often and at the end
-# Exited processes the live table shows (the latest): it is resent at every push, and DataLoader workers
-# restarted every epoch would make it hundreds of rows (~150 KiB a push, thousands of DOM nodes) in a day.
+# Exited processes the live table shows (the latest; all once the run has ended): it is resent at every push, and
+# DataLoader workers restarted every epoch would make it hundreds of rows (~150 KiB a push, thousands of DOM
+# nodes) in a day.
 TABLE_EXITED = 10
 LEAK_PERIOD_S = 5.0  # the live leak verdict is recomputed this often
 SCALENE_SECONDS = 10.0  # what the "Scalene snapshot" button profiles
@@ -232,8 +233,9 @@ class Dashboard:
                 self.widget.children = tuple(kids)
             else:
                 self.gpu_chart.data = data
-        self.table.value = process_table(
-            with_gpu(self._procs(), self.gpu.per_pid(peak=final_summary is not None)), max_exited=TABLE_EXITED
+        self.table.value = process_table(  # every process once the run has ended: no push comes after
+            with_gpu(self._procs(), self.gpu.per_pid(peak=final_summary is not None)),
+            max_exited=None if final_summary is not None else TABLE_EXITED,
         )
         self.probes.value = self._probe_feed.html(final_summary)
         if self.run is not None:
