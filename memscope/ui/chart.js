@@ -840,8 +840,13 @@ function initialize({ model }) {
   // The loader model (memscope.ui.chart._BokehJS) makes BokehJS's text known to this window; it injects nothing.
   const core = model.get("core");
   if (core) publishSources(model.get("_bokeh_version"), { core, api: model.get("api") }, "loader");
-  // A chart takes its lines from the model's creation on, before any view (a view shows them at once).
-  if (model.get("_uid")) hookLines(model);
+  // A chart takes its lines from the model's creation on, before any view (a view shows them at once), and
+  // lets them go with the model (a re-run cell closes its old dashboard: its window would stay in the page).
+  const uid = model.get("_uid");
+  if (uid) {
+    hookLines(model);
+    return () => { const stores = globalThis[STORES_KEY]; if (stores) stores.delete(uid); };
+  }
 }
 
 export default { initialize, render };
