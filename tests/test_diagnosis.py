@@ -20,8 +20,12 @@ def test_validation_spikes_are_not_a_leak_but_a_growing_list_is(start):
     val = [p for p in s_spiky["phases"] if p["name"] == "validation"]
     train = [p for p in s_spiky["phases"] if p["name"] == "train"]
     assert len(val) >= 10 and all(p["end_s"] > p["start_s"] for p in val)
-    # Validation holds 40 MiB more than training: its peaks show it.
-    assert max(p["peak_bytes"] for p in val) > max(p["peak_bytes"] for p in train) + (20 << 20)
+    # Validation holds 40 MiB more than training: its peaks show it. Medians: on a loaded machine a round read
+    # across a switch can count a validation's memory in the train phase after it (seen in CI with both cores busy,
+    # on this round's code and the last one's alike).
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    val_peak, train_peak = med([p["peak_bytes"] for p in val]), med([p["peak_bytes"] for p in train])
+    assert val_peak > train_peak + (20 << 20), (val_peak, train_peak)
     assert s_spiky["marks"][0]["text"] == "epoch 0 done"
 
     assert s_spiky["leak"]["verdict"] == "no_leak", (s_spiky["leak"]["reason"], s_spiky["record"])
