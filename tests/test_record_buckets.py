@@ -393,3 +393,20 @@ def test_the_rounds_kept_around_excursions_are_bounded():
     assert ex.near(100.0 - m) and ex.near(100.0 + full) and not ex.near(100.0 - m - 0.2)  # its rise
     assert ex.near(103.0) and not ex.near(102.0) and not ex.near(104.0)  # its top, and not the rest
     assert ex.near(105.8 - m) and ex.near(105.8 + m) and not ex.near(105.8 + m + 0.2)  # its fall
+
+
+def test_one_roles_fast_total_is_that_of_all_roles(tmp_path):
+    """The summary and reopen read the main's own private memory alone (``role_fast_total``: its pids' rows, no
+    join): the same series as ``role_fast_totals``' entry for it, with and without floor buckets."""
+    path = str(tmp_path / "r.sqlite")
+    _write(path, 2000)
+    rd = RunData(path)
+    try:
+        for role in ("main", "dataloader_worker", "helper"):
+            for column in ("private", "est_pss"):
+                for floor_s in (0.0, 7.0):
+                    want = rd.role_fast_totals(column=column, floor_s=floor_s).get(role)
+                    assert want and rd.role_fast_total(role, column=column, floor_s=floor_s) == want
+        assert rd.role_fast_total("rank") is None and rd.role_fast_total("main", column="pss; DROP") is None
+    finally:
+        rd.close()

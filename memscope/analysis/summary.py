@@ -335,7 +335,7 @@ def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
     # with every forked DataLoader worker alive at the time, so its PSS share saw-tooths as workers come and go
     # while the leak is the main's all along. Other roles on their PSS share (a worker's private memory counts
     # the main's pages it maps).
-    own = rd.role_fast_totals(column="private", floor_s=window).get("main")
+    own = rd.role_fast_total("main", column="private", floor_s=window)
     # The tree's verdict agrees with its parts (leak.reconcile): each role's per-process floor, the main's own.
     floors = rd.process_fast_floors(max(0.2, duration / 4000, window))  # a downsampled record: its buckets
     verdict, parts = run_verdict(plan, tree, own, floors, limit)

@@ -333,7 +333,7 @@ class RunSeries:
                         for t, v in zip(ts, ys):
                             part.append(t, v)
                         self._part_span[pid] = [ts[0], ts[-1]]
-                    main_own = rd.role_fast_totals(column="private", floor_s=floor_s).get("main", ([], []))
+                    main_own = rd.role_fast_total("main", column="private", floor_s=floor_s) or ([], [])
                     for t, v in zip(*main_own):
                         self.main_own.append(t, v)
                 else:
