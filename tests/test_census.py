@@ -133,6 +133,9 @@ def test_advice_lines_follow_the_evidence():
     text = advise(leak)[0]["text"]
     assert "30 MiB/min (a slow leak) in the DataLoader workers" in text and "20 min" in text
     assert "copy-on-write" in text
+    # A week's slow leak (17 MiB an hour) is said per hour: per minute it read "rises 0 MiB/min".
+    week = dict(base, leak=dict(leak["leak"], slope_bytes_per_s=17 * 2**20 / 3600))
+    assert "rises 17 MiB/h (a slow leak)" in advise(week)[0]["text"]
     # 12 MiB/s is no slow leak.
     fast = dict(base, leak=dict(leak["leak"], slope_bytes_per_s=12 << 20, pace="fast"))
     assert "grows steadily, 12 MiB/s" in advise(fast)[0]["text"] and "slow" not in advise(fast)[0]["text"]

@@ -26,6 +26,15 @@ def _mib(n: float | None) -> str:
     return f"{n / 2**30:.2f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
+def _slow_rate(slope: float) -> str:
+    """A slow leak's pace in a unit that does not round it to 0 (a week's 17 MiB/h read "0 MiB/min")."""
+    if abs(slope * 60) >= 2**20:
+        return f"{_mib(slope * 60)}/min"
+    if abs(slope * 3600) >= 2**20:
+        return f"{_mib(slope * 3600)}/h"
+    return f"{slope * 3600 / 1024:.0f} KiB/h"
+
+
 def _exit_line(ex: dict[str, Any]) -> str | None:
     cause = ex.get("cause")
     if cause == "worker_crash":
@@ -120,7 +129,7 @@ def _leak_line(leak: dict[str, Any], spikes: list[dict[str, Any]]) -> str | None
             "data in numpy arrays, not lists of Python objects"
         )
         pace = (
-            f"The memory floor rises {_mib(slope * 60)}/min (a slow leak)"
+            f"The memory floor rises {_slow_rate(slope)} (a slow leak)"
             if leak.get("pace") == "slow"
             else f"Memory grows steadily, {_mib(slope)}/s"
         )
