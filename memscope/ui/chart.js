@@ -522,7 +522,7 @@ return fmtElapsed(value, timeFormat(xr.start, xr.end), (xr.end - xr.start) / 100
     x: { field: "x" }, y: { value: 18 }, y_units: "screen", x_offset: 3, text: { field: "text" },
     source: markSource, text_font_size: "10px", text_color: "#c62828",
   }));
-  // Phase bands: one VStrip glyph over a source (BokehJS >= 3.4: no DOM node a band); older BokehJS, a pool of
+  // Phase bands: one VStrip glyph over a source (BokehJS >= 3.2: no DOM node a band); older BokehJS, a pool of
   // BoxAnnotations, each 9 DOM nodes in the page (an epoch's train and eval bands, up to MAX_PHASES of them).
   const bandSource = new B.ColumnDataSource({ data: { x0: [], x1: [], color: [] } });
   const strips = typeof fig.vstrip === "function";
