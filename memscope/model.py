@@ -23,6 +23,14 @@ METRIC_LEAK_SLOPE = "memscope_leak_slope_bytes_per_second"
 METRIC_GPU_MEMORY = "memscope_gpu_memory_bytes"
 METRIC_RUN_INFO = "memscope_run_info"
 METRIC_EXIT_INFO = "memscope_exit_info"
+# What the memory is doing, one label value per run and rank (1 for the current kind): the verdict's growth kind.
+METRIC_GROWTH = "memscope_growth_info"
+
+# The verdict's growth kinds (summary ``leak.growth``, the card, the dashboard, the Prometheus label):
+# flat; spikes (excursions over a flat floor); step (a one-time rise that then holds); leak (sustained growth of
+# some process's own memory, linear or a staircase); copy_on_read (DataLoader workers un-sharing their parent's
+# pages: bounded); more_processes (the floor rose only because more processes were alive).
+GROWTH_KINDS = ("flat", "spikes", "step", "leak", "copy_on_read", "more_processes")
 
 
 @dataclass(frozen=True)
