@@ -36,8 +36,10 @@ def test_validation_spikes_are_not_a_leak_but_a_growing_list_is(start):
     assert s_leaky["leak"]["time_to_limit_s"] > 0
     assert any(sp["phase"] == "validation" for sp in s_spiky["spikes"])
     # Each verdict carries one line to act on.
-    assert s_spiky["leak"]["advice"].startswith("No leak: the floor is flat; ")
+    assert s_spiky["leak"]["growth"]["kind"] == "spikes", s_spiky["leak"]["growth"]
+    assert s_spiky["leak"]["advice"].startswith("Only spikes: the floor is flat; "), s_spiky["leak"]["advice"]
     assert "the highest during 'validation'" in s_spiky["leak"]["advice"]
+    assert s_leaky["leak"]["growth"]["kind"] == "leak" and s_leaky["leak"]["growth"]["where"][0] == "main"
     assert "in the main process" in s_leaky["leak"]["advice"] and "census" in s_leaky["leak"]["advice"]
     # The way every view has (a terminal has no button): run.census() on the run's handle.
     assert "run.census()" in s_leaky["leak"]["advice"] and "(the Tensor census button" not in s_leaky["leak"]["advice"]

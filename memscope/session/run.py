@@ -34,6 +34,7 @@ from .live import Snapshot, Subscribers
 from .options import Options, attach_target, check_options, check_record_dir, check_summary_path, resolve_command
 from .sampling import Sampler
 from .stacks import StackTaker
+from .verdict import LiveVerdict
 
 if TYPE_CHECKING:
     from ..analysis.census import Census
@@ -100,6 +101,7 @@ class Run:
         self.output_files = (base + ".stdout", base + ".stderr") if o.output == "capture" else None
         self.agents, self.sampler, self._subs = Agents(self), Sampler(self), Subscribers()
         self.stack_taker = StackTaker(self)
+        self.live_verdict = LiveVerdict(self)  # the one live verdict every view reads (session/verdict.py)
         self._summary: dict[str, Any] | None = None
         self._ended, self._ended_early, self._output_done = threading.Event(), threading.Event(), threading.Event()
         self._output_stop = threading.Event()  # the output readers give up on the rest (counted, not recorded)
@@ -228,6 +230,14 @@ class Run:
         s = finish_mod.summarize_record(self)
         s["exit"] = finish_mod.exit_info(self, "running", f"The run is still going ({self.elapsed():.0f} s so far).")
         return s
+
+    def verdict(self) -> dict[str, Any]:
+        """The live leak verdict and its kind of growth, as every view shows it (``session/verdict.py``): held
+        against flip-flops, saying what it leans to while not yet sure. After the end, the summary's ``leak``."""
+        leak = self._summary.get("leak") if self._summary is not None else None
+        if isinstance(leak, dict):
+            return leak
+        return self.live_verdict.current()
 
     def limit(self) -> dict[str, Any] | None:
         """The limit the run is compared against now, and its source ("flag", "cgroup" or "host"), as the summary's

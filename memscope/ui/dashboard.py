@@ -19,7 +19,6 @@ import ipywidgets as w
 import psutil
 
 from ..analysis import phases as phases_mod
-from ..analysis.leak import find_spikes, fit_plan, run_verdict
 from ..fmt import fmt_bytes, fmt_elapsed
 from ..session.run import started_here
 from .chart import MemoryChart, count_points
@@ -55,7 +54,6 @@ FALLBACK_PERIOD_S = 30.0  # the static copy (a saved notebook without its kernel
 # DataLoader workers restarted every epoch would make it hundreds of rows (~150 KiB a push, thousands of DOM
 # nodes) in a day.
 TABLE_EXITED = 10
-LEAK_PERIOD_S = 5.0  # the live leak verdict is recomputed this often
 SCALENE_SECONDS = 10.0  # what the "Scalene snapshot" button profiles
 _by_cell: dict[str, "Dashboard"] = {}
 last: "Dashboard | None" = None  # the most recent dashboard shown (for tests and for the curious)
@@ -104,9 +102,6 @@ class Dashboard:
         # end (its verdict as soon as the processes are gone, not up to a 2 s push period later).
         self._wake = threading.Event()
         self._stopping: dict[str, Any] | None = None  # the stop_requested event's data and time
-        self._leak: dict[str, Any] = {}
-        self._spikes: list[dict[str, Any]] = []
-        self._leak_at = 0.0
         self.status = w.HTML()
         self.chart = MemoryChart(title=title, height=300, spread=True)
         self.gpu_chart: MemoryChart | None = None  # made with the run's first GPU data, never before
@@ -308,8 +303,8 @@ class Dashboard:
             state, elapsed = ("stopping" if self._stopping else "running"), run.elapsed()
             cur, peak = s.tree_pss if s.tree_pss is not None else s.tree_rss, s.peak_pss or s.peak_rss
             limit = run.limit()
-            leak = self._live_leak(snap, limit["bytes"] if limit else None)
-            spikes = self._spikes
+            leak = self._live_leak()
+            spikes = []
             note = run.stack_taker.note  # an automatic capture (near the limit, a stall): said where the eye is
         color = CAUSE_COLOR.get(state, "#c62828")
         lim = limit["bytes"] if limit else None
@@ -328,29 +323,11 @@ class Dashboard:
         main = next((pid for pid, d in self._procs().items() if d.get("role") == "main"), None)
         return main, sorted(self._phase_events, key=lambda e: e["t"])
 
-    def _live_leak(self, snap: dict[str, Any], limit: int | None) -> dict[str, Any]:
-        """The leak verdict as the summary will give it: fitted on the tree's private memory (anonymous PSS +
-        swap) at every RSS round, recomputed every LEAK_PERIOD_S."""
-        now = time.monotonic()
-        if now - self._leak_at >= LEAK_PERIOD_S:
-            self._leak_at = now
-            with self.series._lock:
-                t, y = self.series.tree_private.points()
-            if len(t) < 3:  # a record without the fast series: the tree's RSS
-                total = snap.get("tree_rss") or {}
-                t, y = total.get("t") or [], total.get("y") or []
-            elif limit and self.run is not None and self.run.snapshot.tree_pss:
-                limit = max(1, limit - max(0, self.run.snapshot.tree_pss - y[-1]))  # file-backed pages count too
-            if t:
-                main, events = self._main_events()
-                plan = fit_plan(events, t[-1], main)
-                with self.series._lock:
-                    own, procs = self.series.parts()
-                self._leak = run_verdict(plan, (t, y), own, procs, limit)[0].to_dict()
-            with self.series._lock:
-                tt, ty = self.series.pss_by_role.total()
-            self._spikes = [sp.to_dict() for sp in find_spikes(tt, ty)] if len(tt) >= 3 else []
-        return self._leak
+    def _live_leak(self) -> dict[str, Any]:
+        """The run's one live verdict (``Run.verdict()``, session/verdict.py): the same the terminal view and the
+        Prometheus exporter show, held against flip-flops."""
+        assert self.run is not None
+        return self.run.verdict()
 
     # -- buttons ---------------------------------------------------------------------------------------------
     def _action(self, action: str) -> str:

@@ -1,0 +1,209 @@
+"""The run's leak verdict and growth kind from its record's series, the same for the summary, the live line and a
+replay: the series read once (``read_inputs``), cut at any moment (``Inputs.upto``), and judged (``judge``)."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Sequence
+
+from ..model import KIND_PSS, KIND_RSS
+from ..record.reader import RunData
+from . import phases as phases_mod
+from .growth import Evidence, Growth, Stairs, stairs
+from .growth import judge as judge_growth
+from .leak import FitPlan, LeakVerdict, fit_plan, part_verdicts
+from .spikes import Spike, find_spikes
+
+Series = tuple[list[float], list[float]]
+_EVAL_WORDS = ("eval", "valid", "val", "test")
+
+
+def _cut(s: Series, end: float) -> Series:
+    k = bisect_right(s[0], end)
+    return s[0][:k], s[1][:k]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the verdict is fitted on: the tree's private floor (``tree``), the tree's PSS for its spikes
+    (``total``), the main's own private memory, each process's private floor (pid -> role, t, y), the phase and
+    epoch events in time order, the processes alive per moment, and the run's length so far."""
+
+    tree: Series
+    total: Series
+    own: Series | None
+    procs: Mapping[int, tuple[str, list[float], list[float]]]
+    events: Sequence[dict[str, Any]]
+    counts: Series
+    main_pid: int | None
+    duration: float
+    limit_bytes: int | None = None
+    series: str = "tree_private"
+
+    def upto(self, end: float) -> "Inputs":
+        """The inputs as they were ``end`` seconds into the run (a replay of the live line)."""
+        procs = {}
+        for pid, (role, t, y) in self.procs.items():
+            ct, cy = _cut((t, y), end)
+            if ct:
+                procs[pid] = (role, ct, cy)
+        return replace(
+            self,
+            tree=_cut(self.tree, end),
+            total=_cut(self.total, end),
+            own=_cut(self.own, end) if self.own else None,
+            procs=procs,
+            events=[e for e in self.events if e["t"] <= end],
+            counts=_cut(self.counts, end),
+            duration=min(self.duration, end),
+        )
+
+
+@dataclass(frozen=True)
+class Judgment:
+    """The verdict, its parts' verdicts, its kind of growth (None while insufficient), and the plan it used."""
+
+    verdict: LeakVerdict
+    parts: dict[str, LeakVerdict]
+    growth: Growth | None
+    plan: FitPlan
+    spikes: list[Spike] = field(default_factory=list)
+
+
+def read_inputs(
+    rd: RunData, main_pid: int | None, duration: float, limit_bytes: int | None = None, live: bool = False
+) -> Inputs:
+    """The record's series the verdict needs. ``live``: the tree's PSS read per bucket's highest round (its spikes),
+    not every round."""
+    window = rd.fit_window()
+    bucket = max(0.2, duration / 4000, window)
+    events = sorted(rd.events("epoch") + rd.events("phase"), key=lambda e: e["t"])
+    fast = rd.fast_totals() if not live else rd.fast_highs(bucket)
+    if fast:
+        rows = rd.fast_totals(private=True, floor_s=window)
+        own = rd.role_fast_total("main", column="private", floor_s=window)
+        return Inputs(
+            tree=([r[0] for r in rows], [float(r[1] or 0) for r in rows]),
+            total=([r[0] for r in fast], [float(r[1] or 0) for r in fast]),
+            own=own,
+            procs=rd.process_fast_floors(bucket),
+            events=events,
+            counts=_unzip(rd.alive_counts(bucket)),
+            main_pid=main_pid,
+            duration=duration,
+            limit_bytes=limit_bytes,
+        )
+    # An older record without the fast series: its PSS rounds (private part), else its RSS rounds.
+    kind = KIND_PSS if rd.tree_peak(KIND_PSS) else KIND_RSS
+    total = _unzip(rd.tree_totals(kind))
+    tree = _unzip(rd.tree_totals(kind, private=True)) if kind == KIND_PSS else total
+    series = "tree_private_pss_rounds" if kind == KIND_PSS else "tree_rss"
+    return Inputs(tree, total, None, {}, events, ([], []), main_pid, duration, limit_bytes, series)
+
+
+def _unzip(rows: Any) -> Series:
+    ts: list[float] = []
+    ys: list[float] = []
+    for t, v in rows:
+        ts.append(float(t))
+        ys.append(float(v or 0))
+    return ts, ys
+
+
+def judge(
+    inp: Inputs,
+    ended: bool = False,
+    spikes: Sequence[Spike] | None = None,
+    copy_on_read: Mapping[str, Any] | None = None,
+) -> Judgment:
+    """The run's verdict over ``inp``: the tree's fit, its parts' (``leak.part_verdicts``), and its growth kind
+    (``growth.judge``). An ended run is fitted without its teardown; where that leaves too little for a verdict
+    that the run had while it went, the run's whole series decide (the card never says less than the live
+    line said). ``spikes``: the excursions found by the caller (else found here on ``inp.total``)."""
+    j = _judge(inp, ended, spikes, copy_on_read)
+    if ended and j.verdict.verdict == "insufficient_data":
+        live = _judge(inp, False, spikes, copy_on_read)
+        if live.verdict.verdict != "insufficient_data":
+            return live
+    return j
+
+
+def _judge(
+    inp: Inputs, ended: bool, spikes: Sequence[Spike] | None, copy_on_read: Mapping[str, Any] | None
+) -> Judgment:
+    plan = fit_plan(inp.events, inp.duration, inp.main_pid, ended=ended)
+    tree = plan.verdict(*inp.tree, inp.limit_bytes)
+    parts = part_verdicts(plan, inp.own, inp.procs)
+    span = plan.span(*inp.tree)[0]
+    if spikes is None:
+        spikes = find_spikes(*inp.total, phases=plan.phases) if len(inp.total[0]) >= 3 else []
+    lo = span[0] if span else 0.0
+    top = max((s.height_bytes for s in spikes if s.end_s >= lo), default=0)
+    n = sum(1 for s in spikes if s.end_s >= lo)
+    ev = Evidence(top, n, _counts(inp.counts, span), copy_on_read, inp.limit_bytes)
+    steps, step_name = _steps(inp, span)
+
+    def stairs_of(role: str | None) -> Stairs | None:
+        if len(steps) < 2:
+            return None
+        s = _part_series(inp, role)
+        return stairs(*plan.span(*s), steps, step_name) if s else None
+
+    verdict, growth = judge_growth(tree, parts, ev, stairs_of)
+    return Judgment(verdict, parts, growth, plan, list(spikes))
+
+
+def _counts(counts: Series, span: list[float]) -> tuple[int, int] | None:
+    """The most processes alive at once in the first fifth of the fitted stretch, and in its last fifth."""
+    t, n = counts
+    if len(span) < 2 or not t:
+        return None
+    a, b = span[0], span[-1]
+    edge = (b - a) / 5.0
+    first = [int(c) for x, c in zip(t, n) if a <= x <= a + edge]
+    last = [int(c) for x, c in zip(t, n) if b - edge <= x <= b]
+    return (max(first), max(last)) if first and last else None
+
+
+def _steps(inp: Inputs, span: list[float]) -> tuple[list[tuple[float, float]], str]:
+    """Where a staircase would step inside the fitted stretch: each evaluation (an automatic "eval" phase of the
+    main, or a phase the user named for validation), else each DataLoader epoch's start."""
+    if len(span) < 2:
+        return [], "evaluation"
+    a, b = span[0], span[-1]
+    phases = phases_mod.intervals([e for e in inp.events if e.get("kind", "phase") == "phase"], b, inp.main_pid)
+    evals = [(s, e) for name, s, e in phases if a < s and e < b and any(w in name.lower() for w in _EVAL_WORDS)]
+    if evals:
+        return _merged(evals), "evaluation"
+    epochs = [
+        float(e["t"])
+        for e in inp.events
+        if e.get("kind") == "epoch" and (inp.main_pid is None or e.get("pid") == inp.main_pid) and a < e["t"] < b
+    ]
+    return [(x, x) for x in sorted(set(epochs))], "epoch"
+
+
+def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Overlapping intervals as one (an automatic eval phase and the user's "validation" around it)."""
+    out: list[tuple[float, float]] = []
+    for s, e in sorted(spans):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
+def _part_series(inp: Inputs, role: str | None) -> Series | None:
+    """The series a part's staircase is read on: the tree's (None), the main's own, else the process of ``role``
+    whose floor rose most."""
+    if role is None:
+        return inp.tree
+    if role == "main":
+        return inp.own
+    best = None
+    for r, t, y in inp.procs.values():
+        if r == role and len(y) >= 3 and (best is None or y[-1] - y[0] > best[1][-1] - best[1][0]):
+            best = (t, y)
+    return best
