@@ -47,6 +47,10 @@ LOADS = ("quiet", "busy")
 QUICK_SCENARIO = "torch_leak_spikes"
 QUICK_SECONDS = 25.0
 
+# One OpenMP thread: on a shared 2-core machine torch's threads spin against each other and everyone else's (a tiny
+# BERT's training step took 3 s with the default 2 threads at a load average of 11, 0.2 s with one).
+RUN_ENV = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "UV_OFFLINE": "1"}
+
 MANIFEST_FORMAT = {
     "scenario": "file name in benchmarks/scenarios/, without .py",
     "load": "quiet (the machine as it is: shared, see the load figures) or busy (+2 spinning processes)",
@@ -56,6 +60,7 @@ MANIFEST_FORMAT = {
     "output": "path of the run's output (stdout and stderr)",
     "truth": "the scenario's TRUTH dict, plus 'measured': the TRUTH line it printed",
     "command": "the command run under memscope",
+    "env": "what the run's environment had set beside the caller's",
     "wall_s": "wall time of `memscope run`, s",
     "loadavg_start": "1-min load average at the run's start",
     "loadavg_end": "1-min load average at the run's end",
@@ -121,7 +126,7 @@ def record_one(corpus: str, name: str, truth: dict[str, Any], load: str, repeat:
     cmd = command(name, truth, seconds)
     summary, output = os.path.join(d, "summary.json"), os.path.join(d, "output.txt")
     memscope = [sys.executable, "-m", "memscope", "run", "-q", "--record", d, "--summary-json", summary, "--"]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", UV_OFFLINE="1")
+    env = dict(os.environ, **RUN_ENV)
     started, l0, t0 = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), _loadavg(), time.monotonic()
     with open(output, "w") as out:
         p = subprocess.run(memscope + cmd, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=600)
@@ -138,6 +143,7 @@ def record_one(corpus: str, name: str, truth: dict[str, Any], load: str, repeat:
         "output": output,
         "truth": {**truth, "measured": _measured(text)},
         "command": cmd,
+        "env": RUN_ENV,
         "wall_s": round(wall, 1),
         "loadavg_start": round(l0, 2),
         "loadavg_end": round(l1, 2),

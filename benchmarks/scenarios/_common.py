@@ -37,7 +37,8 @@ def log(clock: Clock, loss: object, every_s: float = 5.0) -> None:
     """A training's log line every few seconds (a run that prints is no stalled run)."""
     if clock.now() - _last_log[0] >= every_s:
         _last_log[0] = clock.now()
-        print(f"t={clock.now():.0f}s loss={float(loss):.4f}", flush=True)  # type: ignore[arg-type]
+        value = loss.item() if hasattr(loss, "item") else loss
+        print(f"t={clock.now():.0f}s loss={value:.4f}", flush=True)
 
 
 def truth(**measured: float) -> None:
