@@ -442,7 +442,8 @@ def attribute_text(r: Mapping[str, Any]) -> str:
     kind = str(r.get("type") or "object")
     n = r.get("len")
     item = r.get("item_type")
-    size = f", ~{fmt_bytes(r.get('bytes'), 'tenth')}" if r.get("bytes") else ""
+    b = r.get("bytes")
+    size = f", ~{fmt_bytes(b, 'tenth' if b >= 1 << 30 else 'view')}" if isinstance(b, int) and b > 0 else ""
     if isinstance(n, int):
         return f"{kind} of {n:,} {item}{size}" if item else f"{kind} of {n:,} items{size}"
     return f"{kind}{size}"
