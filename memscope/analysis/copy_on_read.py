@@ -421,6 +421,14 @@ def _attributions(events: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], 
     return tuple(by_pid.values())
 
 
+def attribute_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One worker's ``dataset_objects`` report: its attributes that hold Python objects, largest first, each with
+    its ``text`` ("list of 3,000,000 dict, ~0.9 GiB")."""
+    rows = [r for r in report.get("attributes") or [] if isinstance(r, dict) and r.get("python_objects")]
+    rows.sort(key=lambda r: r.get("bytes") or 0, reverse=True)
+    return [dict(r, text=attribute_text(r)) for r in rows]
+
+
 def _pick(attrs: Sequence[dict[str, Any]], pids: set[int]) -> dict[str, Any] | None:
     """The attribute holding the most Python objects' bytes, from a copying worker's report where there is one."""
     reports = [a for a in attrs if a.get("pid") in pids] or list(attrs)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import ipywidgets as w
 import psutil
 
+from ..analysis import copy_on_read as cor_mod
 from ..analysis import phases as phases_mod
 from ..analysis.leak import find_spikes, fit_plan, run_verdict
 from ..fmt import fmt_bytes, fmt_elapsed
@@ -26,6 +27,7 @@ from .chart import MemoryChart, count_points
 from .controls import Controls
 from .fragments import (
     CAUSE_COLOR,
+    copy_on_read_marks,
     esc,
     leak_line,
     output_tail,
@@ -107,6 +109,8 @@ class Dashboard:
         self._leak: dict[str, Any] = {}
         self._spikes: list[dict[str, Any]] = []
         self._leak_at = 0.0
+        self._cor: dict[str, Any] | None = None  # the live copy-on-read finding (kept once found)
+        self._cor_at = 0.0
         self.status = w.HTML()
         self.chart = MemoryChart(title=title, height=300, spread=True)
         self.gpu_chart: MemoryChart | None = None  # made with the run's first GPU data, never before
@@ -233,8 +237,10 @@ class Dashboard:
                 self.widget.children = tuple(kids)
             else:
                 self.gpu_chart.data = data
+        procs = with_gpu(self._procs(), self.gpu.per_pid(peak=final_summary is not None))
+        cor = final_summary.get("copy_on_read") if final_summary is not None else self._live_copy_on_read(procs)
         self.table.value = process_table(  # every process once the run has ended: no push comes after
-            with_gpu(self._procs(), self.gpu.per_pid(peak=final_summary is not None)),
+            copy_on_read_marks(procs, cor),
             max_exited=None if final_summary is not None else TABLE_EXITED,
         )
         self.probes.value = self._probe_feed.html(final_summary)
@@ -351,6 +357,27 @@ class Dashboard:
                 tt, ty = self.series.pss_by_role.total()
             self._spikes = [sp.to_dict() for sp in find_spikes(tt, ty)] if len(tt) >= 3 else []
         return self._leak
+
+    def _live_copy_on_read(self, procs: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+        """Copy-on-read on the record so far (analysis/copy_on_read.assess), every LEAK_PERIOD_S while DataLoader
+        workers are alive; once found, kept (their copies stay)."""
+        now = time.monotonic()
+        if self.run is None or (self._cor or {}).get("detected") or now - self._cor_at < LEAK_PERIOD_S:
+            return self._cor
+        self._cor_at = now
+        if not any(d.get("role") == cor_mod.WORKER_ROLE and d.get("alive", True) for d in procs.values()):
+            return self._cor
+        from ..record.reader import RunData
+
+        try:
+            rd = RunData(self.run.record_path)
+            try:
+                self._cor = dict(cor_mod.assess(rd).to_dict())
+            finally:
+                rd.close()
+        except Exception:  # a record being written can be read half-way: the next period tries again
+            pass
+        return self._cor
 
     # -- buttons ---------------------------------------------------------------------------------------------
     def _action(self, action: str) -> str:
