@@ -451,7 +451,9 @@ def attribute_text(r: Mapping[str, Any]) -> str:
     n = r.get("len")
     item = r.get("item_type")
     b = r.get("bytes")
-    size = f", ~{fmt_bytes(b, 'tenth' if b >= 1 << 30 else 'view')}" if isinstance(b, int) and b > 0 else ""
+    size = ""
+    if isinstance(b, int) and b > 0:  # "~0.9 GiB" from half a GiB on: an estimate, as close as it says
+        size = f", ~{b / (1 << 30):.1f} GiB" if b >= 512 * MiB else f", ~{fmt_bytes(b)}"
     if isinstance(n, int):
         return f"{kind} of {n:,} {item}{size}" if item else f"{kind} of {n:,} items{size}"
     return f"{kind}{size}"

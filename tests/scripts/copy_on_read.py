@@ -55,7 +55,8 @@ if __name__ == "__main__":
     min_epoch_s = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
     ds = Annotations(n) if kind == "dicts" else Arrays(n)
     print("dataset ready", len(ds), flush=True)
-    loader = DataLoader(ds, batch_size=512, shuffle=True, num_workers=workers, multiprocessing_context="fork")
+    fork = {"multiprocessing_context": "fork"} if workers else {}  # forked workers, as on Linux by default
+    loader = DataLoader(ds, batch_size=512, shuffle=True, num_workers=workers, **fork)
     batches = len(loader)
     for epoch in range(epochs):
         t0, total = time.monotonic(), 0.0

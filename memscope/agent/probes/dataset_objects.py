@@ -135,8 +135,8 @@ def _len(value: Any) -> int | None:
 def _container(c: Any) -> dict[str, Any]:
     n = len(c)
     if isinstance(c, (list, tuple)):
-        step = max(1, n // SAMPLE)
-        sample = [c[i] for i in range(0, n, step)][:SAMPLE]
+        m = min(n, SAMPLE)
+        sample = [c[i * n // m] for i in range(m)]  # spread over the whole: the items built last may differ
     elif isinstance(c, dict):
         # A dict's items in order from its start (no index into a dict): values are what it holds.
         sample = list(itertools.islice(c.values(), SAMPLE))
