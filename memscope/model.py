@@ -243,6 +243,31 @@ class LeakInfo(TypedDict, total=False):
     live: LiveInfo  # the live line's last answer, where it differed from this one: what changed it is said
 
 
+class CopyOnReadInfo(TypedDict, total=False):
+    """DataLoader copy-on-read (analysis/copy_on_read.py): forked workers copying their parent's pages as they read
+    its Python objects, their RSS flat. ``workers``: a row per worker measured (``copy_on_read`` marks those that
+    copy: pid, parent, since_s, at_s, rss_bytes, rss_change_bytes, anon_rss_bytes, anon_rss_change_bytes,
+    pss_start_bytes, pss_bytes, copied_bytes, shared_start_bytes, shared_bytes, shareable_bytes); ``parent``: the
+    parent's PSS and anon RSS over the growth; ``attribute``: the Dataset attribute holding the most Python objects
+    (name, type, len, item_type, objects, bytes, text, pid), from the workers' own ``dataset_objects`` reports;
+    ``bound_bytes``: where the tree levels off."""
+
+    detected: bool
+    workers: list[dict[str, Any]]
+    parent: dict[str, Any] | None
+    since_s: float | None
+    at_s: float | None
+    tree_start_bytes: int | None
+    tree_bytes: int | None
+    copied_bytes: int
+    bound_bytes: int | None
+    attribute: dict[str, Any] | None
+    attributes: list[dict[str, Any]]
+    reason: str
+    text: str | None
+    advice: str | None
+
+
 class AdviceLine(TypedDict):
     """One line of advice and what it is about."""
 
@@ -279,6 +304,7 @@ class Summary(TypedDict, total=False):
     leak: LeakInfo
     spikes: list[dict[str, Any]]
     workers: dict[str, Any] | None
+    copy_on_read: CopyOnReadInfo  # records summarized before it have none
     allocator: dict[str, Any] | None
     gpu: dict[str, Any] | None
     compile_pool: dict[str, Any] | None

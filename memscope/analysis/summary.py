@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ..model import KIND_PSS, KIND_RSS, SUMMARY_SCHEMA, Summary
 from ..record.catalogue import RUNNING, run_info, run_state
 from ..record.reader import RunData
+from . import copy_on_read as cor_mod
 from . import gpu as gpu_mod
 from . import phases as phases_mod
 from .advice import advise
@@ -197,6 +198,12 @@ def _summarize(rd: RunData) -> Summary:
         st = next(iter(rd.events("exit_status")), None)
         if st is not None:
             duration = max(duration, st["t"])
+    cor = _guard(
+        unavailable,
+        "copy_on_read",
+        lambda: cor_mod.assess(rd).to_dict(),
+        lambda: cor_mod.CopyOnRead(False, reason="memscope could not read the workers' rounds.").to_dict(),
+    )
     summary: Summary = {
         "schema": SCHEMA,
         "run_id": run["id"],
@@ -241,7 +248,9 @@ def _summarize(rd: RunData) -> Summary:
         ),
         "bounded": _guard(unavailable, "bounded", lambda: bounds({k: rd.events(k) for k in BOUND_EVENTS}), dict),
         "record": rd.path,
-        **_guard(unavailable, "diagnosis", lambda: diagnosis(rd, ev, float(duration)), _no_diagnosis),
+        # Copy-on-read first: the verdict names it as the kind of growth (analysis/growth.py).
+        "copy_on_read": cor,
+        **_guard(unavailable, "diagnosis", lambda: diagnosis(rd, ev, float(duration), cor), _no_diagnosis),
         **_guard(
             unavailable,
             "gpu",
@@ -291,7 +300,9 @@ def _last_words(
     )
 
 
-def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
+def diagnosis(
+    rd: RunData, ev: ExitEvidence, duration: float, copy_on_read: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Phases, the leak verdict (tree and per role) and spikes, from the fast series: the tree's PSS at every RSS
     round, measured in PSS rounds and carried forward between them by each process's private memory. The leak
     verdict fits its private part (anonymous PSS + swap): the file-backed part of PSS moves whenever another
@@ -326,7 +337,7 @@ def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
         replace(inp, limit_bytes=limit),
         ended,
         [Spike(s["start_s"], s["end_s"], s["height_bytes"], s["phase"]) for s in spikes],
-        _copy_on_read(rd),
+        copy_on_read,
     )
     verdict, parts, own = j.verdict, j.parts, inp.own
     series = inp.series
@@ -368,16 +379,6 @@ def _live_said(rd: RunData, leak: dict[str, Any]) -> dict[str, Any] | None:
         "t_s": round(float(shown[-1]["t"]), 3),
         "changes": len(shown) - 1,
     }
-
-
-def _copy_on_read(rd: RunData) -> dict[str, Any] | None:
-    """Copy-on-read's section where its detection (analysis/copy_on_read.py) is there to say it; None before."""
-    try:
-        from . import copy_on_read  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    detect = getattr(copy_on_read, "detect", None)
-    return detect(rd) if callable(detect) else None
 
 
 def _workers(rd: RunData) -> dict[str, Any] | None:

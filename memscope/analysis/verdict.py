@@ -9,6 +9,7 @@ from typing import Any, Mapping, Sequence
 
 from ..model import KIND_PSS, KIND_RSS
 from ..record.reader import RunData
+from . import copy_on_read as cor_mod
 from . import phases as phases_mod
 from .growth import Evidence, Growth, Stairs, stairs
 from .growth import judge as judge_growth
@@ -40,6 +41,7 @@ class Inputs:
     duration: float
     limit_bytes: int | None = None
     series: str = "tree_private"
+    copy_on_read: Mapping[str, Any] | None = None  # copy_on_read.assess's finding on the same record (or prefix)
 
     def upto(self, end: float) -> "Inputs":
         """The inputs as they were ``end`` seconds into the run (a replay of the live line)."""
@@ -93,6 +95,7 @@ def read_inputs(
             main_pid=main_pid,
             duration=duration,
             limit_bytes=limit_bytes,
+            copy_on_read=assess_copy_on_read(rd) if live else None,
         )
     # An older record without the fast series: its PSS rounds (private part), else its RSS rounds.
     kind = KIND_PSS if rd.tree_peak(KIND_PSS) else KIND_RSS
@@ -100,6 +103,14 @@ def read_inputs(
     tree = _unzip(rd.tree_totals(kind, private=True)) if kind == KIND_PSS else total
     series = "tree_private_pss_rounds" if kind == KIND_PSS else "tree_rss"
     return Inputs(tree, total, None, {}, events, ([], []), main_pid, duration, limit_bytes, series)
+
+
+def assess_copy_on_read(rd: RunData, until_s: float | None = None) -> dict[str, Any] | None:
+    """Copy-on-read's finding on the record (up to ``until_s``), None where it cannot be read."""
+    try:
+        return dict(cor_mod.assess(rd, until_s).to_dict())
+    except Exception:  # a record being written can be read half-way; the kind then waits for the next refit
+        return None
 
 
 def _unzip(rows: Any) -> Series:
@@ -121,6 +132,8 @@ def judge(
     (``growth.judge``). An ended run is fitted without its teardown; where that leaves too little for a verdict
     that the run had while it went, the run's whole series decide (the card never says less than the live
     line said). ``spikes``: the excursions found by the caller (else found here on ``inp.total``)."""
+    if copy_on_read is None:
+        copy_on_read = inp.copy_on_read
     j = _judge(inp, ended, spikes, copy_on_read)
     if ended and j.verdict.verdict == "insufficient_data":
         live = _judge(inp, False, spikes, copy_on_read)

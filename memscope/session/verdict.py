@@ -178,23 +178,23 @@ class LiveVerdict:
             rd.close()
 
 
-def replay(record: str, step_s: float = REFIT_S) -> list[tuple[float, dict[str, Any]]]:
+def replay(record: str, step_s: float = REFIT_S, cor: bool = True) -> list[tuple[float, dict[str, Any]]]:
     """The live line a run showed, replayed from its record: the verdict refitted every ``step_s`` on the record
     as it was then, through the same hold. [(t, the view's leak dict)] (the benchmark's live changes, the tests')."""
     from ..analysis.supervision import main_pid
-    from ..analysis.verdict import judge, read_inputs
+    from ..analysis.verdict import assess_copy_on_read, judge, read_inputs
     from ..record.reader import RunData
 
     rd = RunData(record)
     try:
         end = rd.last_sample_t() or 0.0
         inp = read_inputs(rd, main_pid(rd.processes(), rd.run_row()["root_pid"]), end)
+        hold, out, t = Hold(), [], step_s
+        while t <= end:
+            j = judge(inp.upto(t), copy_on_read=assess_copy_on_read(rd, t) if cor else None)
+            hold.update(t, answer(j))
+            out.append((t, view(hold, t, j)))
+            t += step_s
     finally:
         rd.close()
-    hold, out, t = Hold(), [], step_s
-    while t <= end:
-        j = judge(inp.upto(t))
-        hold.update(t, answer(j))
-        out.append((t, view(hold, t, j)))
-        t += step_s
     return out

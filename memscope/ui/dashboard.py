@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import ipywidgets as w
 import psutil
 
+from ..analysis import copy_on_read as cor_mod
 from ..analysis import phases as phases_mod
 from ..fmt import fmt_bytes, fmt_elapsed
 from ..session.run import started_here
@@ -25,6 +26,7 @@ from .chart import MemoryChart, count_points
 from .controls import Controls
 from .fragments import (
     CAUSE_COLOR,
+    copy_on_read_marks,
     esc,
     leak_line,
     output_tail,
@@ -54,6 +56,7 @@ FALLBACK_PERIOD_S = 30.0  # the static copy (a saved notebook without its kernel
 # DataLoader workers restarted every epoch would make it hundreds of rows (~150 KiB a push, thousands of DOM
 # nodes) in a day.
 TABLE_EXITED = 10
+LEAK_PERIOD_S = 5.0  # the live copy-on-read finding is recomputed this often
 SCALENE_SECONDS = 10.0  # what the "Scalene snapshot" button profiles
 _by_cell: dict[str, "Dashboard"] = {}
 last: "Dashboard | None" = None  # the most recent dashboard shown (for tests and for the curious)
@@ -102,6 +105,8 @@ class Dashboard:
         # end (its verdict as soon as the processes are gone, not up to a 2 s push period later).
         self._wake = threading.Event()
         self._stopping: dict[str, Any] | None = None  # the stop_requested event's data and time
+        self._cor: dict[str, Any] | None = None  # the live copy-on-read finding (kept once found)
+        self._cor_at = 0.0
         self.status = w.HTML()
         self.chart = MemoryChart(title=title, height=300, spread=True)
         self.gpu_chart: MemoryChart | None = None  # made with the run's first GPU data, never before
@@ -228,8 +233,10 @@ class Dashboard:
                 self.widget.children = tuple(kids)
             else:
                 self.gpu_chart.data = data
+        procs = with_gpu(self._procs(), self.gpu.per_pid(peak=final_summary is not None))
+        cor = final_summary.get("copy_on_read") if final_summary is not None else self._live_copy_on_read(procs)
         self.table.value = process_table(  # every process once the run has ended: no push comes after
-            with_gpu(self._procs(), self.gpu.per_pid(peak=final_summary is not None)),
+            copy_on_read_marks(procs, cor),
             max_exited=None if final_summary is not None else TABLE_EXITED,
         )
         self.probes.value = self._probe_feed.html(final_summary)
@@ -328,6 +335,27 @@ class Dashboard:
         Prometheus exporter show, held against flip-flops."""
         assert self.run is not None
         return self.run.verdict()
+
+    def _live_copy_on_read(self, procs: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+        """Copy-on-read on the record so far (analysis/copy_on_read.assess), every LEAK_PERIOD_S while DataLoader
+        workers are alive; once found, kept (their copies stay)."""
+        now = time.monotonic()
+        if self.run is None or (self._cor or {}).get("detected") or now - self._cor_at < LEAK_PERIOD_S:
+            return self._cor
+        self._cor_at = now
+        if not any(d.get("role") == cor_mod.WORKER_ROLE and d.get("alive", True) for d in procs.values()):
+            return self._cor
+        from ..record.reader import RunData
+
+        try:
+            rd = RunData(self.run.record_path)
+            try:
+                self._cor = dict(cor_mod.assess(rd).to_dict())
+            finally:
+                rd.close()
+        except Exception:  # a record being written can be read half-way: the next period tries again
+            pass
+        return self._cor
 
     # -- buttons ---------------------------------------------------------------------------------------------
     def _action(self, action: str) -> str:
