@@ -110,6 +110,11 @@ def rate_words(slope: float, fmt: Callable[[int], str] = _mib) -> str:
     return f"+{slope * 3600 / 1024:.0f} KiB/h"
 
 
+def _average(slope: float, fmt: Callable[[int], str]) -> str:
+    """A staircase's pace over time, in the unit that does not round it to 0: "+495 MiB/min", "+17 MiB/h"."""
+    return f"+{fmt(int(slope * 60))}/min" if slope * 60 >= 2**20 else f"+{fmt(int(slope * 3600))}/h"
+
+
 def _where_words(where: Sequence[str]) -> str:
     return " and ".join(ROLE_WORDS.get(r, r) for r in where) if where else "the process tree"
 
@@ -120,7 +125,9 @@ def _leak_words(g: Growth, fmt: Callable[[int], str]) -> str:
     head = f"{pace} in {_where_words(g.where)}: "
     if g.stairs is not None:
         s = g.stairs
-        head += f"+{fmt(s.per_step_bytes)} per {s.step_name}, {s.steps} {s.step_name}s ({rate_words(slope, fmt)})"
+        head += (
+            f"+{fmt(s.per_step_bytes)} per {s.step_name}, {s.steps} {s.step_name}s ({_average(slope, fmt)} on average)"
+        )
     else:
         head += rate_words(slope, fmt)
     if g.spike_bytes:

@@ -31,7 +31,13 @@ def main() -> None:
     ap.add_argument("--spike-mib", type=float, default=600)
     ap.add_argument("--spike-s", type=float, default=2.0)
     ap.add_argument("--keep-mib", type=float, default=0.0)
+    ap.add_argument("--torch", action="store_true", help="switch a torch module to train()/eval() (automatic phases)")
     a = ap.parse_args()
+    model = None
+    if a.torch:  # memscope's agent sees a top-level module's train()/eval() switches: the training's own phases
+        import torch
+
+        model = torch.nn.Linear(8, 8)
     ctx = mp.get_context("fork")
     stop = ctx.Event()
     pool: list = []
@@ -40,16 +46,23 @@ def main() -> None:
     next_val = t0 + a.period
     step = 0.1
     evals = 0
+    training = False
     print(f"pid {os.getpid()}: leak {a.leak_mib_s} MiB/s, keep {a.keep_mib} MiB per evaluation", flush=True)
     while time.monotonic() - t0 < a.seconds:
         if not pool and time.monotonic() - t0 >= a.pool_at:
             pool = [ctx.Process(target=worker, args=(a.worker_mib, stop), daemon=True) for _ in range(a.workers)]
             for p in pool:
                 p.start()
+        if model is not None and not training:
+            model.train()
+            training = True
         if a.leak_mib_s > 0:
             kept.append(np.ones(int(a.leak_mib_s * step * MIB) // 8))
         time.sleep(step)
         if time.monotonic() >= next_val:
+            if model is not None:
+                model.eval()
+                training = False
             with memscope.phase("validation"):
                 spike = np.ones(int(a.spike_mib * MIB) // 8)
                 time.sleep(a.spike_s)
