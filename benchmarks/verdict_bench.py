@@ -326,21 +326,66 @@ def _duration(record: str) -> float:
         con.close()
 
 
-def live_line(record: str, every: float) -> list[dict[str, Any]]:
-    """The live line the run would have shown, every ``every`` s: [{t, verdict, growth}]. Where the checkout has
-    a live verdict of its own that replays a record (``memscope.session.verdict.replay``: refits held against
-    flip-flops, a stateful line), that one, an answer counting as shown once it has a growth kind; else the
-    record's prefixes judged one by one (:func:`live_at`), as the dashboard judged them (no state kept)."""
+def _checkout_replay() -> Any:
+    """The checkout's own replay of a live line (``memscope.session.verdict.replay``), None where it has none."""
     try:  # by name: a checkout before the live verdict moved there has no such module
-        live_replay = getattr(importlib.import_module("memscope.session.verdict"), "replay", None)
+        return getattr(importlib.import_module("memscope.session.verdict"), "replay", None)
     except ImportError:
-        live_replay = None
-    if live_replay is not None:
+        return None
+
+
+def _dashboard_line(record: str, every: float) -> list[dict[str, Any]]:
+    """The live line of a checkout whose dashboard fits the verdict itself (main at 51a2bed: ``ui/dashboard.py``
+    ``_live_leak``): at every refit, ``leak.fit_plan`` and ``leak.run_verdict`` on the series so far (the tree's
+    private memory at every RSS round, the main's own private memory, each process's private floor, the phase
+    and epoch events), nothing held between refits. The series are read once and cut at each moment."""
+    from bisect import bisect_right
+
+    from memscope.analysis.leak import fit_plan, run_verdict
+    from memscope.analysis.supervision import main_pid
+    from memscope.record.reader import RunData
+
+    rd = RunData(record)
+    try:
+        rows = rd.fast_totals(private=True)
+        main = main_pid(rd.processes(), rd.run_row()["root_pid"])
+        events = sorted(rd.events("epoch") + rd.events("phase"), key=lambda e: e["t"])
+        own = rd.role_fast_total("main", column="private")
+        procs = rd.process_fast_floors(0.2)
+    finally:
+        rd.close()
+    t, y = [r[0] for r in rows], [r[1] or 0 for r in rows]
+
+    def cut(ts: list[float], ys: list[Any], end: float) -> tuple[list[float], list[Any]]:
+        k = bisect_right(ts, end)
+        return ts[:k], ys[:k]
+
+    out, end = [], every
+    while t and end <= t[-1]:
+        tt, ty = cut(t, y, end)
+        plan = fit_plan([e for e in events if e["t"] <= end], tt[-1], main)
+        parts = {p: (r, *cut(pt, py, end)) for p, (r, pt, py) in procs.items()}
+        v = run_verdict(plan, (tt, ty), cut(*own, end) if own else None, parts)[0].to_dict()
+        out.append({"t": end, "verdict": v.get("verdict"), "growth": kind_of(v.get("growth"))})
+        end += every
+    return out
+
+
+def live_line(record: str, every: float, how: str = "auto") -> list[dict[str, Any]]:
+    """The live line the run would have shown, every ``every`` s: [{t, verdict, growth}]. ``auto``: where the
+    checkout has a live verdict of its own that replays a record (``memscope.session.verdict.replay``: refits held
+    against flip-flops, a stateful line), that one, an answer counting as shown once it has a growth kind; else
+    the dashboard's own calls on the series so far (:func:`_dashboard_line`). ``prefix``: the record cut at each
+    moment and judged by the checkout's whole summary (:func:`live_at`; slower, for any code)."""
+    checkout = _checkout_replay() if how == "auto" else None
+    if checkout is not None:
         out = []
-        for t, v in live_replay(record, every):
+        for t, v in checkout(record, every):
             kind = kind_of(v.get("growth"))
             out.append({"t": t, "verdict": v.get("verdict") if kind else "insufficient_data", "growth": kind})
         return out
+    if how == "auto":
+        return _dashboard_line(record, every)
     from memscope.record.reader import connect
 
     dur, out, end = _duration(record), [], every
@@ -355,12 +400,12 @@ def live_line(record: str, every: float) -> list[dict[str, Any]]:
     return out
 
 
-def replay_run(entry: dict[str, Any], every: float) -> dict[str, Any]:
+def replay_run(entry: dict[str, Any], every: float, how: str = "auto") -> dict[str, Any]:
     """One run re-judged: its final verdict and its live line over time."""
     record = entry["record"]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     final = final_of(record)
-    live = live_line(record, every)
+    live = live_line(record, every, how)
     return {
         **entry,
         "final": final,
@@ -416,11 +461,13 @@ def _sequence(live: list[dict[str, Any]]) -> str:
     return " ".join(out)
 
 
-def replay(corpus: str, every: float, workers: int, only: list[str] | None = None) -> list[dict[str, Any]]:
+def replay(
+    corpus: str, every: float, workers: int, only: list[str] | None = None, how: str = "auto"
+) -> list[dict[str, Any]]:
     runs = [r for r in read_manifest(corpus) if r.get("record") and os.path.exists(r["record"])]
     runs = [r for r in runs if not only or r["scenario"] in only]
     with ProcessPoolExecutor(max(1, workers)) as pool:
-        done = list(pool.map(replay_run, runs, [every] * len(runs)))
+        done = list(pool.map(replay_run, runs, [every] * len(runs), [how] * len(runs)))
     for r in done:
         r["stats"] = live_stats(r["live"], r["truth"], r["final"])
     return done
@@ -532,6 +579,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, help="every scenario this long (default: each its own)")
     ap.add_argument("--every", type=float, default=3.0, help="live prefixes every S seconds (--replay)")
     ap.add_argument("--workers", type=int, default=2, help="replay processes")
+    ap.add_argument(
+        "--live",
+        choices=("auto", "prefix"),
+        default="auto",
+        help="the live line: the checkout's own (auto), or the record's prefixes through the summary (prefix)",
+    )
     ap.add_argument("--out", help="write the markdown table here")
     ap.add_argument("--json", help="write every run's replay here")
     ns = ap.parse_args(argv)
@@ -548,11 +601,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if ns.replay:
         t0 = time.perf_counter()
-        done = replay(ns.replay, ns.every, ns.workers, ns.only)
+        done = replay(ns.replay, ns.every, ns.workers, ns.only, ns.live)
         if not done:
             print(f"{ns.replay}: no recorded runs (no manifest.json, or its records are gone)", file=sys.stderr)
             return 2
-        md = table(done) + f"\n\nLoad: {load_figures(done)} Replay: {time.perf_counter() - t0:.1f} s.\n"
+        cpu = sum(r["replay_cpu_s"] for r in done)
+        md = (
+            f"{table(done)}\n\nLoad: {load_figures(done)} Replay: {time.perf_counter() - t0:.1f} s wall with "
+            f"{ns.workers} processes, {cpu:.1f} s of CPU in all (live line every {ns.every:g} s, {ns.live}).\n"
+        )
         print(md)
         if ns.out:
             with open(ns.out, "w") as f:
