@@ -412,6 +412,7 @@ def replay_run(entry: dict[str, Any], every: float, how: str = "auto") -> dict[s
         "live": live,
         "duration_s": _duration(record),
         "replay_s": time.perf_counter() - t0,
+        "replay_cpu_s": time.process_time() - c0,
     }
 
 
