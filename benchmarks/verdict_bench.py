@@ -550,6 +550,17 @@ def load_figures(done: list[dict[str, Any]]) -> str:
     return "; ".join(out) + "."
 
 
+def corpus_summary(corpus: str, out: str) -> None:
+    """A small copy of the manifest to commit (the records stay outside git): its format, and per run what was run
+    and under which load, what it really did (the TRUTH line), without the paths."""
+    keep = ("scenario", "load", "repeat", "wall_s", "loadavg_start", "loadavg_end", "started_at", "returncode")
+    runs = [{k: r.get(k) for k in keep} | {"measured": r["truth"].get("measured", {})} for r in read_manifest(corpus)]
+    truths = {n: t for n, t in scenarios().items() if any(r["scenario"] == n for r in runs)}
+    with open(out, "w") as f:
+        json.dump({"format": MANIFEST_FORMAT, "env": RUN_ENV, "truths": truths, "runs": runs}, f, indent=0)
+        f.write("\n")
+
+
 # -- the smoke ---------------------------------------------------------------------------------------------------
 def quick(out: str | None = None) -> int:
     """One short scenario recorded once (quiet), then replayed: everything runs, nothing timed is asserted."""
@@ -578,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=2, help="runs at a time (--run)")
     ap.add_argument("--seconds", type=float, help="every scenario this long (default: each its own)")
-    ap.add_argument("--every", type=float, default=3.0, help="live prefixes every S seconds (--replay)")
+    ap.add_argument("--every", type=float, default=5.0, help="live prefixes every S seconds (--replay)")
     ap.add_argument("--workers", type=int, default=2, help="replay processes")
     ap.add_argument(
         "--live",
@@ -588,9 +599,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", help="write the markdown table here")
     ap.add_argument("--json", help="write every run's replay here")
+    ap.add_argument("--corpus-summary", metavar="FILE", help="write a small summary of --corpus's manifest here")
     ns = ap.parse_args(argv)
     if ns.quick:
         return quick(ns.out)
+    if ns.corpus_summary:
+        corpus_summary(ns.corpus, ns.corpus_summary)
+        return 0
     if ns.run:
         names = ns.only or list(scenarios())
         unknown = set(names) - set(scenarios())
