@@ -511,7 +511,7 @@ def table(done: list[dict[str, Any]]) -> str:
             f = r["final"]["verdict"] + (f"/{r['final']['growth']}" if r["final"]["growth"] else "")
             finals[f] = finals.get(f, 0) + 1
         firsts = [r["stats"]["first_right_s"] for r in rs if r["stats"]["first_right_s"] is not None]
-        med = f"{statistics.median(firsts):.0f}" + (f" ({len(firsts)}/{len(rs)})" if len(firsts) < len(rs) else "")
+        med = (f"{statistics.median(firsts):.0f}" if firsts else "-") + (f" ({len(firsts)}/{len(rs)})" if len(firsts) < len(rs) else "")
         lines.append(
             f"| {name} | {truth['verdict']}/{' or '.join([truth.get('growth'), *truth.get('growth_also', ())])} | {cell('verdict')} | "
             f"{cell('growth') if has_growth else 'n/a (no leak.growth)'} | "

@@ -24,6 +24,9 @@ from .leak import MIN_GROWTH_BYTES, SLOW_BYTES_PER_S, LeakVerdict, floor_step
 
 PART_SHARE = 0.01  # a leaking part overrules the tree when it grew by more than this share of the tree's floor
 SLOW_LEAK_BYTES_PER_S = 2 * SLOW_BYTES_PER_S  # the headline says "Slow leak" below this (seed 004's 1 MiB/s is one)
+SPIKE_SHARE = 0.10  # an excursion is a spike worth naming above this share of the floor
+STEP_SHARE = 0.05  # a step worth naming raised the floor by this share (a clean run's warm-up settles a few %)
+STEP_OWN_SHARE = 0.5  # a step is some process's own: its own floor rose by at least this share of the tree's step
 STAIR_SHARE = 0.75  # a leak is a staircase when its rises across the evaluations make this share of its growth
 
 ROLE_WORDS = {
@@ -166,7 +169,8 @@ _WORDS: dict[str, Callable[[Growth, Callable[[int], str]], str]] = {
 
 
 def _material_spike(spike_bytes: int, floor: int | None) -> bool:
-    return spike_bytes > max(MIN_GROWTH_BYTES, MIN_GROWTH_FRACTION * abs(floor or 0))
+    """A spike worth naming: above SPIKE_SHARE of the floor (a clean run's batches wobble a few percent)."""
+    return spike_bytes > max(MIN_GROWTH_BYTES, SPIKE_SHARE * abs(floor or 0))
 
 
 def leaking_parts(tree: LeakVerdict, parts: Mapping[str, LeakVerdict], ev: Evidence) -> list[str]:
@@ -216,7 +220,7 @@ def judge(
         return v, Growth("copy_on_read", ("dataloader_worker",), bound_bytes=bound if isinstance(bound, int) else None)
     if tree.verdict == "leak":
         if len(parts) >= 2 and all(v.verdict == "no_leak" for v in parts.values()) and "main" in parts:
-            return _overruled(tree, ev, spike)
+            return _overruled(tree, ev, spike, _own_rise(parts))
         g = Growth("leak", (), tree.slope_bytes_per_s, stairs=stairs_of(None), spike_bytes=spike or None)
         return tree, g
     if tree.verdict == "insufficient_data":
@@ -229,7 +233,17 @@ def judge(
         ):
             return tree, None
         tree = replace(main, time_to_limit_s=None, parts="parts")
-    return tree, _floor_kind(tree, ev, spike)
+    return tree, _floor_kind(tree, ev, spike, _own_rise(parts))
+
+
+def _own_rise(parts: Mapping[str, LeakVerdict]) -> int | None:
+    """The most any part's own floor rose (None: no parts, a run of one process is its tree)."""
+    rises = [
+        v.baseline_end_bytes - v.baseline_start_bytes
+        for v in parts.values()
+        if v.baseline_end_bytes is not None and v.baseline_start_bytes is not None
+    ]
+    return max(rises) if rises else None
 
 
 def _part_leak(
@@ -262,20 +276,25 @@ def _part_leak(
     return v, Growth("leak", tuple(leaking), rate, stairs=stairs_of(leaking[0]), spike_bytes=spike or None)
 
 
-def _overruled(tree: LeakVerdict, ev: Evidence, spike: int) -> tuple[LeakVerdict, Growth]:
+def _overruled(tree: LeakVerdict, ev: Evidence, spike: int, own_rise: int | None) -> tuple[LeakVerdict, Growth]:
     """The tree's floor rose while each part's own stayed flat: more processes alive, where their count really
     rose; else a rise that held (the tree's sum moved as processes' shares of their pages did)."""
     v = replace(tree, verdict="no_leak", time_to_limit_s=None, parts="processes" if _rose(ev) else None)
-    return v, _floor_kind(v, ev, spike, rose_anyway=True)
+    return v, _floor_kind(v, ev, spike, own_rise, rose_anyway=True)
 
 
-def _floor_kind(v: LeakVerdict, ev: Evidence, spike: int, rose_anyway: bool = False) -> Growth:
+def _floor_kind(
+    v: LeakVerdict, ev: Evidence, spike: int, own_rise: int | None, rose_anyway: bool = False
+) -> Growth:
+    """A floor that did not leak: more processes (their count rose with it), a step (some process's own floor rose
+    with it: the tree's sum also moves as processes' shares of their pages do, and that is no step), spikes, flat."""
     a, b = v.baseline_start_bytes, v.baseline_end_bytes
     rise = (b - a) if a is not None and b is not None else 0
     step = floor_step(dict(v.to_dict(), parts=None)) if not rose_anyway else (rise if rise > 0 else None)
     if step and _rose(ev):
         return Growth("more_processes", rise_bytes=step, processes=ev.processes, spike_bytes=spike or None)
-    if step and step >= max(MIN_GROWTH_BYTES, MIN_GROWTH_FRACTION * abs(b or 0)):
+    own = own_rise is None or (step is not None and own_rise >= STEP_OWN_SHARE * step)
+    if step and own and step >= max(MIN_GROWTH_BYTES, STEP_SHARE * abs(b or 0)):
         return Growth("step", rise_bytes=step, spike_bytes=spike or None)
     if spike:
         return Growth("spikes", spike_bytes=spike)
