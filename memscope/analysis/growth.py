@@ -19,7 +19,6 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from ..model import GrowthInfo
-from ._stats import MIN_GROWTH_FRACTION
 from .leak import MIN_GROWTH_BYTES, SLOW_BYTES_PER_S, LeakVerdict, floor_step
 
 PART_SHARE = 0.01  # a leaking part overrules the tree when it grew by more than this share of the tree's floor
@@ -283,9 +282,7 @@ def _overruled(tree: LeakVerdict, ev: Evidence, spike: int, own_rise: int | None
     return v, _floor_kind(v, ev, spike, own_rise, rose_anyway=True)
 
 
-def _floor_kind(
-    v: LeakVerdict, ev: Evidence, spike: int, own_rise: int | None, rose_anyway: bool = False
-) -> Growth:
+def _floor_kind(v: LeakVerdict, ev: Evidence, spike: int, own_rise: int | None, rose_anyway: bool = False) -> Growth:
     """A floor that did not leak: more processes (their count rose with it), a step (some process's own floor rose
     with it: the tree's sum also moves as processes' shares of their pages do, and that is no step), spikes, flat."""
     a, b = v.baseline_start_bytes, v.baseline_end_bytes

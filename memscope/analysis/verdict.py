@@ -17,6 +17,7 @@ from .leak import FitPlan, LeakVerdict, fit_plan, part_verdicts
 from .spikes import Spike, find_spikes
 
 Series = tuple[list[float], list[float]]
+STEP_HELD_S = 20.0  # live, a step is one once the floor has held its new level this long (and a third of the fit)
 _EVAL_WORDS = ("eval", "valid", "val", "test")
 
 
@@ -71,6 +72,8 @@ class Judgment:
     growth: Growth | None
     plan: FitPlan
     spikes: list[Spike] = field(default_factory=list)
+    # While the run goes: why its answer is not one yet, in words ("a step needs to hold"), else None.
+    provisional: str | None = None
 
 
 def read_inputs(
@@ -164,7 +167,31 @@ def _judge(
         return stairs(*plan.span(*s), steps, step_name) if s else None
 
     verdict, growth = judge_growth(tree, parts, ev, stairs_of)
-    return Judgment(verdict, parts, growth, plan, list(spikes))
+    wait = None if ended or growth is None or growth.kind != "step" else _unheld(plan.span(*inp.tree), verdict)
+    return Judgment(verdict, parts, growth, plan, list(spikes), wait)
+
+
+def _unheld(s: Series, v: LeakVerdict) -> str | None:
+    """A step is a rise that then holds: while the floor has held its new level for less than STEP_HELD_S and a
+    third of the fit, it may be a staircase's first stair or a leak's start (a validation that keeps its outputs
+    looked like "stepped up once" for 10 s): the words for what it waits for, else None."""
+    t, y = s
+    a, b = v.baseline_start_bytes, v.baseline_end_bytes
+    if not t or a is None or b is None:
+        return None
+    mid = (a + b) / 2.0
+    at = t[-1]
+    low = float("inf")
+    for x, val in zip(reversed(t), reversed(y)):  # the earliest time from which the floor stays above mid
+        low = min(low, val)
+        if low < mid:
+            break
+        at = x
+    held = t[-1] - at
+    need = max(STEP_HELD_S, (t[-1] - t[0]) / 3.0)
+    if held >= need:
+        return None
+    return f"stepped up {(b - a) / 2**20:.0f} MiB {held:.0f} s ago; a step must hold {need:.0f} s to be no leak"
 
 
 def _counts(counts: Series, span: list[float]) -> tuple[int, int] | None:

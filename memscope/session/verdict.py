@@ -3,7 +3,7 @@ fitted as the summary fits (``analysis/verdict.py`` over the record so far), and
 
 Hysteresis (``Hold``): an answer is a verdict with its kind of growth. The first is shown once the same answer has
 held for FIRST_HOLD_S; after that a different answer replaces the shown one only when it has held, every refit in
-a row, for a margin that grows with the run (a third of its time so far, more after each change): a new stair, a
+a row, for a margin that grows with the run (a quarter of its time so far, more after each change): a new stair, a
 new process, a trend that keeps going, never one fit. Until an answer is shown, and while a different one is
 building up, the line says what it is leaning to and why ("leaning to a slow leak: +3 MiB/min, over 40 s, not yet
 sure"). Each answer shown is written to the record (a "live_verdict" event), so the summary can say where the
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 REFIT_S = 5.0  # the verdict is refitted at most this often (more where a refit costs more: REFIT_CPU_SHARE)
 REFIT_CPU_SHARE = 0.05  # ... never more than this share of one core
 FIRST_HOLD_S = 10.0  # the first answer holds this long (three refits in a row) before it is shown
-CHANGE_SHARE = 1 / 3  # a later answer holds this share of the run's time so far (x the changes made + 1) ...
+CHANGE_SHARE = 1 / 4  # a later answer holds this share of the run's time so far (x the changes made + 1) ...
 CHANGE_MIN_S = 20.0  # ... and never less than this
 
 KIND_LEANING = {
@@ -91,7 +91,7 @@ class Hold:
 
 def answer(j: "Judgment") -> dict[str, Any] | None:
     """A judgment as an answer the hold weighs: None while its verdict is insufficient_data."""
-    if j.verdict.verdict == "insufficient_data" or j.growth is None:
+    if j.verdict.verdict == "insufficient_data" or j.growth is None or j.provisional:
         return None
     return {
         "verdict": j.verdict.verdict,
@@ -111,6 +111,8 @@ def view(hold: Hold, t: float, last: "Judgment | None") -> dict[str, Any]:
         out = {"verdict": "insufficient_data", "growth": None}
         if last is not None and last.verdict.verdict == "insufficient_data":
             out["reason"] = last.verdict.reason
+        elif last is not None and last.provisional:
+            out["reason"] = last.provisional
     if lean:
         out["leaning"] = lean
     out["changes"] = hold.changes
