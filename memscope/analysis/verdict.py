@@ -17,6 +17,8 @@ from .leak import FitPlan, LeakVerdict, fit_plan, part_verdicts
 from .spikes import Spike, find_spikes
 
 Series = tuple[list[float], list[float]]
+STARTUP_SHARE = 0.3  # without a known training start, a rise in this first share of the run is its start-up
+RAMP_S = 8.0  # a floor that took longer than this to rise (10% to 90% of it) warmed up: no step
 STEP_HELD_S = 20.0  # live, a step is one once the floor has held its new level this long (and a third of the fit)
 _EVAL_WORDS = ("eval", "valid", "val", "test")
 
@@ -167,31 +169,50 @@ def _judge(
         return stairs(*plan.span(*s), steps, step_name) if s else None
 
     verdict, growth = judge_growth(tree, parts, ev, stairs_of)
-    wait = None if ended or growth is None or growth.kind != "step" else _unheld(plan.span(*inp.tree), verdict)
+    wait = None
+    if growth is not None and growth.kind == "step":
+        growth, wait = _held_step(plan.start_s, plan.span(*inp.tree), verdict, growth, ended)
     return Judgment(verdict, parts, growth, plan, list(spikes), wait)
 
 
-def _unheld(s: Series, v: LeakVerdict) -> str | None:
-    """A step is a rise that then holds: while the floor has held its new level for less than STEP_HELD_S and a
-    third of the fit, it may be a staircase's first stair or a leak's start (a validation that keeps its outputs
-    looked like "stepped up once" for 10 s): the words for what it waits for, else None."""
+def _held_step(start_s: float | None, s: Series, v: LeakVerdict, g: Growth, ended: bool) -> tuple[Growth, str | None]:
+    """A step is a sharp rise that then holds.
+
+    A rise spread over more than RAMP_S is a warm-up that settled (imports, the model built, caches filled), no
+    step; so is, where no training start is known (plain torch: no DataLoader epoch, no train()/eval() switch), a
+    rise in the first STARTUP_SHARE of the run: a sawtooth's record read "stepped up 81 MiB once" for its 16 s of
+    imports. While the floor has held its new level for less than STEP_HELD_S (live: and a third of the fit),
+    it may be a staircase's first stair, a leak's start (a validation that keeps its outputs looked like "stepped
+    up once" for 10 s) or a sawtooth's tooth: live, the words for what it waits for; at the end, no step."""
     t, y = s
     a, b = v.baseline_start_bytes, v.baseline_end_bytes
     if not t or a is None or b is None:
-        return None
-    mid = (a + b) / 2.0
+        return g, None
+    at = _step_at(t, y, (a + b) / 2.0)
+    calm = Growth("spikes", spike_bytes=g.spike_bytes) if g.spike_bytes else Growth("flat")
+    if _step_at(t, y, a + 0.9 * (b - a)) - _step_at(t, y, a + 0.1 * (b - a)) > RAMP_S:
+        return calm, None
+    if start_s is None and at - t[0] < STARTUP_SHARE * (t[-1] - t[0]):
+        return calm, None
+    held = t[-1] - at
+    need = STEP_HELD_S if ended else max(STEP_HELD_S, (t[-1] - t[0]) / 3.0)
+    if held >= need:
+        return g, None
+    if ended:
+        return calm, None
+    return g, f"stepped up {(b - a) / 2**20:.0f} MiB {held:.0f} s ago; a step must hold {need:.0f} s to be no leak"
+
+
+def _step_at(t: list[float], y: list[float], mid: float) -> float:
+    """The earliest time from which the series stays above ``mid``."""
     at = t[-1]
     low = float("inf")
-    for x, val in zip(reversed(t), reversed(y)):  # the earliest time from which the floor stays above mid
+    for x, val in zip(reversed(t), reversed(y)):
         low = min(low, val)
         if low < mid:
             break
         at = x
-    held = t[-1] - at
-    need = max(STEP_HELD_S, (t[-1] - t[0]) / 3.0)
-    if held >= need:
-        return None
-    return f"stepped up {(b - a) / 2**20:.0f} MiB {held:.0f} s ago; a step must hold {need:.0f} s to be no leak"
+    return at
 
 
 def _counts(counts: Series, span: list[float]) -> tuple[int, int] | None:
