@@ -14,7 +14,7 @@ from . import phases as phases_mod
 from .growth import Evidence, Growth, Stairs, stairs
 from .growth import judge as judge_growth
 from .leak import FitPlan, LeakVerdict, fit_plan, part_verdicts
-from .spikes import Spike, find_spikes
+from .spikes import PLATEAU_S, Spike, find_spikes
 
 Series = tuple[list[float], list[float]]
 STARTUP_SHARE = 0.3  # without a known training start, a rise in this first share of the run is its start-up
@@ -157,8 +157,9 @@ def _judge(
     if spikes is None:
         spikes = find_spikes(*inp.total, phases=plan.phases) if len(inp.total[0]) >= 3 else []
     lo = span[0] if span else 0.0
-    top = max((s.height_bytes for s in spikes if s.end_s >= lo), default=0)
-    n = sum(1 for s in spikes if s.end_s >= lo)
+    named = [s for s in spikes if s.end_s >= lo and _named_spike(s)]
+    top = max((s.height_bytes for s in named), default=0)
+    n = len(named)
     ev = Evidence(top, n, _counts(inp.counts, span), copy_on_read, inp.limit_bytes)
     steps, step_name = _steps(inp, span)
 
@@ -213,6 +214,15 @@ def _step_at(t: list[float], y: list[float], mid: float) -> float:
             break
         at = x
     return at
+
+
+def _named_spike(s: Spike) -> bool:
+    """An excursion the kind names: a spike (up to PLATEAU_S), or a longer plateau during an evaluation. A plateau
+    of 20 s in the training's own phase was, on clean runs (a Trainer, Lightning with persistent workers), the
+    tree's sum moving while processes came and went, no memory the training held for a moment."""
+    if s.end_s - s.start_s <= PLATEAU_S:
+        return True
+    return s.phase is not None and any(w in s.phase.lower() for w in _EVAL_WORDS)
 
 
 def _counts(counts: Series, span: list[float]) -> tuple[int, int] | None:
