@@ -59,38 +59,12 @@ def test_phase_and_mark_are_no_ops_outside_memscope():
 
 
 def _live_lines(record):
-    """The dashboard's live leak line, replayed every second of a recorded run: the same fit (run_verdict over the
-    phase and epoch events seen by then) on the same data (the record's series up to then)."""
-    from bisect import bisect_right
-
-    from memscope.analysis.leak import fit_plan, run_verdict
-    from memscope.analysis.summary import main_pid
-    from memscope.record.reader import RunData
+    """The live leak line every view shows (Run.verdict, session/verdict.py), replayed every second of a recorded
+    run: the same fit on the record's series up to then, through the same hold."""
+    from memscope.session.verdict import replay
     from memscope.ui.terminal import verdict_text
 
-    rd = RunData(record)
-    try:
-        tree = rd.fast_totals(private=True)
-        own = rd.role_fast_totals(column="private").get("main")
-        procs = rd.process_fast_floors(0.2)
-        main = main_pid(rd.processes(), rd.run_row()["root_pid"])
-        events = sorted(rd.events("epoch") + rd.events("phase"), key=lambda e: e["t"])
-    finally:
-        rd.close()
-
-    def cut(t, *ys):
-        k = bisect_right(t, end)
-        return (t[:k], *(y[:k] for y in ys))
-
-    t, y = [r[0] for r in tree], [r[1] for r in tree]
-    out, end = [], 1.0
-    while end <= t[-1]:
-        plan = fit_plan([e for e in events if e["t"] <= end], end, main)
-        parts = {p: (r, *cut(pt, py)) for p, (r, pt, py) in procs.items()}
-        v, _ = run_verdict(plan, cut(t, y), cut(*own) if own else None, parts)
-        out.append((end, v.to_dict(), verdict_text(v.to_dict())))
-        end += 1.0
-    return out
+    return [(t, v, verdict_text(v)) for t, v in replay(record, 1.0)]
 
 
 def test_the_final_card_never_says_less_than_the_live_line(start):
