@@ -176,3 +176,27 @@ def test_the_view_says_leaning_words_until_it_is_sure():
     h.update(15.0, _ans("leak", "leak"))
     line = verdict_text(view(h, 20.0, j))
     assert line == "leak or spikes: not yet known (leaning to a leak: detail, over 5 s, not yet sure)", line
+
+
+def test_a_record_written_before_the_kinds_says_so_and_never_guesses():
+    # A summary stored by an older memscope: a verdict, no leak.growth. The card and the report keep its verdict
+    # and say the kind was not recorded; none is made up from the old figures.
+    from memscope.ui.fragments import verdict_card
+
+    old = {
+        "exit": {"cause": "ok", "message": "exited 0"},
+        "peak": {"tree_pss_bytes": 1 << 30, "tree_rss_bytes": 1 << 30, "at_s": 1.0},
+        "processes": [],
+        "leak": {"verdict": "no_leak", "baseline_start_bytes": 800 * MIB, "baseline_end_bytes": 930 * MIB},
+    }
+    line = verdict_text(old["leak"])
+    assert (
+        line
+        == "no leak: the floor stepped up 130 MiB once, then held (recorded before memscope named the kind of growth)"
+    )
+    card = verdict_card(old)
+    assert "recorded before memscope named the kind of growth" in card and "Only spikes" not in card
+    new = dict(
+        old, leak=dict(old["leak"], growth={"kind": "step", "words": "No leak: stepped up once by 130 MiB, then held"})
+    )
+    assert "ok · No leak: stepped up once by 130 MiB, then held</div>" in verdict_card(new)  # the card's first line

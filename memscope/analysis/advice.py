@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .leak import excursion_words, floor_words
+from .leak import floor_words
 from .probes import summary_keys
+from .spikes import excursion_words
 
 # The summary keys whose rows carry an ``advice`` line, in the order the advice lists them.
 ADVICE_KEYS = ("loads", "faiss", "compile_pool", "cuda_oom", "allocator", "malloc", "gpu")

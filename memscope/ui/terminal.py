@@ -11,13 +11,14 @@ import io
 import os
 import shutil
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.leak import excursion_words, floor_words
+from ..analysis.leak import floor_words
+from ..analysis.spikes import excursion_words
 from ..fmt import fmt_bytes, fmt_elapsed
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def verdict_text(leak: dict | None, spikes: list | None = None) -> str:
     return f"leak or spikes: not yet known ({why})" if why else "leak or spikes: not yet known"
 
 
-def changed_text(leak: dict) -> str:
+def changed_text(leak: dict[str, Any]) -> str:
     """Where the live line's last answer differs from the run's: what it said, and that the whole run changed it."""
     live = leak.get("live")
     if not isinstance(live, dict) or not live.get("words"):
@@ -73,7 +74,7 @@ def changed_text(leak: dict) -> str:
     return f" (live, until {live.get('t_s', 0):.0f} s, it said: {live['words']}; the whole run's record changed it)"
 
 
-def _old_text(leak: dict, spikes: list | None) -> str:
+def _old_text(leak: dict[str, Any], spikes: list[dict[str, Any]] | None) -> str:
     if leak.get("verdict") == "leak":
         slope = leak.get("slope_bytes_per_s") or 0
         ttl = leak.get("time_to_limit_s")
