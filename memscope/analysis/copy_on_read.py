@@ -25,10 +25,16 @@ round of the growth seen), ``at_s`` (the last round read), ``bound_bytes`` (the 
 worker copies what it can; None when not detected), ``attribute`` (the Dataset attribute that holds most Python
 objects, or None), ``text()`` (one sentence for a person), ``advice()``, ``to_dict()`` (the summary's
 ``copy_on_read`` section, model.CopyOnReadInfo).
+
+Live: the record so far is a prefix (``assess(RunData(run.record_path), until_s=run.elapsed())``: the dashboard
+does so every 5 s while workers are alive), and each worker's census is in the run's live state as it arrives
+(``run.snapshot.procs[pid]["dataset_objects"]``: its top attribute, with ``text``; ``attribute_rows`` reads a
+report). Measured: named 2 s after 3 workers forked over 800,000 dicts.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -234,8 +240,7 @@ def detect(
         )
     since = min(c.since_s for c in copying)
     last = max(c.at_s for c in copying)
-    tree = _tree_pss(rounds, info)
-    t0, t1 = _at(tree, since), _at(tree, last)
+    t0, t1 = _tree_at(rounds, info, since), _tree_at(rounds, info, last)
     window_copy = sum(_window_copy(rounds[c.pid], c) for c in copying)
     if t0 is not None and t1 is not None and t1[1] - t0[1] < TREE_SHARE * window_copy:
         return CopyOnRead(
@@ -344,31 +349,20 @@ def _window_copy(rs: Sequence[Round], c: WorkerCopy) -> int:
     return (b[3] if b[3] is not None else b[2]) - (a[3] if a[3] is not None else a[2])
 
 
-def _tree_pss(rounds: Mapping[int, Sequence[Round]], info: Mapping[int, Mapping[str, Any]]) -> list[tuple[float, int]]:
-    """The tree's PSS at each round time: each live process's last reading at or before it."""
-    times = sorted({r[0] for rs in rounds.values() for r in rs})
-    out = []
-    idx = {pid: 0 for pid in rounds}
-    last: dict[int, int] = {}
-    for t in times:
-        for pid, rs in rounds.items():
-            i = idx[pid]
-            while i < len(rs) and rs[i][0] <= t:
-                last[pid] = rs[i][2] or 0
-                i += 1
-            idx[pid] = i
-        out.append((t, sum(v for pid, v in last.items() if pid not in info or _alive(info[pid], t))))
-    return out
-
-
-def _at(series: Sequence[tuple[float, int]], t: float) -> tuple[float, int] | None:
-    """The series' point at ``t`` (the last one at or before it)."""
-    best = None
-    for p in series:
-        if p[0] > t:
-            break
-        best = p
-    return best
+def _tree_at(
+    rounds: Mapping[int, Sequence[Round]], info: Mapping[int, Mapping[str, Any]], t: float
+) -> tuple[float, int] | None:
+    """The tree's PSS at ``t``: each process alive then, at its last reading at or before it (a bisection a
+    process: a run that restarts its workers every epoch has hundreds)."""
+    total, seen = 0, False
+    for pid, rs in rounds.items():
+        if pid in info and not _alive(info[pid], t):
+            continue
+        i = bisect_right(rs, t, key=lambda r: r[0])
+        if i:
+            total += rs[i - 1][2] or 0
+            seen = True
+    return (t, total) if seen else None
 
 
 def _parent(
