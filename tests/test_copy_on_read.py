@@ -353,3 +353,34 @@ def test_old_summaries_and_marks():
     marked = copy_on_read_marks({101: {"role": "dataloader_worker"}, 100: {"role": "main"}}, found)
     assert "copy_on_read" in marked[101] and "copy_on_read" not in marked[100]
     assert process_table(marked).count("⚠ copy-on-read") == 1
+
+
+def test_the_live_state_keeps_each_workers_census():
+    from memscope.model import Event
+    from memscope.session.live import Snapshot
+
+    snap = Snapshot()
+    data = {
+        "dataset": "Annotations",
+        "attributes": [
+            {
+                "name": "annotations",
+                "type": "list",
+                "len": 3_000_000,
+                "item_type": "dict",
+                "bytes": 966_367_641,
+                "python_objects": True,
+            },
+            {
+                "name": "labels",
+                "type": "ndarray",
+                "len": 3_000_000,
+                "item_type": "int64",
+                "bytes": 24_000_000,
+                "python_objects": False,
+            },
+        ],
+    }
+    snap.update(Event(3.0, 101, "dataset_objects", data), root_pid=100)
+    top = snap.procs[101]["dataset_objects"]
+    assert top["name"] == "annotations" and top["text"] == "list of 3,000,000 dict, ~0.9 GiB"
