@@ -47,6 +47,8 @@ MIN_WORKER_BYTES = 64 * MiB  # one worker's copy that counts (the interpreter's 
 MIN_TOTAL_BYTES = 128 * MiB  # the workers' copies together
 FLAT_SHARE = 0.25  # RSS and anon RSS may move by this share of the copy (a worker's batches, its own allocations)
 FLAT_SLACK = 16 * MiB  # ... plus this much
+LEVEL_S = 10.0  # a copy that rose less than LEVEL_SHARE of itself (or 4 MiB) over this long has levelled off
+LEVEL_SHARE = 0.03
 TREE_SHARE = 0.5  # the tree's PSS must rise by at least this share of what the workers copied in the window
 WORKER_ROLE = "dataloader_worker"
 
@@ -73,6 +75,7 @@ class WorkerCopy:
     shared_bytes: int
     shareable_bytes: int  # what it still shares with its parent (anonymous pages): the most it can still copy
     flat: bool  # RSS and anon RSS stayed flat while it copied
+    levelled: bool = False  # its copy has stopped rising (LEVEL_S without a rise): it has read what it reads
 
     @property
     def counts(self) -> bool:
@@ -96,6 +99,7 @@ class WorkerCopy:
             "shared_start_bytes": self.shared_start_bytes,
             "shared_bytes": self.shared_bytes,
             "shareable_bytes": self.shareable_bytes,
+            "levelled": self.levelled,
             "copy_on_read": self.counts,
         }
 
@@ -117,6 +121,11 @@ class CopyOnRead:
     attributes: tuple[dict[str, Any], ...] = field(default=())
 
     @property
+    def levelled(self) -> bool:
+        """Every copying worker's copy has stopped rising: the tree is at its bound."""
+        return bool(self.copying) and all(w.levelled for w in self.copying)
+
+    @property
     def copying(self) -> list[WorkerCopy]:
         """The workers that copy."""
         return [w for w in self.workers if w.counts]
@@ -134,7 +143,13 @@ class CopyOnRead:
         p = self.parent or {}
         if p.get("pss_change_bytes", 0) > 0:
             parent = f"; the main process's PSS rose {_b(p['pss_change_bytes'])} without it allocating"
-        bound = f"; bounded: the tree levels off at {_b(self.bound_bytes)} at most" if self.bound_bytes else ""
+        bound = (
+            f"; it has levelled off at {_b(self.bound_bytes)}"
+            if self.levelled
+            else f"; bounded: the tree levels off at {_b(self.bound_bytes)} at most"
+            if self.bound_bytes
+            else ""
+        )
         return (
             f"Copy-on-read: {n} DataLoader worker{'s' if n > 1 else ''} copied the main process's pages as "
             f"{'they' if n > 1 else 'it'} read {what} (+{_b(each)} each, their RSS flat at {_b(rss)}){parent}{bound}."
@@ -173,6 +188,7 @@ class CopyOnRead:
             "tree_bytes": self.tree_bytes,
             "copied_bytes": sum(w.copied_bytes for w in self.copying),
             "bound_bytes": self.bound_bytes,
+            "levelled": self.levelled,
             "attribute": self.attribute,
             "attributes": list(self.attributes),
             "reason": self.reason,
@@ -337,6 +353,7 @@ def _copy(pid: int, ppid: int | None, win: Sequence[Round], born: bool, sharers:
         shared_bytes=max(0, b[1] - b[2]),
         shareable_bytes=int(shareable),
         flat=flat,
+        levelled=_levelled(win, copied),
     )
 
 
@@ -389,6 +406,16 @@ def _parent(
     }
 
 
+def _levelled(win: Sequence[Round], copied: float) -> bool:
+    """Whether the copy rose less than LEVEL_SHARE of itself over the window's last LEVEL_S."""
+    b = win[-1]
+    if b[0] - win[0][0] < LEVEL_S:
+        return False
+    a = next(r for r in reversed(win) if b[0] - r[0] >= LEVEL_S)
+    rise = (b[3] if b[3] is not None else b[2]) - (a[3] if a[3] is not None else a[2])
+    return rise <= max(4 * MiB, LEVEL_SHARE * copied)
+
+
 def _bound(ws: Sequence[WorkerCopy], tree: int | None, attribute: dict[str, Any] | None) -> int | None:
     """Where the tree levels off: now, plus what each worker can still copy — all it shares with its parent, or,
     where the workers said what the Dataset holds, what is left of that."""
@@ -397,6 +424,8 @@ def _bound(ws: Sequence[WorkerCopy], tree: int | None, attribute: dict[str, Any]
     held = (attribute or {}).get("total_bytes") or 0
     more = 0
     for w in ws:
+        if w.levelled:
+            continue  # it has read what it reads: it copies no more
         left = w.shareable_bytes
         if held:
             left = min(left, max(0, held - w.copied_bytes))
