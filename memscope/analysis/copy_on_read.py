@@ -161,8 +161,8 @@ class CopyOnRead:
             return None
         ws = self.copying
         a = self.attribute
-        name = f"`{a['name']}`" if a and a.get("name") else "the Dataset's Python objects (lists of dicts, strings)"
-        held = f" ({a['text']})" if a and a.get("text") else ""
+        name = f"`{a['name']}`" if a and a.get("name") else "the Dataset's samples"
+        held = f" ({a['text']})" if a and a.get("text") else " (lists of dicts, of strings)" if not a else ""
         fewer = (
             f"; fewer workers copy less (num_workers={len(ws) - 1} saves about {_b(_mean_copy(ws))})"
             if len(ws) > 1
