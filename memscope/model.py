@@ -247,7 +247,7 @@ class CopyOnReadInfo(TypedDict, total=False):
     """DataLoader copy-on-read (analysis/copy_on_read.py): forked workers copying their parent's pages as they read
     its Python objects, their RSS flat. ``workers``: a row per worker measured (``copy_on_read`` marks those that
     copy: pid, parent, since_s, at_s, rss_bytes, rss_change_bytes, anon_rss_bytes, anon_rss_change_bytes,
-    pss_start_bytes, pss_bytes, copied_bytes, shared_start_bytes, shared_bytes, shareable_bytes); ``parent``: the
+    pss_start_bytes, pss_bytes, copied_bytes, shared_start_bytes, shared_bytes, shareable_bytes, levelled); ``parent``: the
     parent's PSS and anon RSS over the growth; ``attribute``: the Dataset attribute holding the most Python objects
     (name, type, len, item_type, objects, bytes, text, pid), from the workers' own ``dataset_objects`` reports;
     ``bound_bytes``: where the tree levels off."""
@@ -261,6 +261,7 @@ class CopyOnReadInfo(TypedDict, total=False):
     tree_bytes: int | None
     copied_bytes: int
     bound_bytes: int | None
+    levelled: bool  # every copying worker's copy stopped rising: the tree is at its bound
     attribute: dict[str, Any] | None
     attributes: list[dict[str, Any]]
     reason: str

@@ -72,7 +72,8 @@ def test_list_of_dicts_is_copy_on_read_with_its_attribute_named(dicts):
     assert a["name"] == "annotations" and a["type"] == "list" and a["item_type"] == "dict" and a["len"] == 800000
     assert "list of 800,000 dict" in c["text"] and "`annotations`" in c["text"]
     # Bounded: where the tree levels off is above where it is, and below every process holding all it maps.
-    assert c["tree_bytes"] < c["bound_bytes"] < c["tree_bytes"] + sum(w["shareable_bytes"] for w in workers) + 1
+    assert c["tree_bytes"] <= c["bound_bytes"] <= c["tree_bytes"] + sum(w["shareable_bytes"] for w in workers)
+    assert c["levelled"] == (c["bound_bytes"] == c["tree_bytes"])
     topics = [x["topic"] for x in s["advice"]]
     assert "copy_on_read" in topics and "workers" not in topics
     text = next(x["text"] for x in s["advice"] if x["topic"] == "copy_on_read")
@@ -353,3 +354,42 @@ def test_old_summaries_and_marks():
     marked = copy_on_read_marks({101: {"role": "dataloader_worker"}, 100: {"role": "main"}}, found)
     assert "copy_on_read" in marked[101] and "copy_on_read" not in marked[100]
     assert process_table(marked).count("⚠ copy-on-read") == 1
+
+
+def test_the_live_state_keeps_each_workers_census():
+    from memscope.model import Event
+    from memscope.session.live import Snapshot
+
+    snap = Snapshot()
+    data = {
+        "dataset": "Annotations",
+        "attributes": [
+            {
+                "name": "annotations",
+                "type": "list",
+                "len": 3_000_000,
+                "item_type": "dict",
+                "bytes": 966_367_641,
+                "python_objects": True,
+            },
+            {
+                "name": "labels",
+                "type": "ndarray",
+                "len": 3_000_000,
+                "item_type": "int64",
+                "bytes": 24_000_000,
+                "python_objects": False,
+            },
+        ],
+    }
+    snap.update(Event(3.0, 101, "dataset_objects", data), root_pid=100)
+    top = snap.procs[101]["dataset_objects"]
+    assert top["name"] == "annotations" and top["text"] == "list of 3,000,000 dict, ~0.9 GiB"
+
+
+def test_rule_a_copy_that_stopped_rising_has_levelled_off():
+    rounds = _series(200, until=40)  # the copy rises over 20 s, then holds for 18 s
+    c = cor.detect(_procs(), rounds)
+    assert c.detected and c.levelled and c.bound_bytes == c.tree_bytes and "levelled off" in c.text()
+    rising = cor.detect(_procs(), rounds, until_s=15.0)
+    assert rising.detected and not rising.levelled and rising.bound_bytes > rising.tree_bytes

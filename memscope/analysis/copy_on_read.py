@@ -25,10 +25,16 @@ round of the growth seen), ``at_s`` (the last round read), ``bound_bytes`` (the 
 worker copies what it can; None when not detected), ``attribute`` (the Dataset attribute that holds most Python
 objects, or None), ``text()`` (one sentence for a person), ``advice()``, ``to_dict()`` (the summary's
 ``copy_on_read`` section, model.CopyOnReadInfo).
+
+Live: the record so far is a prefix (``assess(RunData(run.record_path), until_s=run.elapsed())``: the dashboard
+does so every 5 s while workers are alive), and each worker's census is in the run's live state as it arrives
+(``run.snapshot.procs[pid]["dataset_objects"]``: its top attribute, with ``text``; ``attribute_rows`` reads a
+report). Measured: named 2 s after 3 workers forked over 800,000 dicts.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -41,6 +47,8 @@ MIN_WORKER_BYTES = 64 * MiB  # one worker's copy that counts (the interpreter's 
 MIN_TOTAL_BYTES = 128 * MiB  # the workers' copies together
 FLAT_SHARE = 0.25  # RSS and anon RSS may move by this share of the copy (a worker's batches, its own allocations)
 FLAT_SLACK = 16 * MiB  # ... plus this much
+LEVEL_S = 10.0  # a copy that rose less than LEVEL_SHARE of itself (or 4 MiB) over this long has levelled off
+LEVEL_SHARE = 0.03
 TREE_SHARE = 0.5  # the tree's PSS must rise by at least this share of what the workers copied in the window
 WORKER_ROLE = "dataloader_worker"
 
@@ -67,6 +75,7 @@ class WorkerCopy:
     shared_bytes: int
     shareable_bytes: int  # what it still shares with its parent (anonymous pages): the most it can still copy
     flat: bool  # RSS and anon RSS stayed flat while it copied
+    levelled: bool = False  # its copy has stopped rising (LEVEL_S without a rise): it has read what it reads
 
     @property
     def counts(self) -> bool:
@@ -90,6 +99,7 @@ class WorkerCopy:
             "shared_start_bytes": self.shared_start_bytes,
             "shared_bytes": self.shared_bytes,
             "shareable_bytes": self.shareable_bytes,
+            "levelled": self.levelled,
             "copy_on_read": self.counts,
         }
 
@@ -111,6 +121,11 @@ class CopyOnRead:
     attributes: tuple[dict[str, Any], ...] = field(default=())
 
     @property
+    def levelled(self) -> bool:
+        """Every copying worker's copy has stopped rising: the tree is at its bound."""
+        return bool(self.copying) and all(w.levelled for w in self.copying)
+
+    @property
     def copying(self) -> list[WorkerCopy]:
         """The workers that copy."""
         return [w for w in self.workers if w.counts]
@@ -128,7 +143,13 @@ class CopyOnRead:
         p = self.parent or {}
         if p.get("pss_change_bytes", 0) > 0:
             parent = f"; the main process's PSS rose {_b(p['pss_change_bytes'])} without it allocating"
-        bound = f"; bounded: the tree levels off at {_b(self.bound_bytes)} at most" if self.bound_bytes else ""
+        bound = (
+            f"; it has levelled off at {_b(self.bound_bytes)}"
+            if self.levelled
+            else f"; bounded: the tree levels off at {_b(self.bound_bytes)} at most"
+            if self.bound_bytes
+            else ""
+        )
         return (
             f"Copy-on-read: {n} DataLoader worker{'s' if n > 1 else ''} copied the main process's pages as "
             f"{'they' if n > 1 else 'it'} read {what} (+{_b(each)} each, their RSS flat at {_b(rss)}){parent}{bound}."
@@ -140,8 +161,8 @@ class CopyOnRead:
             return None
         ws = self.copying
         a = self.attribute
-        name = f"`{a['name']}`" if a and a.get("name") else "the Dataset's Python objects (lists of dicts, strings)"
-        held = f" ({a['text']})" if a and a.get("text") else ""
+        name = f"`{a['name']}`" if a and a.get("name") else "the Dataset's samples"
+        held = f" ({a['text']})" if a and a.get("text") else " (lists of dicts, of strings)" if not a else ""
         fewer = (
             f"; fewer workers copy less (num_workers={len(ws) - 1} saves about {_b(_mean_copy(ws))})"
             if len(ws) > 1
@@ -167,6 +188,7 @@ class CopyOnRead:
             "tree_bytes": self.tree_bytes,
             "copied_bytes": sum(w.copied_bytes for w in self.copying),
             "bound_bytes": self.bound_bytes,
+            "levelled": self.levelled,
             "attribute": self.attribute,
             "attributes": list(self.attributes),
             "reason": self.reason,
@@ -234,8 +256,7 @@ def detect(
         )
     since = min(c.since_s for c in copying)
     last = max(c.at_s for c in copying)
-    tree = _tree_pss(rounds, info)
-    t0, t1 = _at(tree, since), _at(tree, last)
+    t0, t1 = _tree_at(rounds, info, since), _tree_at(rounds, info, last)
     window_copy = sum(_window_copy(rounds[c.pid], c) for c in copying)
     if t0 is not None and t1 is not None and t1[1] - t0[1] < TREE_SHARE * window_copy:
         return CopyOnRead(
@@ -332,6 +353,7 @@ def _copy(pid: int, ppid: int | None, win: Sequence[Round], born: bool, sharers:
         shared_bytes=max(0, b[1] - b[2]),
         shareable_bytes=int(shareable),
         flat=flat,
+        levelled=_levelled(win, copied),
     )
 
 
@@ -344,31 +366,20 @@ def _window_copy(rs: Sequence[Round], c: WorkerCopy) -> int:
     return (b[3] if b[3] is not None else b[2]) - (a[3] if a[3] is not None else a[2])
 
 
-def _tree_pss(rounds: Mapping[int, Sequence[Round]], info: Mapping[int, Mapping[str, Any]]) -> list[tuple[float, int]]:
-    """The tree's PSS at each round time: each live process's last reading at or before it."""
-    times = sorted({r[0] for rs in rounds.values() for r in rs})
-    out = []
-    idx = {pid: 0 for pid in rounds}
-    last: dict[int, int] = {}
-    for t in times:
-        for pid, rs in rounds.items():
-            i = idx[pid]
-            while i < len(rs) and rs[i][0] <= t:
-                last[pid] = rs[i][2] or 0
-                i += 1
-            idx[pid] = i
-        out.append((t, sum(v for pid, v in last.items() if pid not in info or _alive(info[pid], t))))
-    return out
-
-
-def _at(series: Sequence[tuple[float, int]], t: float) -> tuple[float, int] | None:
-    """The series' point at ``t`` (the last one at or before it)."""
-    best = None
-    for p in series:
-        if p[0] > t:
-            break
-        best = p
-    return best
+def _tree_at(
+    rounds: Mapping[int, Sequence[Round]], info: Mapping[int, Mapping[str, Any]], t: float
+) -> tuple[float, int] | None:
+    """The tree's PSS at ``t``: each process alive then, at its last reading at or before it (a bisection a
+    process: a run that restarts its workers every epoch has hundreds)."""
+    total, seen = 0, False
+    for pid, rs in rounds.items():
+        if pid in info and not _alive(info[pid], t):
+            continue
+        i = bisect_right(rs, t, key=lambda r: r[0])
+        if i:
+            total += rs[i - 1][2] or 0
+            seen = True
+    return (t, total) if seen else None
 
 
 def _parent(
@@ -395,6 +406,16 @@ def _parent(
     }
 
 
+def _levelled(win: Sequence[Round], copied: float) -> bool:
+    """Whether the copy rose less than LEVEL_SHARE of itself over the window's last LEVEL_S."""
+    b = win[-1]
+    if b[0] - win[0][0] < LEVEL_S:
+        return False
+    a = next(r for r in reversed(win) if b[0] - r[0] >= LEVEL_S)
+    rise = (b[3] if b[3] is not None else b[2]) - (a[3] if a[3] is not None else a[2])
+    return rise <= max(4 * MiB, LEVEL_SHARE * copied)
+
+
 def _bound(ws: Sequence[WorkerCopy], tree: int | None, attribute: dict[str, Any] | None) -> int | None:
     """Where the tree levels off: now, plus what each worker can still copy — all it shares with its parent, or,
     where the workers said what the Dataset holds, what is left of that."""
@@ -403,6 +424,8 @@ def _bound(ws: Sequence[WorkerCopy], tree: int | None, attribute: dict[str, Any]
     held = (attribute or {}).get("total_bytes") or 0
     more = 0
     for w in ws:
+        if w.levelled:
+            continue  # it has read what it reads: it copies no more
         left = w.shareable_bytes
         if held:
             left = min(left, max(0, held - w.copied_bytes))

@@ -338,9 +338,9 @@ class Dashboard:
 
     def _live_copy_on_read(self, procs: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
         """Copy-on-read on the record so far (analysis/copy_on_read.assess), every LEAK_PERIOD_S while DataLoader
-        workers are alive; once found, kept (their copies stay)."""
+        workers are alive; once found, kept (their copies stay) and brought up to date (its bound, levelled off)."""
         now = time.monotonic()
-        if self.run is None or (self._cor or {}).get("detected") or now - self._cor_at < LEAK_PERIOD_S:
+        if self.run is None or now - self._cor_at < LEAK_PERIOD_S:
             return self._cor
         self._cor_at = now
         if not any(d.get("role") == cor_mod.WORKER_ROLE and d.get("alive", True) for d in procs.values()):
@@ -350,7 +350,9 @@ class Dashboard:
         try:
             rd = RunData(self.run.record_path)
             try:
-                self._cor = dict(cor_mod.assess(rd).to_dict())
+                found = dict(cor_mod.assess(rd).to_dict())
+                if found["detected"] or not (self._cor or {}).get("detected"):
+                    self._cor = found
             finally:
                 rd.close()
         except Exception:  # a record being written can be read half-way: the next period tries again
