@@ -207,7 +207,10 @@ class GrowthInfo(TypedDict, total=False):
     spike_bytes: int  # the highest excursion above the floor, where material
     processes_before: int  # more_processes: alive at the floor's start
     processes_after: int  # ... and at its end
-    bound_bytes: int  # copy_on_read: where it levels off
+    bound_bytes: int  # copy_on_read: where the tree levels off
+    workers: int  # copy_on_read: the workers that copy ...
+    each_bytes: int  # ... what each copied so far
+    attribute: str  # ... the Dataset attribute they read, where the workers named it
 
 
 class LiveInfo(TypedDict, total=False):

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from ..model import GrowthInfo
+from .copy_on_read import MIN_WORKER_BYTES as MIN_COPY_BYTES
 from .leak import MIN_GROWTH_BYTES, SLOW_BYTES_PER_S, LeakVerdict, floor_step
 
 PART_SHARE = 0.01  # a leaking part overrules the tree when it grew by more than this share of the tree's floor
@@ -75,7 +76,10 @@ class Growth:
     stairs: Stairs | None = None
     spike_bytes: int | None = None
     processes: tuple[int, int] | None = None
-    bound_bytes: int | None = None  # copy_on_read: where it levels off
+    bound_bytes: int | None = None  # copy_on_read: where the tree levels off
+    workers: int | None = None  # copy_on_read: the workers that copy ...
+    each_bytes: int | None = None  # ... what each copied so far (on average)
+    attribute: str | None = None  # ... and the Dataset attribute they read, where the workers named it
 
     def words(self, fmt: Callable[[int], str] = _mib) -> str:
         """The kind in one line a person acts on without the docs."""
@@ -97,6 +101,10 @@ class Growth:
             d["processes_before"], d["processes_after"] = self.processes
         if self.bound_bytes is not None:
             d["bound_bytes"] = int(self.bound_bytes)
+        if self.workers:
+            d["workers"], d["each_bytes"] = self.workers, int(self.each_bytes or 0)
+        if self.attribute:
+            d["attribute"] = self.attribute
         return d
 
 
@@ -138,8 +146,13 @@ def _leak_words(g: Growth, fmt: Callable[[int], str]) -> str:
 
 
 def _cor_words(g: Growth, fmt: Callable[[int], str]) -> str:
-    bound = f": bounded at about {fmt(g.bound_bytes)}" if g.bound_bytes else ": bounded"
-    return f"DataLoader workers copying their parent's pages (copy-on-read){bound}, no leak"
+    who = f"{g.workers} DataLoader workers" if g.workers and g.workers > 1 else "DataLoader workers"
+    each = f" +{fmt(g.each_bytes)} each" if g.workers and g.each_bytes else ""
+    read = f" reading `{g.attribute}`" if g.attribute else ""
+    bound = f"bounded at about {fmt(g.bound_bytes)} for the tree" if g.bound_bytes else "bounded"
+    return (
+        f"{who} copying their parent's pages (copy-on-read){',' if each or read else ''}{each}{read}: {bound}, no leak"
+    )
 
 
 def _more_words(g: Growth, fmt: Callable[[int], str]) -> str:
@@ -213,10 +226,8 @@ def judge(
     if leaking:
         return _part_leak(tree, parts, leaking, ev, spike, stairs_of)
     if _cor(ev) and tree.verdict != "insufficient_data":
-        cor = ev.copy_on_read or {}
-        bound = cor.get("bound_bytes")
         v = replace(tree, verdict="no_leak", time_to_limit_s=None)
-        return v, Growth("copy_on_read", ("dataloader_worker",), bound_bytes=bound if isinstance(bound, int) else None)
+        return v, _cor_growth(ev.copy_on_read or {})
     if tree.verdict == "leak":
         if len(parts) >= 2 and all(v.verdict == "no_leak" for v in parts.values()) and "main" in parts:
             return _overruled(tree, ev, spike, _own_rise(parts))
@@ -243,6 +254,24 @@ def _own_rise(parts: Mapping[str, LeakVerdict]) -> int | None:
         if v.baseline_end_bytes is not None and v.baseline_start_bytes is not None
     ]
     return max(rises) if rises else None
+
+
+def _cor_growth(cor: Mapping[str, Any]) -> Growth:
+    """Copy-on-read's kind, with what its section says: the workers that copy, what each copied, the attribute
+    they read (analysis/copy_on_read.py's ``to_dict``)."""
+    bound = cor.get("bound_bytes")
+    rows = [w for w in cor.get("workers") or () if isinstance(w, dict) and w.get("flat", True) is not False]
+    copied = [int(w.get("copied_bytes") or 0) for w in rows if (w.get("copied_bytes") or 0) >= MIN_COPY_BYTES]
+    attr = cor.get("attribute")
+    name = attr.get("name") if isinstance(attr, dict) else None
+    return Growth(
+        "copy_on_read",
+        ("dataloader_worker",),
+        bound_bytes=bound if isinstance(bound, int) else None,
+        workers=len(copied) or None,
+        each_bytes=int(sum(copied) / len(copied)) if copied else None,
+        attribute=str(name) if name else None,
+    )
 
 
 def _part_leak(
