@@ -529,7 +529,7 @@ def table(done: list[dict[str, Any]]) -> str:
     lines += [
         "",
         f"{len(done)} runs: final verdict right {right_v}/{len(done)}, growth kind right "
-        f"{right_k if has_growth else 'n/a'}/{len(done)}; `leak` precision {prec} ({tp} of {tp + fp} called), "
+        f"{f'{right_k}/{len(done)}' if has_growth else 'n/a (this code names no kind)'}; `leak` precision {prec} ({tp} of {tp + fp} called), "
         f"recall {rec} ({tp} of {tp + fn} leaks); runs whose live verdict changed more than once after its first "
         f"answer: {n_changes}/{len(done)}.",
     ]
