@@ -561,6 +561,26 @@ def corpus_summary(corpus: str, out: str) -> None:
         f.write("\n")
 
 
+def code_judged_by() -> str:
+    """Which code judged: where memscope was imported from, and that checkout's commit (dirty or not)."""
+    import memscope
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(memscope.__file__)))
+    try:
+        commit = subprocess.run(
+            ["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no", "memscope"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = "", ""
+    return f"memscope from {root}" + (f" at {commit}{' (memscope/ modified)' if dirty else ''}" if commit else "")
+
+
 # -- the smoke ---------------------------------------------------------------------------------------------------
 def quick(out: str | None = None) -> int:
     """One short scenario recorded once (quiet), then replayed: everything runs, nothing timed is asserted."""
@@ -623,7 +643,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         cpu = sum(r["replay_cpu_s"] for r in done)
         md = (
-            f"{table(done)}\n\nLoad: {load_figures(done)} Replay: {time.perf_counter() - t0:.1f} s wall with "
+            f"{table(done)}\n\nJudged by {code_judged_by()}. Load: {load_figures(done)} "
+            f"Replay: {time.perf_counter() - t0:.1f} s wall with "
             f"{ns.workers} processes, {cpu:.1f} s of CPU in all (live line every {ns.every:g} s, {ns.live}).\n"
         )
         print(md)
