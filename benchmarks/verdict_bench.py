@@ -436,17 +436,16 @@ def live_stats(live: list[dict[str, Any]], truth: dict[str, Any], final: dict[st
     first_right = next((x["t"] for x in live if x["verdict"] == truth["verdict"]), None)
     first_kind = next((x["t"] for x in live if right_kind(x["growth"], truth)), None)
     last = live[-1] if live else None
-    contradicts = bool(
-        last
-        and last["verdict"] != "insufficient_data"
-        and (last["verdict"] != final["verdict"] or (last["growth"] or None) != (final["growth"] or None))
-    )
+    shown = bool(last and last["verdict"] != "insufficient_data")
+    contradicts = bool(shown and last and last["verdict"] != final["verdict"])
+    kind_differs = bool(shown and last and (last["growth"] or None) != (final["growth"] or None))
     return {
         "changes": changes,
         "kind_changes": kind_changes,
         "first_right_s": first_right,
         "first_right_kind_s": first_kind,
         "contradicts": contradicts,
+        "kind_differs": kind_differs,
         "sequence": _sequence(live),
     }
 
@@ -485,7 +484,7 @@ def table(done: list[dict[str, Any]]) -> str:
     has_growth = any(r["final"]["growth"] is not None for r in done)
     lines = [
         "| scenario | truth | right verdict | right kind | final verdicts | median first right s | "
-        "max live changes | card contradicts live |",
+        "max live changes | card ≠ last live line: verdict, kind |",
         "|---|---|---|---|---|---|---|---|",
     ]
     by: dict[str, list[dict[str, Any]]] = {}
@@ -516,7 +515,8 @@ def table(done: list[dict[str, Any]]) -> str:
             f"| {name} | {truth['verdict']}/{' or '.join([truth.get('growth'), *truth.get('growth_also', ())])} | {cell('verdict')} | "
             f"{cell('growth') if has_growth else 'n/a (no leak.growth)'} | "
             f"{', '.join(f'{k} ×{v}' for k, v in sorted(finals.items()))} | {med if firsts else '-'} | "
-            f"{max(r['stats']['changes'] for r in rs)} | {sum(r['stats']['contradicts'] for r in rs)}/{len(rs)} |"
+            f"{max(r['stats']['changes'] for r in rs)} | {sum(r['stats']['contradicts'] for r in rs)}/{len(rs)}, "
+            f"{sum(r['stats']['kind_differs'] for r in rs) if has_growth else '-'} |"
         )
     tp = sum(1 for r in done if r["final"]["verdict"] == "leak" and r["truth"]["verdict"] == "leak")
     fp = sum(1 for r in done if r["final"]["verdict"] == "leak" and r["truth"]["verdict"] != "leak")
@@ -533,6 +533,29 @@ def table(done: list[dict[str, Any]]) -> str:
         f"recall {rec} ({tp} of {tp + fn} leaks); runs whose live verdict changed more than once after its first "
         f"answer: {n_changes}/{len(done)}.",
     ]
+    return "\n".join(lines)
+
+
+TRUTH_UNITS = {
+    "rate_mib_per_s": "MiB/s",
+    "per_step_mib": "MiB per evaluation",
+    "step_mib": "MiB once",
+    "amplitude_mib": "MiB sawtooth",
+}
+
+
+def scenario_list() -> str:
+    """The scenarios as a Markdown table: name, truth, length, what each does (its docstring's first sentence)."""
+    lines = ["| scenario | truth: verdict / kind | s | what it runs |", "|---|---|---|---|"]
+    for name, truth in scenarios().items():
+        with open(os.path.join(SCENARIOS, name + ".py")) as f:
+            doc = ast.get_docstring(ast.parse(f.read())) or ""
+        first = " ".join(doc.split())
+        kinds = " or ".join([truth["growth"], *truth.get("growth_also", ())])
+        extra = ", ".join(f"{truth[k]:g} {unit}" for k, unit in TRUTH_UNITS.items() if k in truth)
+        lines.append(
+            f"| {name} | {truth['verdict']} / {kinds}{f' ({extra})' if extra else ''} | {truth['seconds']} | {first} |"
+        )
     return "\n".join(lines)
 
 
@@ -619,10 +642,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", help="write the markdown table here")
     ap.add_argument("--json", help="write every run's replay here")
+    ap.add_argument("--list", action="store_true", help="the scenarios and their truths, as Markdown")
     ap.add_argument("--corpus-summary", metavar="FILE", help="write a small summary of --corpus's manifest here")
     ns = ap.parse_args(argv)
     if ns.quick:
         return quick(ns.out)
+    if ns.list:
+        print(scenario_list())
+        return 0
     if ns.corpus_summary:
         corpus_summary(ns.corpus, ns.corpus_summary)
         return 0
