@@ -483,7 +483,7 @@ def table(done: list[dict[str, Any]]) -> str:
     most live changes in a run, contradicted cards; then the precision and recall of ``leak``."""
     has_growth = any(r["final"]["growth"] is not None for r in done)
     lines = [
-        "| scenario | truth | right verdict | right kind | final verdicts | median first right s | "
+        "| scenario | truth | right verdict | right kind | final verdicts | median first right s: verdict, kind | "
         "max live changes | card ≠ last live line: verdict, kind |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -509,12 +509,18 @@ def table(done: list[dict[str, Any]]) -> str:
         for r in rs:
             f = r["final"]["verdict"] + (f"/{r['final']['growth']}" if r["final"]["growth"] else "")
             finals[f] = finals.get(f, 0) + 1
-        firsts = [r["stats"]["first_right_s"] for r in rs if r["stats"]["first_right_s"] is not None]
-        med = f"{statistics.median(firsts):.0f}" + (f" ({len(firsts)}/{len(rs)})" if len(firsts) < len(rs) else "")
+
+        def median_first(key: str, rs: list[dict[str, Any]] = rs) -> str:
+            firsts = [r["stats"][key] for r in rs if r["stats"][key] is not None]
+            if not firsts:
+                return "never"
+            return f"{statistics.median(firsts):.0f}" + (f" ({len(firsts)}/{len(rs)})" if len(firsts) < len(rs) else "")
+
+        med = median_first("first_right_s") + (f", {median_first('first_right_kind_s')}" if has_growth else "")
         lines.append(
             f"| {name} | {truth['verdict']}/{' or '.join([truth.get('growth'), *truth.get('growth_also', ())])} | {cell('verdict')} | "
             f"{cell('growth') if has_growth else 'n/a (no leak.growth)'} | "
-            f"{', '.join(f'{k} ×{v}' for k, v in sorted(finals.items()))} | {med if firsts else '-'} | "
+            f"{', '.join(f'{k} ×{v}' for k, v in sorted(finals.items()))} | {med} | "
             f"{max(r['stats']['changes'] for r in rs)} | {sum(r['stats']['contradicts'] for r in rs)}/{len(rs)}, "
             f"{sum(r['stats']['kind_differs'] for r in rs) if has_growth else '-'} |"
         )
