@@ -400,6 +400,22 @@ def live_line(record: str, every: float, how: str = "auto") -> list[dict[str, An
     return out
 
 
+def stall_captures(record: str) -> int:
+    """Stack captures the recording memscope took for a stall, live (the record's own: no replay re-decides them)."""
+    con = sqlite3.connect(f"file:{record}?mode=ro", uri=True)
+    try:
+        rows = con.execute("SELECT data FROM events WHERE kind='stacks'").fetchall()
+    finally:
+        con.close()
+    n = 0
+    for (data,) in rows:
+        try:
+            n += json.loads(data).get("reason") == "stall"
+        except (ValueError, AttributeError):
+            pass
+    return n
+
+
 def replay_run(entry: dict[str, Any], every: float, how: str = "auto") -> dict[str, Any]:
     """One run re-judged: its final verdict and its live line over time."""
     record = entry["record"]
@@ -411,6 +427,7 @@ def replay_run(entry: dict[str, Any], every: float, how: str = "auto") -> dict[s
         "final": final,
         "live": live,
         "duration_s": _duration(record),
+        "stall_captures": stall_captures(record),
         "replay_s": time.perf_counter() - t0,
         "replay_cpu_s": time.process_time() - c0,
     }
@@ -532,12 +549,19 @@ def table(done: list[dict[str, Any]]) -> str:
     right_v = sum(1 for r in done if r["final"]["verdict"] == r["truth"]["verdict"])
     right_k = sum(1 for r in done if right_kind(r["final"]["growth"], r["truth"]))
     n_changes = sum(1 for r in done if r["stats"]["changes"] > 1)
+    stalls: dict[str, int] = {}
+    for r in done:
+        if r.get("stall_captures"):
+            stalls[r["scenario"]] = stalls.get(r["scenario"], 0) + 1
     lines += [
         "",
         f"{len(done)} runs: final verdict right {right_v}/{len(done)}, growth kind right "
         f"{f'{right_k}/{len(done)}' if has_growth else 'n/a (this code names no kind)'}; `leak` precision {prec} ({tp} of {tp + fp} called), "
         f"recall {rec} ({tp} of {tp + fn} leaks); runs whose live verdict changed more than once after its first "
         f"answer: {n_changes}/{len(done)}.",
+        "",
+        "Runs with a stall capture in their record (taken live by the code that recorded them; no replay "
+        "re-decides it): " + (", ".join(f"{k} {v}/{len(by[k])}" for k, v in sorted(stalls.items())) or "none") + ".",
     ]
     return "\n".join(lines)
 
