@@ -400,6 +400,22 @@ def live_line(record: str, every: float, how: str = "auto") -> list[dict[str, An
     return out
 
 
+def stall_captures(record: str) -> int:
+    """Stack captures the recording memscope took for a stall, live (the record's own: no replay re-decides them)."""
+    con = sqlite3.connect(f"file:{record}?mode=ro", uri=True)
+    try:
+        rows = con.execute("SELECT data FROM events WHERE kind='stacks'").fetchall()
+    finally:
+        con.close()
+    n = 0
+    for (data,) in rows:
+        try:
+            n += json.loads(data).get("reason") == "stall"
+        except (ValueError, AttributeError):
+            pass
+    return n
+
+
 def replay_run(entry: dict[str, Any], every: float, how: str = "auto") -> dict[str, Any]:
     """One run re-judged: its final verdict and its live line over time."""
     record = entry["record"]
@@ -411,6 +427,7 @@ def replay_run(entry: dict[str, Any], every: float, how: str = "auto") -> dict[s
         "final": final,
         "live": live,
         "duration_s": _duration(record),
+        "stall_captures": stall_captures(record),
         "replay_s": time.perf_counter() - t0,
         "replay_cpu_s": time.process_time() - c0,
     }
@@ -436,17 +453,16 @@ def live_stats(live: list[dict[str, Any]], truth: dict[str, Any], final: dict[st
     first_right = next((x["t"] for x in live if x["verdict"] == truth["verdict"]), None)
     first_kind = next((x["t"] for x in live if right_kind(x["growth"], truth)), None)
     last = live[-1] if live else None
-    contradicts = bool(
-        last
-        and last["verdict"] != "insufficient_data"
-        and (last["verdict"] != final["verdict"] or (last["growth"] or None) != (final["growth"] or None))
-    )
+    shown = bool(last and last["verdict"] != "insufficient_data")
+    contradicts = bool(shown and last and last["verdict"] != final["verdict"])
+    kind_differs = bool(shown and last and (last["growth"] or None) != (final["growth"] or None))
     return {
         "changes": changes,
         "kind_changes": kind_changes,
         "first_right_s": first_right,
         "first_right_kind_s": first_kind,
         "contradicts": contradicts,
+        "kind_differs": kind_differs,
         "sequence": _sequence(live),
     }
 
@@ -484,8 +500,8 @@ def table(done: list[dict[str, Any]]) -> str:
     most live changes in a run, contradicted cards; then the precision and recall of ``leak``."""
     has_growth = any(r["final"]["growth"] is not None for r in done)
     lines = [
-        "| scenario | truth | right verdict | right kind | final verdicts | median first right s | "
-        "max live changes | card contradicts live |",
+        "| scenario | truth | right verdict | right kind | final verdicts | median first right s: verdict, kind | "
+        "max live changes | card ≠ last live line: verdict, kind |",
         "|---|---|---|---|---|---|---|---|",
     ]
     by: dict[str, list[dict[str, Any]]] = {}
@@ -510,13 +526,20 @@ def table(done: list[dict[str, Any]]) -> str:
         for r in rs:
             f = r["final"]["verdict"] + (f"/{r['final']['growth']}" if r["final"]["growth"] else "")
             finals[f] = finals.get(f, 0) + 1
-        firsts = [r["stats"]["first_right_s"] for r in rs if r["stats"]["first_right_s"] is not None]
-        med = (f"{statistics.median(firsts):.0f}" if firsts else "-") + (f" ({len(firsts)}/{len(rs)})" if len(firsts) < len(rs) else "")
+
+        def median_first(key: str, rs: list[dict[str, Any]] = rs) -> str:
+            firsts = [r["stats"][key] for r in rs if r["stats"][key] is not None]
+            if not firsts:
+                return "never"
+            return f"{statistics.median(firsts):.0f}" + (f" ({len(firsts)}/{len(rs)})" if len(firsts) < len(rs) else "")
+
+        med = median_first("first_right_s") + (f", {median_first('first_right_kind_s')}" if has_growth else "")
         lines.append(
             f"| {name} | {truth['verdict']}/{' or '.join([truth.get('growth'), *truth.get('growth_also', ())])} | {cell('verdict')} | "
             f"{cell('growth') if has_growth else 'n/a (no leak.growth)'} | "
-            f"{', '.join(f'{k} ×{v}' for k, v in sorted(finals.items()))} | {med if firsts else '-'} | "
-            f"{max(r['stats']['changes'] for r in rs)} | {sum(r['stats']['contradicts'] for r in rs)}/{len(rs)} |"
+            f"{', '.join(f'{k} ×{v}' for k, v in sorted(finals.items()))} | {med} | "
+            f"{max(r['stats']['changes'] for r in rs)} | {sum(r['stats']['contradicts'] for r in rs)}/{len(rs)}, "
+            f"{sum(r['stats']['kind_differs'] for r in rs) if has_growth else '-'} |"
         )
     tp = sum(1 for r in done if r["final"]["verdict"] == "leak" and r["truth"]["verdict"] == "leak")
     fp = sum(1 for r in done if r["final"]["verdict"] == "leak" and r["truth"]["verdict"] != "leak")
@@ -526,13 +549,43 @@ def table(done: list[dict[str, Any]]) -> str:
     right_v = sum(1 for r in done if r["final"]["verdict"] == r["truth"]["verdict"])
     right_k = sum(1 for r in done if right_kind(r["final"]["growth"], r["truth"]))
     n_changes = sum(1 for r in done if r["stats"]["changes"] > 1)
+    stalls: dict[str, int] = {}
+    for r in done:
+        if r.get("stall_captures"):
+            stalls[r["scenario"]] = stalls.get(r["scenario"], 0) + 1
     lines += [
         "",
         f"{len(done)} runs: final verdict right {right_v}/{len(done)}, growth kind right "
-        f"{right_k if has_growth else 'n/a'}/{len(done)}; `leak` precision {prec} ({tp} of {tp + fp} called), "
+        f"{f'{right_k}/{len(done)}' if has_growth else 'n/a (this code names no kind)'}; `leak` precision {prec} ({tp} of {tp + fp} called), "
         f"recall {rec} ({tp} of {tp + fn} leaks); runs whose live verdict changed more than once after its first "
         f"answer: {n_changes}/{len(done)}.",
+        "",
+        "Runs with a stall capture in their record (taken live by the code that recorded them; no replay "
+        "re-decides it): " + (", ".join(f"{k} {v}/{len(by[k])}" for k, v in sorted(stalls.items())) or "none") + ".",
     ]
+    return "\n".join(lines)
+
+
+TRUTH_UNITS = {
+    "rate_mib_per_s": "MiB/s",
+    "per_step_mib": "MiB per evaluation",
+    "step_mib": "MiB once",
+    "amplitude_mib": "MiB sawtooth",
+}
+
+
+def scenario_list() -> str:
+    """The scenarios as a Markdown table: name, truth, length, what each does (its docstring's first sentence)."""
+    lines = ["| scenario | truth: verdict / kind | s | what it runs |", "|---|---|---|---|"]
+    for name, truth in scenarios().items():
+        with open(os.path.join(SCENARIOS, name + ".py")) as f:
+            doc = ast.get_docstring(ast.parse(f.read())) or ""
+        first = " ".join(doc.split())
+        kinds = " or ".join([truth["growth"], *truth.get("growth_also", ())])
+        extra = ", ".join(f"{truth[k]:g} {unit}" for k, unit in TRUTH_UNITS.items() if k in truth)
+        lines.append(
+            f"| {name} | {truth['verdict']} / {kinds}{f' ({extra})' if extra else ''} | {truth['seconds']} | {first} |"
+        )
     return "\n".join(lines)
 
 
@@ -559,6 +612,26 @@ def corpus_summary(corpus: str, out: str) -> None:
     with open(out, "w") as f:
         json.dump({"format": MANIFEST_FORMAT, "env": RUN_ENV, "truths": truths, "runs": runs}, f, indent=0)
         f.write("\n")
+
+
+def code_judged_by() -> str:
+    """Which code judged: where memscope was imported from, and that checkout's commit (dirty or not)."""
+    import memscope
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(memscope.__file__)))
+    try:
+        commit = subprocess.run(
+            ["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no", "memscope"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = "", ""
+    return f"memscope from {root}" + (f" at {commit}{' (memscope/ modified)' if dirty else ''}" if commit else "")
 
 
 # -- the smoke ---------------------------------------------------------------------------------------------------
@@ -599,10 +672,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", help="write the markdown table here")
     ap.add_argument("--json", help="write every run's replay here")
+    ap.add_argument("--list", action="store_true", help="the scenarios and their truths, as Markdown")
     ap.add_argument("--corpus-summary", metavar="FILE", help="write a small summary of --corpus's manifest here")
     ns = ap.parse_args(argv)
     if ns.quick:
         return quick(ns.out)
+    if ns.list:
+        print(scenario_list())
+        return 0
     if ns.corpus_summary:
         corpus_summary(ns.corpus, ns.corpus_summary)
         return 0
@@ -623,7 +700,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         cpu = sum(r["replay_cpu_s"] for r in done)
         md = (
-            f"{table(done)}\n\nLoad: {load_figures(done)} Replay: {time.perf_counter() - t0:.1f} s wall with "
+            f"{table(done)}\n\nJudged by {code_judged_by()}. Load: {load_figures(done)} "
+            f"Replay: {time.perf_counter() - t0:.1f} s wall with "
             f"{ns.workers} processes, {cpu:.1f} s of CPU in all (live line every {ns.every:g} s, {ns.live}).\n"
         )
         print(md)

@@ -83,7 +83,7 @@ def test_live_stats_count_changes_after_the_first_answer() -> None:
     st = vb.live_stats(flips, truth, {"verdict": "no_leak", "growth": "step"})
     assert st["changes"] == 3  # no_leak -> leak -> insufficient -> leak; the wait before the first answer is free
     assert st["first_right_s"] == 15.0 and st["first_right_kind_s"] == 15.0
-    assert st["contradicts"]  # the card says no_leak where the line last said leak
+    assert st["contradicts"] and st["kind_differs"]  # the card says no_leak where the line last said leak
     steady = _line(("insufficient_data", None), ("insufficient_data", None), ("leak", "leak"), ("leak", "leak"))
     st = vb.live_stats(steady, truth, {"verdict": "leak", "growth": "leak"})
     assert st["changes"] == 0 and st["first_right_s"] == 15.0 and not st["contradicts"]

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 MIB = 1 << 20
 
 
-def seconds(default: float) -> float:
+def seconds(default: Any) -> float:
     """The run's length: ``--seconds S`` on the command line, else the scenario's own."""
     if "--seconds" in sys.argv:
         return float(sys.argv[sys.argv.index("--seconds") + 1])
-    return default
+    return float(default)
 
 
 class Clock:
@@ -33,7 +38,7 @@ class Clock:
 _last_log = [0.0]
 
 
-def log(clock: Clock, loss: object, every_s: float = 5.0) -> None:
+def log(clock: Clock, loss: Any, every_s: float = 5.0) -> None:
     """A training's log line every few seconds (a run that prints is no stalled run)."""
     if clock.now() - _last_log[0] >= every_s:
         _last_log[0] = clock.now()
@@ -49,7 +54,7 @@ def truth(**measured: float) -> None:
     )
 
 
-def tiny_model() -> tuple[object, object]:
+def tiny_model() -> tuple[nn.Module, torch.optim.Optimizer]:
     """A small MLP and its optimizer (torch imported here: the numpy scenarios do without)."""
     import torch
     from torch import nn
@@ -59,14 +64,14 @@ def tiny_model() -> tuple[object, object]:
     return model, torch.optim.SGD(model.parameters(), lr=0.01)
 
 
-def train_step(model: object, opt: object) -> object:
+def train_step(model: nn.Module, opt: torch.optim.Optimizer) -> torch.Tensor:
     """One real training step on a synthetic batch; its loss."""
     import torch
     from torch import nn
 
     x = torch.randn(256, 64)
-    loss = nn.functional.cross_entropy(model(x), (x[:, 0] > 0).long())  # type: ignore[operator]
-    opt.zero_grad()  # type: ignore[attr-defined]
-    loss.backward()
-    opt.step()  # type: ignore[attr-defined]
+    loss = nn.functional.cross_entropy(model(x), (x[:, 0] > 0).long())
+    opt.zero_grad()
+    loss.backward()  # type: ignore[no-untyped-call]
+    opt.step()
     return loss

@@ -34,14 +34,17 @@ def main() -> None:
         step(torch.randn(256, 64))
     print(f"compiled in {time.monotonic() - t0:.1f} s", flush=True)
     clock = Clock(seconds(TRUTH["seconds"]))
-    kept, first, last, next_val = [], None, None, VAL_EVERY_S
+    kept: list[torch.Tensor] = []
+    first: float | None = None
+    last: float | None = None
+    next_val = VAL_EVERY_S
     while clock.running():
         model.train()
         end = clock.now() + STEP_S
         x = torch.randn(256, 64)
         loss = nn.functional.cross_entropy(step(x), (x[:, 0] > 0).long())
         opt.zero_grad()
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         opt.step()
         kept.append(torch.ones(int(KEEP_MIB * MIB) // 4))  # the slow leak: kept, written, never freed
         last = clock.now()
@@ -58,7 +61,11 @@ def main() -> None:
                     time.sleep(0.05)
                 del acts
             next_val += VAL_EVERY_S
-    rate = (len(kept) - 1) * KEEP_MIB * MIB / (last - first) if len(kept) > 1 else 0.0
+    rate = (
+        (len(kept) - 1) * KEEP_MIB * MIB / (last - first)
+        if first is not None and last is not None and last > first
+        else 0.0
+    )
     truth(rate_bytes_per_s=rate, kept_bytes=len(kept) * KEEP_MIB * MIB)
 
 

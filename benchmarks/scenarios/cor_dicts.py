@@ -7,6 +7,7 @@ TRUTH = {"verdict": "no_leak", "growth": "copy_on_read", "items": 2_000_000, "se
 
 import sys  # noqa: E402
 import time  # noqa: E402
+from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -16,19 +17,19 @@ from torch.utils.data import DataLoader, Dataset  # noqa: E402
 N = 2_000_000
 
 
-class Dicts(Dataset):
+class Dicts(Dataset[tuple[Any, ...]]):
     def __init__(self, n: int) -> None:
         self.annotations = [{"id": i, "label": i % 10, "score": i * 0.5} for i in range(n)]
 
     def __len__(self) -> int:
         return len(self.annotations)
 
-    def __getitem__(self, i: int):
+    def __getitem__(self, i: int) -> tuple[Any, ...]:
         a = self.annotations[i]
         return a["id"], a["label"], a["score"]
 
 
-class Arrays(Dataset):
+class Arrays(Dataset[tuple[Any, ...]]):
     """The same samples in three numpy arrays: reading them writes nothing the workers share."""
 
     def __init__(self, n: int) -> None:
@@ -39,15 +40,15 @@ class Arrays(Dataset):
     def __len__(self) -> int:
         return len(self.ids)
 
-    def __getitem__(self, i: int):
+    def __getitem__(self, i: int) -> tuple[Any, ...]:
         return self.ids[i], self.labels[i], self.scores[i]
 
 
-def collate(items: list) -> np.ndarray:
+def collate(items: list[tuple[Any, ...]]) -> np.ndarray:
     return np.asarray(items, dtype=np.float64)
 
 
-def main(dataset: Dataset) -> None:
+def main(dataset: Dicts | Arrays) -> None:
     model, opt = tiny_model()
     print(f"dataset ready: {len(dataset):,} samples", flush=True)
     loader = DataLoader(

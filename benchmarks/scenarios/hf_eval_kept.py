@@ -9,6 +9,7 @@ TRUTH = {"verdict": "leak", "growth": "leak", "per_step_mib": 48, "seconds": 80}
 import os  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
+from typing import Any  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -34,7 +35,7 @@ def private_bytes() -> int:
     return (res - shared) * os.sysconf("SC_PAGE_SIZE")
 
 
-class Tokens(Dataset):
+class Tokens(Dataset[dict[str, torch.Tensor]]):
     def __init__(self, n: int, seq: int = 64) -> None:
         g = torch.Generator().manual_seed(0)
         self.ids = torch.randint(5, 100, (n, seq), generator=g)
@@ -43,7 +44,7 @@ class Tokens(Dataset):
     def __len__(self) -> int:
         return len(self.ids)
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         return {"input_ids": self.ids[i], "attention_mask": torch.ones_like(self.ids[i]), "labels": self.labels[i]}
 
 
@@ -55,7 +56,7 @@ class Every(TrainerCallback):
         self.next = every_s or 0.0
         self.steps = 0
 
-    def on_step_end(self, args, state, control, **kw):
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         self.steps += 1
         if self.steps % 50 == 0:
             print(f"step {self.steps} t={self.clock.now():.0f}s", flush=True)
@@ -70,10 +71,10 @@ class KeepsLogits(Trainer):
     """An evaluation that keeps its logits with their graph (autograd on: the mistake of the incident)."""
 
     keep = False
-    kept: list = []
-    steps: list = []
+    kept: list[torch.Tensor] = []
+    steps: list[int] = []
 
-    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+    def prediction_step(self, model: Any, inputs: Any, prediction_loss_only: bool, ignore_keys: Any = None) -> Any:
         if not self.keep:
             return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
         inputs = self._prepare_inputs(inputs)
@@ -81,7 +82,7 @@ class KeepsLogits(Trainer):
         self.kept.append(out.logits)
         return out.loss.detach(), None, None
 
-    def evaluate(self, *a, **kw):
+    def evaluate(self, *a: Any, **kw: Any) -> Any:
         before = private_bytes()
         try:
             return super().evaluate(*a, **kw)
@@ -98,7 +99,7 @@ def main(keep: bool, workers: int, every_s: float | None, eval_steps: int | None
         num_attention_heads=2,
         intermediate_size=512,
         max_position_embeddings=64,
-        num_labels=2,
+        num_labels=2,  # type: ignore[call-arg]
     )
     torch.manual_seed(0)
     model = BertForSequenceClassification(cfg)

@@ -6,6 +6,7 @@ TRUTH = {"verdict": "leak", "growth": "leak", "per_step_mib": 10, "seconds": 60}
 
 import sys  # noqa: E402
 import time  # noqa: E402
+from typing import Any  # noqa: E402
 
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
@@ -19,14 +20,15 @@ class Tiny(L.LightningModule):
         super().__init__()
         self.body = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 8192))  # 32 x 8192 floats: 1 MiB
         self.head = nn.Linear(8192, 2)
-        self.keep, self.outputs, self.validations = keep, [], 0
+        self.keep, self.validations = keep, 0
+        self.outputs: list[torch.Tensor] = []
 
-    def training_step(self, batch, _):
+    def training_step(self, batch: Any, _: int) -> torch.Tensor:
         x, y = batch
         time.sleep(0.015)  # a step that takes a moment, like a real one
         return nn.functional.cross_entropy(self.head(self.body(x)), y)
 
-    def validation_step(self, batch, _):
+    def validation_step(self, batch: Any, _: int) -> torch.Tensor:
         x, y = batch
         feats = self.body(x)
         if self.keep:
@@ -34,11 +36,11 @@ class Tiny(L.LightningModule):
         time.sleep(0.02)
         return nn.functional.cross_entropy(self.head(feats), y)
 
-    def on_validation_epoch_end(self):
+    def on_validation_epoch_end(self) -> None:
         self.validations += 1
         print(f"validation {self.validations} done, {len(self.outputs)} outputs kept", flush=True)
 
-    def configure_optimizers(self):
+    def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
@@ -46,7 +48,7 @@ class Deadline(L.Callback):
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
 
-    def on_train_batch_end(self, trainer, *_):
+    def on_train_batch_end(self, trainer: Any, *_: Any) -> None:
         if not self.clock.running():
             trainer.should_stop = True
 

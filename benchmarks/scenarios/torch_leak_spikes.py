@@ -16,7 +16,10 @@ STEP_S, VAL_EVERY_S, VAL_S, VAL_MIB = 0.1, 10.0, 2.0, 400
 def main(keep_mib: float) -> None:
     model, opt = tiny_model()
     clock = Clock(seconds(TRUTH["seconds"]))
-    kept, first, last, next_val = [], None, None, VAL_EVERY_S
+    kept: list[torch.Tensor] = []
+    first: float | None = None
+    last: float | None = None
+    next_val = VAL_EVERY_S
     while clock.running():
         model.train()
         step_end = clock.now() + STEP_S
@@ -37,7 +40,11 @@ def main(keep_mib: float) -> None:
                     time.sleep(0.02)
                 del acts
             next_val += VAL_EVERY_S
-    rate = (len(kept) - 1) * keep_mib * MIB / (last - first) if len(kept) > 1 else 0.0
+    rate = (
+        (len(kept) - 1) * keep_mib * MIB / (last - first)
+        if first is not None and last is not None and last > first
+        else 0.0
+    )
     truth(rate_bytes_per_s=rate, kept_bytes=len(kept) * keep_mib * MIB)
 
 

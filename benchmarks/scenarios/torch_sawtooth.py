@@ -26,7 +26,7 @@ if __name__ == "__main__":
             out, _ = lstm(emb(tokens[:-1]))
             loss = nn.functional.cross_entropy(head(out).reshape(-1, 200), tokens[1:].reshape(-1))
             opt.zero_grad()
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             opt.step()
             history.append(torch.ones(SAW_MIB * MIB // BATCHES // 4))
             time.sleep(0.2)
