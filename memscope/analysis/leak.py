@@ -44,6 +44,7 @@ from ._stats import (  # noqa: F401 (MIN_GROWTH_FRACTION: a tunable named here t
     _phase_index,
     _prepare,
     _runs,
+    _startup_end,
     _theil_sen,
     _window_minima,
 )
@@ -138,8 +139,8 @@ def fit_span(
 ) -> tuple[list, list]:
     """The stretch of a series the leak verdict is fitted on: from the training's start (``start_s``, the first
     DataLoader epoch or train/eval switch: imports and set-up grow memory once, and on a short run that growth
-    reads as a leak) to the end, without an ended run's teardown (``trim_teardown``). Without ``start_s`` the
-    whole series.
+    reads as a leak) to the end, without an ended run's teardown (``trim_teardown``). Without ``start_s``, from
+    the end of the series' own start-up (``_stats._startup_end``: its first 3 s without material growth).
 
     A known start is kept even when less than MIN_DURATION_S of training follows it: the fit then waits for the
     training ("needs 20 s of training") rather than fitting the imports (01-quickstart's live line said "memory
@@ -148,6 +149,9 @@ def fit_span(
     tl, yl = _prepare(t, y)
     if start_s is not None and tl:
         i = bisect_left(tl, start_s)
+        tl, yl = tl[i:], yl[i:]
+    elif tl:  # no training start announced: from the end of the program's start-up (its imports)
+        i = _startup_end(tl, yl)
         tl, yl = tl[i:], yl[i:]
     if ended and tl:
         ct, cy = trim_teardown(tl, yl)
