@@ -71,6 +71,7 @@ LEAK_CONFIDENCE = 0.99  # Mann-Kendall one-sided confidence required for "leak"
 HALF_CONFIDENCE = 0.90  # each half of the run must also rise on its own
 HALF_SLOPE_RATIO = 0.4  # ... at no less than 40% of the overall slope
 MIN_BASELINE_POINTS = 10
+COARSE_WINDOWS = 16  # the coarse floor (a long run whose floor between excursions is too thin): its windows
 MIN_HALF_POINTS = 4
 MIN_DURATION_S = 20.0  # a verdict needs this much of the run (the fast series has ~100 points by then)
 SLOW_BYTES_PER_S = 1024 * 1024  # a leak below 1 MiB/s is "slow"; above, memory plainly grows
@@ -252,7 +253,9 @@ def assess_leak(
     ft, fy, _, _ = _chunks(tl, yl, _FINE_POINTS)
     by_phase = _split_by_phase(ft, fy, index)
     groups, weight = _floor_groups(by_phase, span)
-    n_points = sum(len(g[0]) for g in groups.values())
+    if _points(groups) < MIN_BASELINE_POINTS and span >= 2 * min_duration_s:
+        groups, weight = _floor_groups(by_phase, span, coarse=True)
+    n_points = _points(groups)
     if n_points < MIN_BASELINE_POINTS:
         return _insufficient(
             WAIT_FLOOR.format(span),
@@ -296,6 +299,10 @@ def _time_to_limit(limit_bytes: int | None, level: float, slope: float) -> float
 _Groups = dict[str | None, tuple[list[float], list[float]]]
 
 
+def _points(groups: _Groups) -> int:
+    return sum(len(g[0]) for g in groups.values())
+
+
 def _split_by_phase(ft: list[float], fy: list[float], index: Any) -> _Groups:
     """The downsampled points by phase type (None: outside any phase)."""
     if index is None:
@@ -308,16 +315,24 @@ def _split_by_phase(ft: list[float], fy: list[float], index: Any) -> _Groups:
     return by_phase
 
 
-def _floor_groups(by_phase: _Groups, span: float) -> tuple[_Groups, dict[str | None, int]]:
+def _floor_groups(by_phase: _Groups, span: float, coarse: bool = False) -> tuple[_Groups, dict[str | None, int]]:
     """Each phase type's floor points, and how many samples the type covers (its weight). A phase type seen only
     in one short stretch (e.g. a final eval) says nothing about growth across the run: its pairs would only add
-    within-phase noise."""
+    within-phase noise. ``coarse``: the lowest point of each COARSE_WINDOWS-th of the span, for a run twice as
+    long as a verdict needs whose floor wobbles by more than a wobble (a main whose own memory moved 216 -> 227
+    -> 218 MiB in steps read every stretch above a later fall as an excursion: 7 floor points in 60 s, "not yet
+    known" at the end)."""
     groups: _Groups = {}
     weight: dict[str | None, int] = {}
     for name, (gt_, gy) in by_phase.items():
         if len(gt_) < 3 or gt_[-1] - gt_[0] < 0.5 * span:
             continue
-        bt, by = _floor_points(gt_, gy)
+        if coarse:
+            w = span / COARSE_WINDOWS
+            idx = _window_minima(gt_, gy, w, w, end_anchored=False)
+            bt, by = [gt_[i] for i in idx], [gy[i] for i in idx]
+        else:
+            bt, by = _floor_points(gt_, gy)
         if len(bt) >= 3:
             groups[name] = (bt, by)
             weight[name] = len(gt_)
