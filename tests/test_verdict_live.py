@@ -44,16 +44,16 @@ def _watch(run, views: list[dict], stop: threading.Event) -> threading.Thread:
 
 @pytest.mark.skipif(not has_torch(), reason="needs torch (the training's own train/eval phases)")
 def test_a_leaking_main_under_spikes_is_named_and_a_staircase_is_said_per_evaluation(start):
-    # Seed 004 in small: 6 idle children (a compile pool's stand-in) and a bash wrapper, a 1 GiB validation every
-    # 15 s, the main keeping 0.1 MiB every 0.1 s. On main's code the tree's floor between the spikes had too few
-    # points and the main's own leak did not count: "not yet known" (or "stepped up once") at the end.
+    # Seed 004 in small: 6 idle children (a compile pool's stand-in) and a bash wrapper, a 500 MiB validation every
+    # 12 s (twice the main's floor; 1 GiB took 13 s to fill on this machine with 4 test runs beside it, and the
+    # validations then covered most of the run), the main keeping 0.1 MiB every 0.1 s.
     py = sys.executable
     leak = start(
         [
             "bash",
             "-c",
-            f"echo start; {py} {script('pool_leak.py')} --torch --seconds 75 --spike-mib 1024 --spike-s 3 "
-            "--period 15 --workers 6; echo done",
+            f"echo start; {py} {script('pool_leak.py')} --torch --seconds 75 --spike-mib 500 --spike-s 2 "
+            "--period 12 --workers 6; echo done",
         ],
         interval_s=0.2,
         pss_interval_s=2.0,
@@ -78,7 +78,7 @@ def test_a_leaking_main_under_spikes_is_named_and_a_staircase_is_said_per_evalua
     assert lk["verdict"] == "leak", (lk.get("reason"), lk.get("growth"), s_leak["record"])
     g = lk["growth"]
     assert g["kind"] == "leak" and g["where"][0] == "main", g
-    assert "in the main process" in g["words"] and "under spikes of ~1" in g["words"], g["words"]
+    assert "in the main process" in g["words"] and "under spikes of ~" in g["words"], g["words"]
     assert verdict_text(lk).startswith("Slow leak in the main process: +"), verdict_text(lk)
 
     st = s_stairs["leak"]

@@ -41,7 +41,7 @@ ROLE_WORDS = {
 
 
 def _mib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:.0f} MiB"
+    return f"{n / 2**30:.2f} GiB" if abs(n) >= 1000 * 2**20 else f"{n / 2**20:.0f} MiB"  # never "1024 MiB"
 
 
 @dataclass(frozen=True)
