@@ -16,22 +16,12 @@ import time
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
 if TYPE_CHECKING:
     from types import ModuleType
-    from typing import Callable
+    from typing import Any, Callable
 
     from ..channel import Channel
 
-
-class _Task:
-    """A periodic report: its period, when it is next due, and the function to call."""
-    __slots__ = ("period_s", "due", "fn")
-
-    def __init__(self, period_s: float, due: float, fn: Callable[[], object]) -> None:
-        self.period_s = period_s
-        self.due = due
-        self.fn = fn
-
-
-_tasks: list[_Task] = []
+# [period_s, next_due, fn]: a list, next_due updated in place (and read as such by tests/scripts/torch_probe_facts.py)
+_tasks: list[list[Any]] = []
 _tasks_lock = threading.Lock()
 _thread: threading.Thread | None = None
 _wake = threading.Event()
@@ -63,7 +53,7 @@ def every(period_s: float, fn: Callable[[], object]) -> None:
     """Call ``fn()`` about every ``period_s`` seconds on the probes' daemon thread (started on first use)."""
     global _thread
     with _tasks_lock:
-        _tasks.append(_Task(float(period_s), time.monotonic() + float(period_s), fn))
+        _tasks.append([float(period_s), time.monotonic() + float(period_s), fn])
         if _thread is None:
             _start_thread()
 
@@ -81,12 +71,12 @@ def _start_thread() -> None:
 def _run_due(force: bool = False) -> None:
     now = time.monotonic()
     with _tasks_lock:
-        due = [t for t in _tasks if force or now >= t.due]
+        due = [t for t in _tasks if force or now >= t[1]]
         for t in due:
-            t.due = now + t.period_s
+            t[1] = now + t[0]
     for t in due:
         try:
-            t.fn()
+            t[2]()
         except Exception:
             pass
 
