@@ -111,8 +111,9 @@ def take() -> dict[str, Any]:
     containers = [{"type": _describe(c), "len": n, "bytes": getsizeof(c)} for n, c in big[:MAX_CONTAINERS]]
     n_objects = len(objs)
     del objs, big
-    tensors: list[dict[str, Any]] = [{"device": d, "dtype": dt, "shape": list(sh), "count": g[0], "bytes": g[1], "grad_fn": g[2],
-                "requires_grad": g[3]} for (d, dt, sh), g in groups.items()]
+    tensors: list[dict[str, Any]] = [
+        {"device": d, "dtype": dt, "shape": list(sh), "count": g[0], "bytes": g[1], "grad_fn": g[2],
+         "requires_grad": g[3]} for (d, dt, sh), g in groups.items()]
     tensors.sort(key=lambda r: -r["bytes"])
     types: list[dict[str, Any]] = [{"type": _type_name(tp), "count": c, "bytes": b} for tp, (c, b) in by_type.items()]
     types.sort(key=lambda r: -r["bytes"])

@@ -38,7 +38,8 @@ class Channel:
         self._lock = threading.Lock()
         self._pending = b""
         self.dropped = 0
-        self.on_lost: Callable[[], object] | None = None  # called once the socket's number is found to be the program's (check the others)
+        # Called once the socket's number is found to be the program's (check the others).
+        self.on_lost: Callable[[], object] | None = None
         # Called before every message, sent or not: the agent's other descriptors (faulthandler's, written from C
         # with no check at the crash) are checked as often as the program gives the agent control.
         self.on_use: Callable[[], object] | None = None

@@ -40,7 +40,8 @@ FLUSH_S = 0.5  # a held-back end is sent at most about this late (by the agent's
 _local = threading.local()
 _channel: Channel | None = None
 _lock = threading.Lock()
-_held: tuple[str, float] | None = None  # (name, monotonic time): a manual phase's end, held back in case the same phase starts again
+# (name, monotonic time): a manual phase's end, held back in case the same phase starts again
+_held: tuple[str, float] | None = None
 _skipped: dict[str, int] = {}  # name -> starts not sent (over the rate): their ends are not sent either
 _tokens = BURST
 _refill = 0.0
@@ -49,7 +50,8 @@ dropped = 0  # manual phase starts (with their ends) and marks not sent: over th
 _reported = (0, 0)  # the counts last sent
 _last_mode: bool | None = None
 _top: weakref.ref[Any] | None = None  # weak reference to the module whose train()/eval() was last called at top level
-_stopped: bool | None = None  # the top module's flag when its eval phase was ended by its loader (not a switch to report again)
+# The top module's flag when its eval phase was ended by its loader (not a switch to report again).
+_stopped: bool | None = None
 
 
 def send(kind: str, **data: Any) -> bool:

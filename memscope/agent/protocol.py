@@ -66,11 +66,12 @@ KINDS: dict[str, KindSpec] = {
 # (installed in every Python process of the run), and, where ``summary key`` is set, analysis/probes/<module>.py
 # (its section of the summary, under that key) and ui/probes/<module>.py (its panel). The torch probe's figures
 # are read by analysis/gpu.py and drawn by ui/gpu_chart.py instead: no section, no panel.
-_NP_COMMON: dict[str, FieldSpec] = {"id": "str", "path": "str?", "key": "str?", "shape": "ints?", "dtype": "str?", "nbytes": "size?",
-              "compressed": "bool?", "requested_mmap": "str?", "mmapped": "bool?", "duration_s": "secs?",
-              "anon_delta_bytes": "int?", "file_delta_bytes": "int?"}
-_ALLOC: dict[str, FieldSpec] = {k: "size?" for k in ("allocated", "peak_allocated", "reserved", "peak_reserved", "inactive_split",
-                               "alloc_retries", "ooms", "driver")}
+_NP_COMMON: dict[str, FieldSpec] = {
+    "id": "str", "path": "str?", "key": "str?", "shape": "ints?", "dtype": "str?", "nbytes": "size?",
+    "compressed": "bool?", "requested_mmap": "str?", "mmapped": "bool?", "duration_s": "secs?",
+    "anon_delta_bytes": "int?", "file_delta_bytes": "int?"}
+_ALLOC: dict[str, FieldSpec] = {k: "size?" for k in ("allocated", "peak_allocated", "reserved", "peak_reserved",
+                                                     "inactive_split", "alloc_retries", "ooms", "driver")}
 PROBES: tuple[tuple[str, str | None, dict[str, KindSpec]], ...] = (
     ("numpy_load", "loads", {
         "np_load": (dict(_NP_COMMON, ev="str", kind="str?", members=[("str", "size", "bool")], count="size?",

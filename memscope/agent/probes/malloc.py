@@ -41,7 +41,8 @@ def _load() -> Callable[[], Any] | None:
                      "fordblks", "keepcost")]
 
     libc = ctypes.CDLL(None)
-    fn: ctypes._NamedFuncPointer | None = getattr(libc, "mallinfo2", None)  # glibc >= 2.33 only; musl and macOS have none
+    # glibc >= 2.33 only; musl and macOS have none
+    fn: ctypes._NamedFuncPointer | None = getattr(libc, "mallinfo2", None)
     if fn is None:
         return None
     fn.restype = Mallinfo2

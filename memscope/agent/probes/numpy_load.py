@@ -42,7 +42,8 @@ _memmaps: dict[str, tuple[weakref.ref[Any], int, int]] = {}  # load_id -> (weakr
 _resident_next = [0.0]
 
 
-_statm_fd: list[Any] = [None, None, None]  # (pid, fd, identity): pread on an open fd costs ~2 us, open+read+close ~14 us
+# (pid, fd, identity): pread on an open fd costs ~2 us, open+read+close ~14 us
+_statm_fd: list[Any] = [None, None, None]
 
 
 def _statm() -> tuple[int, int] | None:
