@@ -2,6 +2,11 @@
 layers contract cannot see, a circle inside one layer (session/run <-> session/launch, say), counting lazy and
 type-only imports too, as grimp reads them."""
 
+import os
+import shutil
+import subprocess
+import sys
+
 import pytest
 
 grimp = pytest.importorskip("grimp")
@@ -53,3 +58,55 @@ def test_the_circle_finder_finds_a_circle():
             return self.edges[m]
 
     assert _circles(Graph()) == [["a", "b"]]
+
+
+# -- the contracts catch what they claim to: one planted violation of each kind, in a copy --------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAYERS = "Layers: each imports only those below it"
+AGENT = "The agent is closed: standard library and itself only, at its top level"
+INDEPENDENT = "The views and the exporters are independent of each other"
+LAYER0 = "Layer 0 is standard library only"
+
+# (what is planted, the file it goes in, the line, the contract that must break)
+PLANTED = [
+    ("an upward import between layers", "record/reader.py", "import memscope.session\n", LAYERS),
+    ("ui importing export", "ui/terminal.py", "import memscope.export\n", INDEPENDENT),
+    ("a third-party import at layer 0", "fmt.py", "import pynvml\n", LAYER0),
+    ("a lazy third-party import at layer 0", "model.py", "def _f():\n    import pandas\n", LAYER0),
+    ("a third-party import at the agent's top level", "agent/fds.py", "import psutil\n", AGENT),
+    ("the agent importing memscope.model", "agent/channel.py", "from memscope import model\n", AGENT),
+    ("a package module outside every layer", "newpart.py", "", LAYERS),
+]
+
+
+def _lint_copy(tmp_path, plant=None):
+    """Run lint-imports on a copy of the package (and its config) with `plant` = (file, text) appended."""
+    shutil.copytree(os.path.join(ROOT, "memscope"), tmp_path / "memscope", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "house_contracts.py"):
+        shutil.copy(os.path.join(ROOT, name), tmp_path / name)
+    if plant is not None:
+        with open(tmp_path / "memscope" / plant[0], "a") as f:
+            f.write("\n" + plant[1])
+    lint = os.path.join(os.path.dirname(sys.executable), "lint-imports")
+    p = subprocess.run([lint, "--no-cache"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    out = " ".join((p.stdout + p.stderr).split())  # long contract names wrap in the report
+    return p.returncode, out
+
+
+def test_the_unplanted_copy_keeps_every_contract(tmp_path):
+    rc, out = _lint_copy(tmp_path)
+    assert rc == 0, out
+    for name in (LAYERS, AGENT, INDEPENDENT, LAYER0):
+        assert f"{name} KEPT" in out
+    # the agent's probes import numpy inside a function: the allow-list lets that through (it runs only in a
+    # process that already loaded numpy)
+    with open(os.path.join(ROOT, "memscope", "agent", "probes", "numpy_load.py")) as f:
+        assert "    from numpy" in f.read()
+
+
+@pytest.mark.parametrize("what,path,text,contract", PLANTED, ids=[p[0] for p in PLANTED])
+def test_a_planted_violation_breaks_its_contract(tmp_path, what, path, text, contract):
+    rc, out = _lint_copy(tmp_path, (path, text))
+    assert rc != 0, out
+    assert f"{contract} BROKEN" in out, out
