@@ -2,6 +2,7 @@
 layers contract cannot see, a circle inside one layer (session/run <-> session/launch, say), counting lazy and
 type-only imports too, as grimp reads them."""
 
+import ast
 import os
 import shutil
 import subprocess
@@ -110,3 +111,42 @@ def test_a_planted_violation_breaks_its_contract(tmp_path, what, path, text, con
     rc, out = _lint_copy(tmp_path, (path, text))
     assert rc != 0, out
     assert f"{contract} BROKEN" in out, out
+
+
+# -- the standalone pages: one page layer (ui/page.py) -------------------------------------------------------------
+
+PAGES = ("report.py", "snapshot_view.py", "cluster.py")
+
+
+def _tree(*parts):
+    with open(os.path.join(ROOT, "memscope", *parts)) as f:
+        return ast.parse(f.read())
+
+
+def test_the_standalone_pages_are_assembled_by_the_page_layer_only():
+    ui = os.path.join(ROOT, "memscope", "ui")
+    for name in sorted(os.listdir(ui)):
+        if not name.endswith(".py") or name == "page.py":
+            continue
+        tree = _tree("ui", name)
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        assert "file_html" not in imported, f"ui/{name} assembles a page itself: page.render does"
+        if name in PAGES:
+            classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+            assert any(n.module == "page" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)), name
+            assert any(any(f.name == "page" for f in c.body if isinstance(f, ast.FunctionDef)) for c in classes), (
+                f"ui/{name} has no page.Reporter"
+            )
+
+
+def test_no_view_imports_another_modules_private_names():
+    ui = os.path.join(ROOT, "memscope", "ui")
+    bad = []
+    for dirpath, _, files in os.walk(ui):
+        for name in files:
+            if name.endswith(".py"):
+                rel = os.path.relpath(os.path.join(dirpath, name), os.path.join(ROOT, "memscope"))
+                for n in ast.walk(_tree(*rel.split(os.sep))):
+                    if isinstance(n, ast.ImportFrom) and (n.level or (n.module or "").startswith("memscope")):
+                        bad += [(rel, n.module, a.name) for a in n.names if a.name.startswith("_")]
+    assert bad == []

@@ -12,7 +12,6 @@ import json
 import re
 from typing import Any, Iterable
 
-from .. import outfile
 from ..analysis.summary import mark_running, summarize
 from ..fmt import fmt_bytes, fmt_elapsed
 from ..record.reader import RunData
@@ -30,6 +29,7 @@ from .fragments import (
     verdict_card,
     with_gpu,
 )
+from .page import Page, render, write
 from .probes import any_shown, probes_html
 from .series import RunSeries
 from .terminal import limit_text
@@ -284,38 +284,6 @@ def hidden_lines(fig: Any) -> list[str]:
     return next((t["hidden"] for t in fig.tags if isinstance(t, dict) and "hidden" in t), [])
 
 
-# -- the page ------------------------------------------------------------------------------------------------
-_CSS = """
-<style>
-  body { font: 14px/1.4 -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; color: #222;
-         padding: 12px 20px 40px; max-width: 1400px; margin: 0 auto; }
-  h1 { font-size: 18px; margin: 4px 0; }
-  h2 { font-size: 15px; margin: 18px 0 6px; border-bottom: 1px solid #eee; padding-bottom: 2px; }
-  .memscope-cmd { font: 12px monospace; color: #444; word-break: break-all; white-space: pre-wrap; }
-  .memscope-meta { font-size: 12px; color: #666; }
-  .memscope-status { margin: 6px 0; }
-  .memscope-procs td, .memscope-procs th { padding: 1px 10px 1px 0; vertical-align: top; }
-  .memscope-output { max-height: 560px !important; }
-  .memscope-chart { min-height: 380px; }
-</style>
-"""
-
-_TEMPLATE = """
-{% from macros import embed %}
-{% block postamble %}{{ page_css }}{% endblock %}
-{% block contents %}
-{{ page_top }}
-<div class="memscope-chart">
-{% for root in roots %}{{ embed(root) }}{% endfor %}
-</div>
-{{ page_bottom }}
-<script>
-  for (const el of document.querySelectorAll(".memscope-output")) el.scrollTop = el.scrollHeight;
-</script>
-{% endblock %}
-"""
-
-
 def _load(record_path: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     rd = RunData(record_path)
     try:
@@ -348,11 +316,23 @@ def gpu_peaks(summary: dict[str, Any]) -> dict[int, int]:
     }
 
 
+class RunReport:
+    """The report of the run recorded at ``record_path``: a ``page.Reporter``."""
+
+    def __init__(self, record_path: str) -> None:
+        self.record_path = record_path
+
+    def page(self) -> Page:
+        """The verdict, the chart, the stacks, census and probes when there are some, the processes, the output."""
+        return _report_page(self.record_path)
+
+
 def render_html(record_path: str) -> str:
     """The report of the run recorded at ``record_path``, as one standalone HTML page (BokehJS inline)."""
-    from bokeh.embed import file_html
-    from bokeh.resources import INLINE
+    return render(RunReport(record_path))
 
+
+def _report_page(record_path: str) -> Page:
     row, summary, lines = _load(record_path)
     snap = RunSeries.from_record(record_path).snapshot()
     phases = summary.get("phases") or []
@@ -400,16 +380,9 @@ def render_html(record_path: str) -> str:
             f"hidden at first; click {'their legend entries' if len(hidden) > 1 else 'its legend entry'} "
             f"to show {'them' if len(hidden) > 1 else 'it'}.</div>"
         ) + bottom
-    return file_html(
-        fig,
-        resources=INLINE,
-        title=f"memscope {summary.get('run_id', '')}: {cause}",
-        template=_TEMPLATE,
-        template_variables={"page_css": _CSS, "page_top": top, "page_bottom": bottom},
-    )
+    return Page(f"memscope {summary.get('run_id', '')}: {cause}", top, fig, bottom)
 
 
 def write_html(record_path: str, out_path: str) -> str:
     """Write the report of ``record_path`` to ``out_path`` (one self-contained file); returns ``out_path``."""
-    page = render_html(record_path)
-    return outfile.write_text(out_path, page)  # as `> out_path` would: a FIFO or /dev/stdout is written to
+    return write(RunReport(record_path), out_path)
