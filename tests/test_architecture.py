@@ -150,3 +150,80 @@ def test_no_view_imports_another_modules_private_names():
                     if isinstance(n, ast.ImportFrom) and (n.level or (n.module or "").startswith("memscope")):
                         bad += [(rel, n.module, a.name) for a in n.names if a.name.startswith("_")]
     assert bad == []
+
+
+# -- what ARCHITECTURE.md claims, checked ----------------------------------------------------------------------------
+
+MAX_LINES = 600  # ARCHITECTURE.md / the team's standard: no module over 600 lines
+
+
+def _modules():
+    """(path relative to memscope/, its text) of every module of the package."""
+    base = os.path.join(ROOT, "memscope")
+    for dirpath, _, files in os.walk(base):
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(dirpath, name)
+                with open(path, encoding="utf-8") as f:
+                    yield os.path.relpath(path, base).replace(os.sep, "/"), f.read()
+
+
+def test_no_module_is_over_600_lines():
+    long = {rel: text.count("\n") for rel, text in _modules() if text.count("\n") > MAX_LINES}
+    assert long == {}
+
+
+def _imports_lazily(node, in_function=False):
+    """Whether ``node`` imports a memscope module or a third-party package inside a function."""
+    for child in ast.iter_child_nodes(node):
+        if in_function and isinstance(child, ast.Import):
+            if any(a.name.split(".")[0] not in sys.stdlib_module_names for a in child.names):
+                return True
+        elif in_function and isinstance(child, ast.ImportFrom):
+            if child.level or (child.module or "").split(".")[0] not in sys.stdlib_module_names:
+                return True
+        inside = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        if _imports_lazily(child, inside):
+            return True
+    return False
+
+
+def _lazy_importers():
+    """The modules importing a memscope module or a third-party package inside a function."""
+    return {rel for rel, text in _modules() if _imports_lazily(ast.parse(text))}
+
+
+def _documented_lazy_importers():
+    with open(os.path.join(ROOT, "ARCHITECTURE.md"), encoding="utf-8") as f:
+        doc = f.read()
+    table = doc.split("<!-- lazy-imports")[1].split("<!-- /lazy-imports -->")[0]
+    entries = set()
+    for line in table.splitlines():
+        if line.startswith("| `"):
+            first_cell = line.split("|")[1]
+            entries |= {e.removeprefix("memscope/") for e in first_cell.split("`")[1::2]}
+    return entries
+
+
+def test_the_lazily_importing_modules_are_those_architecture_md_lists():
+    found, entries = _lazy_importers(), _documented_lazy_importers()
+    assert len(found) > 20  # the check reads the package (37 modules when it was written)
+
+    def covers(entry, rel):
+        return rel == entry or (entry.endswith("/") and rel.startswith(entry))
+
+    assert sorted(rel for rel in found if not any(covers(e, rel) for e in entries)) == []  # undocumented
+    assert sorted(e for e in entries if not any(covers(e, rel) for rel in found)) == []  # stale
+
+
+def test_every_probe_attaches_through_when_imported():
+    probes = [rel for rel, _ in _modules() if rel.startswith("agent/probes/") and not rel.endswith("__init__.py")]
+    assert len(probes) >= 4
+    for rel, text in _modules():
+        if rel in probes:
+            tree = ast.parse(text)
+            install = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "install")
+            calls = [
+                n for n in ast.walk(install) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "when_imported"
+            ]
+            assert calls, f"{rel}: install() attaches through hooks.when_imported"
