@@ -117,10 +117,10 @@ class ClusterView:
     ) -> None:
         import ipywidgets as w
 
-        self._args = {"run": run, "job": job, "since": since}
+        self._run, self._job, self._since = run, job, since
         self.url = url
         self.refresh_s = refresh_s
-        self.job = first or load_job(url, **self._args)  # raises ClusterError: one line, nothing shown
+        self.job = first or self._load()  # raises ClusterError: one line, nothing shown
         self.status = w.HTML()
         self.table = w.HTML()
         self.charts: dict[tuple[str, str], Any] = {}
@@ -165,7 +165,7 @@ class ClusterView:
                 self.status.value = _status(self.job, f"no new data for {STALE_S / 60:.0f} min: stopped refreshing")
                 return
             try:
-                self._show(load_job(self.url, **self._args))
+                self._show(self._load())
                 if self._t_last() != last_t:
                     last_t, since = self._t_last(), time.monotonic()
             except ClusterError as exc:  # Prometheus restarting: say so, keep the last picture, try again
@@ -173,13 +173,17 @@ class ClusterView:
             except Exception as exc:  # a view must never take the kernel down
                 self.status.value = _status(self.job, f"refresh failed: {exc!r}")
 
+    def _load(self) -> Job:
+        """The job as Prometheus holds it now (ClusterError: one line)."""
+        return load_job(self.url, run=self._run, job=self._job, since=self._since)
+
     def _t_last(self) -> float:
         """Unix time of the job's newest memory point."""
         return self.job.t0 + max((p.chart_data()["t_last"] for p in self.job.panels), default=0.0)
 
     def refresh(self) -> None:
         """Read Prometheus now (the thread does it every ``refresh_s``)."""
-        self._show(load_job(self.url, **self._args))
+        self._show(self._load())
 
     def close(self) -> None:
         """Stop refreshing."""
@@ -188,7 +192,7 @@ class ClusterView:
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        display(self.widget)
+        display(self.widget)  # type: ignore[no-untyped-call]
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable
+from typing import Any, Iterable, cast
 
 from ..analysis.summary import mark_running, summarize
 from ..fmt import fmt_bytes, fmt_elapsed
@@ -125,7 +125,9 @@ def memory_figure(
 ) -> Any:
     """A Bokeh figure of a ``RunSeries.snapshot()``: tree PSS stacked by role, the lines, phase bands, and a
     vertical mark at each ``marks`` time ({"t_s", "text"}: the stacks captures)."""
-    from bokeh.models import (
+    # Re-exported by bokeh.models at run time, not in its type information: Any here (their own module's stubs
+    # are narrower than what bokeh accepts, e.g. a glyph renderer of a Line in a LegendItem).
+    from bokeh.models import (  # type: ignore[attr-defined]
         BoxAnnotation,
         ColumnDataSource,
         CustomJSHover,
@@ -167,7 +169,7 @@ def memory_figure(
     roles = [r for r in by_role if by_role[r].get("t")]
     if roles:
         t = by_role[roles[0]]["t"]
-        data: dict[str, list] = {"t": list(t)}
+        data: dict[str, list[Any]] = {"t": list(t)}
         for r in roles:
             data[r] = list(by_role[r]["y"])
         src = ColumnDataSource(data)
@@ -192,7 +194,8 @@ def memory_figure(
     # The host's available memory (and a generous limit) can dwarf the run: they start hidden then, so that the
     # run's own curves fill the plot; a click on their legend entry shows them (the y axis follows).
     own = max((v or 0 for k in ("tree_pss", "main_rss", "tree_rss") for v in lines.get(k, {}).get("y", [])), default=0)
-    renderers, hidden = [], []
+    renderers: list[Any] = []  # GlyphRenderers (HoverTool's annotation wants DataRenderer, their base)
+    hidden = []
     for key, label, style in LINES:
         if key not in lines:
             continue
@@ -288,7 +291,7 @@ def _load(record_path: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     rd = RunData(record_path)
     try:
         row = rd.run_row()
-        summary = row["summary"] or summarize(rd)
+        summary = cast("dict[str, Any]", row["summary"] or summarize(rd))
         lines = output_lines(_recorded_output(rd))
     finally:
         rd.close()

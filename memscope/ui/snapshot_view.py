@@ -178,7 +178,8 @@ def details_html(snap: Mapping[str, Any], summary: Mapping[str, Any], bars: bool
 # -- Bokeh figures (the page) -----------------------------------------------------------------------------------
 def timeline_figure(snap: Mapping[str, Any], device: int) -> Any:
     """The allocation timeline (bokeh)."""
-    from bokeh.models import CustomJSHover, CustomJSTickFormatter, DataRange1d, HoverTool, Legend, LegendItem, Span
+    # Re-exported by bokeh.models at run time, not in its type information (see report.memory_figure).
+    from bokeh.models import CustomJSHover, CustomJSTickFormatter, DataRange1d, HoverTool, Legend, LegendItem, Span  # type: ignore[attr-defined]
     from bokeh.models.tickers import AdaptiveTicker
     from bokeh.plotting import figure
 
@@ -228,7 +229,7 @@ def segments_figure(snap: Mapping[str, Any], device: int) -> Any:
 
     layout = snap_mod.segment_layout(snap, device)[:MAX_SEGMENTS]
     frames_by_block = _block_frames(snap, device)
-    data: dict[str, list] = {
+    data: dict[str, list[Any]] = {
         k: [] for k in ("left", "right", "bottom", "top", "color", "state", "size", "seg", "where")
     }
     for i, s in enumerate(layout):
@@ -253,7 +254,7 @@ def segments_figure(snap: Mapping[str, Any], device: int) -> Any:
         name=f"memscope-snapshot-segments-{device}",
         tools="xpan,xwheel_zoom,box_zoom,reset,save",
         toolbar_location="above",
-        y_range=(n - 0.5, -0.5),
+        y_range=(n - 0.5, -0.5),  # type: ignore[arg-type]  # bokeh takes a (start, end) pair for a Range1d
     )
     q = fig.quad(
         left="left",
@@ -272,8 +273,8 @@ def segments_figure(snap: Mapping[str, Any], device: int) -> Any:
     return fig
 
 
-def _block_frames(snap: Mapping[str, Any], device: int) -> dict[tuple, str]:
-    out: dict[tuple, str] = {}
+def _block_frames(snap: Mapping[str, Any], device: int) -> dict[tuple[Any, int], str]:
+    out: dict[tuple[Any, int], str] = {}
     for s in snap.get("segments") or []:
         if int(s.get("device") or 0) != device:
             continue
@@ -282,7 +283,7 @@ def _block_frames(snap: Mapping[str, Any], device: int) -> dict[tuple, str]:
             addr = b.get("address")
             start = int(addr) - int(base) if isinstance(addr, int) and isinstance(base, int) else off
             off = start + int(b.get("size") or 0)
-            fr = snap_mod.user_frames(snap_mod.block_frames(b))
+            fr = snap_mod.user_frames(list[Mapping[str, Any]](snap_mod.block_frames(b)))
             if fr:
                 out[(base, start)] = _frame_text(fr[0])
     return out
@@ -411,7 +412,7 @@ class SnapshotView:
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        display(self.widget)
+        display(self.widget)  # type: ignore[no-untyped-call]
 
     def __repr__(self) -> str:
         devs = ", ".join(
