@@ -2,8 +2,9 @@
 
 The built-in `forbidden` contract is a deny-list: a package nobody thought to name (pynvml, pandas) passes it. This
 one is an allow-list: any import outside `sys.stdlib_module_names` and `allowed_modules` breaks it. With
-`lazy_imports_allowed`, an import inside a function body is let through (the agent's probes import numpy only once the
-user's program has it); a top-level one, which runs when the module loads, is not.
+`lazy_imports_allowed`, an import inside a function body or under `if TYPE_CHECKING:` is let through (the agent's
+probes import numpy only once the user's program has it; a type-only import never runs); a top-level one, which
+runs when the module loads, is not.
 
 `lint-imports` finds this file because it puts the current directory on `sys.path` (run it from the repository root);
 pyproject.toml names it under `contract_types`.
@@ -40,20 +41,33 @@ def _source_path(module: str) -> str | None:
     return None
 
 
+def _type_checking_only(node: ast.AST) -> bool:
+    """``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``): its body never runs, only a type checker reads it."""
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
 def _top_level_import_lines(path: str) -> set[int]:
-    """Line numbers of the import statements that run when the module loads (not inside a function)."""
+    """Line numbers of the import statements that run when the module loads (not inside a function, not under
+    ``if TYPE_CHECKING:``)."""
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read(), filename=path)
     lines: set[int] = set()
-    todo: list[ast.AST] = [tree]
+    todo: list[ast.AST] = list(ast.iter_child_nodes(tree))
     while todo:
         node = todo.pop()
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                continue  # its body runs when called, not when the module loads
-            if isinstance(child, (ast.Import, ast.ImportFrom)):
-                lines.add(child.lineno)
-            todo.append(child)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue  # its body runs when called, not when the module loads
+        if isinstance(node, ast.If) and _type_checking_only(node):
+            todo.extend(node.orelse)  # only the else branch runs
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            lines.add(node.lineno)
+        todo.extend(ast.iter_child_nodes(node))
     return lines
 
 

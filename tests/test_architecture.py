@@ -77,6 +77,12 @@ PLANTED = [
     ("a lazy third-party import at layer 0", "model.py", "def _f():\n    import pandas\n", LAYER0),
     ("a third-party import at the agent's top level", "agent/fds.py", "import psutil\n", AGENT),
     ("the agent importing memscope.model", "agent/channel.py", "from memscope import model\n", AGENT),
+    (
+        "a third-party import in the agent's else of TYPE_CHECKING",
+        "agent/fds.py",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    pass\nelse:\n    import numpy\n",
+        AGENT,
+    ),
     ("a package module outside every layer", "newpart.py", "", LAYERS),
 ]
 
@@ -93,6 +99,20 @@ def _lint_copy(tmp_path, plant=None):
     p = subprocess.run([lint, "--no-cache"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     out = " ".join((p.stdout + p.stderr).split())  # long contract names wrap in the report
     return p.returncode, out
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        ("agent/fds.py", "def _f():\n    import psutil\n"),  # lazy: loaded only where it is called
+        ("agent/fds.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import numpy\n"),  # never runs
+    ],
+    ids=["a lazy import", "a type-only import"],
+)
+def test_the_agent_may_import_a_package_where_it_never_loads_at_import_time(tmp_path, plant):
+    rc, out = _lint_copy(tmp_path, plant)
+    assert rc == 0, out
+    assert f"{AGENT} KEPT" in out
 
 
 def test_the_unplanted_copy_keeps_every_contract(tmp_path):
