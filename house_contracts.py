@@ -16,16 +16,19 @@ import ast
 import importlib.util
 import os
 import sys
-from typing import cast
+from typing import TYPE_CHECKING, TypeAlias, cast
 
-from grimp import DetailedImport, ImportGraph
+from grimp import ImportGraph
 from importlinter.application import output
 from importlinter.domain import fields
 from importlinter.domain.contract import Contract, ContractCheck
 from importlinter.domain.imports import Module
 
+if TYPE_CHECKING:
+    from grimp import DetailedImport  # a TypedDict: for the type checker only (older grimp do not export it)
+
 # (importer, imported, grimp's details of each import statement: line_number, line_contents)
-_Violation = tuple[str, str, list[DetailedImport]]
+_Violation: TypeAlias = "tuple[str, str, list[DetailedImport]]"
 
 
 def _source_path(module: str) -> str | None:
