@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 from .. import supervise
 from ..collect.platform import procfs
+from ..errors import SCALENE_HOW_TO as HOW_TO
 from ..errors import LaunchError, ScaleneError
 from ..model import Event
 
@@ -41,10 +42,6 @@ from ..model import Event
 Run = Any
 
 MODES = {"cpu": "--cpu-only", "memory": "--memory"}
-HOW_TO = (
-    "start the run under Scalene: %memscope --scalene train.py (memscope run --scalene train.py, "
-    "or memscope.run(cmd, scalene=True)); --scalene=memory adds memory figures"
-)
 
 
 def available() -> bool:

@@ -1,0 +1,180 @@
+"""The dashboard's panels that keep state of their own: notes, the chart's phases and marks, the live leak verdict,
+the Scalene snapshots, and the static copy a saved notebook shows.
+
+Each owns its widget (where it has one) and the data behind it; ``dashboard.Dashboard`` lays them out and feeds them.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import ipywidgets as w
+
+from ..analysis import phases as phases_mod
+from ..analysis.leak import find_spikes, fit_plan, run_verdict
+from .fragments import esc, stack_marks
+from .series import RunSeries
+from .static_view import static_html
+
+if TYPE_CHECKING:
+    from ..session.run import Run
+
+LEAK_PERIOD_S = 5.0  # the live leak verdict is recomputed this often
+NOTES_SHOWN = 10  # memscope's lines about the run kept on screen (the latest)
+
+
+class Notes:
+    """memscope's own lines about the run (warnings), under the status line: here and not in another cell."""
+
+    def __init__(self) -> None:
+        self.widget = w.HTML()
+        self.lines: list[str] = []
+
+    def add(self, line: str) -> None:
+        """Show one line more (the last ``NOTES_SHOWN``)."""
+        self.lines.append(line)
+        self.widget.value = "".join(f"<div style='color:#a15c00'>{esc(x)}</div>" for x in self.lines[-NOTES_SHOWN:])
+
+
+class PhaseMarks:
+    """The phase and epoch events and the stacks captures of a live run: the chart's bands and marks."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.stacks: list[dict[str, Any]] = []  # the stacks captures seen live (time, reason)
+        self._keys: set[tuple[float, int | None, str]] = set()  # the record and the subscription overlap
+
+    def add_event(self, e: dict[str, Any]) -> None:
+        """One phase or epoch event (``t``, ``pid``, ``kind``, ``data``), once however often it is seen."""
+        key = (round(e["t"], 6), e["pid"], e["kind"])
+        if key not in self._keys:
+            self._keys.add(key)
+            self.events.append(e)
+
+    def add_stacks(self, t: float, reason: Any) -> None:
+        """A stacks capture at ``t``: a mark on the chart."""
+        self.stacks.append({"t_s": t, "reason": reason})
+
+    def main_events(self, procs: dict[int, dict[str, Any]]) -> tuple[int | None, list[dict[str, Any]]]:
+        """The main process's pid, and the phase and epoch events in time order."""
+        main = next((pid for pid, d in procs.items() if d.get("role") == "main"), None)
+        return main, sorted(self.events, key=lambda e: e["t"])
+
+    def phases(
+        self, summary: dict[str, Any] | None, end: float, procs: dict[int, dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The chart's phase bands: the summary's at the end, else those of the events so far."""
+        if summary and summary.get("phases") is not None:
+            return [{"name": p["name"], "start_s": p["start_s"], "end_s": p["end_s"]} for p in summary["phases"]]
+        main, events = self.main_events(procs)
+        # The open phase without an end (the chart draws it to the last point): its end moved at every push,
+        # and the chart's phases, unchanged, are not sent again.
+        return [
+            {"name": n, "start_s": a, "end_s": b if b < end else None}
+            for n, a, b in phases_mod.intervals(events, end, main)
+        ]
+
+    def marks(self, summary: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """The chart's stacks marks: the summary's at the end, else the captures seen live."""
+        return stack_marks((summary or {}).get("stacks") or self.stacks)
+
+
+class LiveLeak:
+    """The leak verdict and the spikes while the run goes, as the summary will give them at its end."""
+
+    def __init__(self) -> None:
+        self.leak: dict[str, Any] = {}
+        self.spikes: list[dict[str, Any]] = []
+        self._at = 0.0
+
+    def update(
+        self,
+        series: RunSeries,
+        snap: dict[str, Any],
+        limit: int | None,
+        run: "Run | None",
+        marks: PhaseMarks,
+        procs: dict[int, dict[str, Any]],
+    ) -> dict[str, Any]:
+        """The verdict fitted on the tree's private memory (anonymous PSS + swap) at every RSS round, recomputed
+        every LEAK_PERIOD_S."""
+        now = time.monotonic()
+        if now - self._at < LEAK_PERIOD_S:
+            return self.leak
+        self._at = now
+        with series._lock:
+            t, y = series.tree_private.points()
+        if len(t) < 3:  # a record without the fast series: the tree's RSS
+            total = snap.get("tree_rss") or {}
+            t, y = total.get("t") or [], total.get("y") or []
+        elif limit and run is not None and run.snapshot.tree_pss:
+            limit = max(1, limit - max(0, int(run.snapshot.tree_pss - y[-1])))  # file-backed pages count too
+        if t:
+            main, events = marks.main_events(procs)
+            plan = fit_plan(events, t[-1], main)
+            with series._lock:
+                own, parts = series.parts()
+            self.leak = run_verdict(plan, (t, y), own, parts, limit)[0].to_dict()
+        with series._lock:
+            tt, ty = series.pss_by_role.total()
+        self.spikes = [sp.to_dict() for sp in find_spikes(tt, ty)] if len(tt) >= 3 else []
+        return self.leak
+
+
+class ScalenePanel:
+    """Scalene snapshots, newest first: those taken from this dashboard, or a reopened run's recorded ones."""
+
+    def __init__(self) -> None:
+        self.widget = w.HTML()
+        self.snaps: list[dict[str, Any]] = []
+
+    def add(self, snap: dict[str, Any]) -> None:
+        """A snapshot just taken."""
+        from .scalene import snapshots_html
+
+        self.snaps.append(snap)
+        self.widget.value = snapshots_html(self.snaps)
+
+    def show_recorded(self, snaps: list[dict[str, Any]]) -> None:
+        """A finished run's snapshots, unless this dashboard took its own."""
+        if snaps and not self.snaps:
+            from .scalene import snapshots_html
+
+            self.widget.value = snapshots_html(snaps)
+
+
+class StaticCopy:
+    """The dashboard as static HTML beside the live one: what a saved notebook shows without its kernel (hidden
+    while the live one is drawn, through the CSS class ``memscope-live-<key>``)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.snap: dict[str, Any] = {}  # the chart's data at the last push
+        self._handle: Any = None  # the display handle, once displayed
+        self.at = 0.0  # time.monotonic() of the last update
+
+    def html(self, status: str, card: str, table: str) -> str:
+        """The copy as it is now."""
+        return static_html(self.key, status, card, table, self.snap)
+
+    def display(self, html: str) -> None:
+        """Display the copy (not on Colab: each output has its own frame there, so the CSS cannot hide it)."""
+        from IPython.display import display
+
+        if "google.colab" in sys.modules:
+            return
+        self.at = time.monotonic()
+        self._handle = display(  # type: ignore[no-untyped-call]
+            {"text/html": html, "text/plain": ""}, raw=True, display_id=True
+        )
+
+    def update(self, html: str) -> None:
+        """Replace the displayed copy by ``html``."""
+        self.at = time.monotonic()
+        if self._handle is not None:
+            try:
+                self._handle.update({"text/html": html, "text/plain": ""}, raw=True)
+            except Exception:  # never let the copy break the dashboard
+                pass
