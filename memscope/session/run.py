@@ -69,7 +69,7 @@ class _Shared(Generic[_T]):
     def __get__(self, obj: Run | None, owner: type) -> "_T | _Shared[_T]":
         if obj is None:
             return self
-        return getattr(obj.state, self.field)  # type: ignore[no-any-return]
+        return getattr(obj.state, self.field)
 
     def __set__(self, obj: Run, value: _T) -> None:
         setattr(obj.state, self.field, value)
