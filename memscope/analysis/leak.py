@@ -35,6 +35,7 @@ from . import phases as phases_mod
 from ._stats import (  # noqa: F401 (MIN_GROWTH_FRACTION: a tunable named here too)
     _MIN_SPIKE_BYTES,
     MIN_GROWTH_FRACTION,
+    PhaseIndex,
     _chunks,
     _excursions,
     _floor_points,
@@ -92,7 +93,7 @@ class Spike:
     height_bytes: int  # peak above the local floor
     phase: str | None  # phase overlapping most of the spike, if phases were given
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The spike as the summary's dict."""
         return asdict(self)
 
@@ -126,7 +127,7 @@ class LeakVerdict:
             return None
         return "slow" if self.slope_bytes_per_s < SLOW_BYTES_PER_S else "fast"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The verdict as the summary's dict, with its pace."""
         return dict(asdict(self), pace=self.pace)
 
@@ -149,7 +150,7 @@ def _insufficient(reason: str, detail: str | None = None) -> LeakVerdict:
 
 def fit_span(
     t: Sequence[float], y: Sequence[float], start_s: float | None = None, ended: bool = False
-) -> tuple[list, list]:
+) -> tuple[list[float], list[float]]:
     """The stretch of a series the leak verdict is fitted on: from the training's start (``start_s``, the first
     DataLoader epoch or train/eval switch: imports and set-up grow memory once, and on a short run that growth
     reads as a leak) to the end, without an ended run's teardown (``trim_teardown``). Without ``start_s`` the
@@ -182,7 +183,7 @@ class FitPlan:
     phases: tuple[tuple[str, float, float], ...]
     ended: bool = False
 
-    def span(self, t: Sequence[float], y: Sequence[float]) -> tuple[list, list]:
+    def span(self, t: Sequence[float], y: Sequence[float]) -> tuple[list[float], list[float]]:
         """The part of (t, y) the leak fit looks at (the training, past its warm-up)."""
         return fit_span(t, y, self.start_s, self.ended)
 
@@ -214,7 +215,7 @@ def fit_plan(
 
 def trim_teardown(
     t: Sequence[float], y: Sequence[float], window_s: float = 5.0, max_s: float = 10.0
-) -> tuple[list, list]:
+) -> tuple[list[float], list[float]]:
     """An ended run's series without its teardown: the longest tail (of at most ``max_s``) that lies wholly below
     everything of the ``window_s`` before it (the interpreter freeing at exit), with the descent into it. A floor
     that ends in a fall it never had before is no floor: it would make the run's last seconds look like one long
@@ -275,7 +276,7 @@ def assess_leak(
     ft, fy, _, _ = _chunks(tl, yl, _FINE_POINTS)
 
     # Split downsampled points by phase type (None = outside any phase).
-    by_phase: dict[str | None, tuple[list, list]] = {}
+    by_phase: dict[str | None, tuple[list[float], list[float]]] = {}
     index = _phase_index(phases) if phases else None
     if index is not None:
         for x, v in zip(ft, fy):
@@ -285,7 +286,7 @@ def assess_leak(
     else:
         by_phase[None] = (ft, fy)
 
-    groups: dict[str | None, tuple[list, list]] = {}
+    groups: dict[str | None, tuple[list[float], list[float]]] = {}
     weight: dict[str | None, int] = {}
     for name, (gt_, gy) in by_phase.items():
         # A phase type seen only in one short stretch (e.g. a final eval) says nothing
@@ -313,7 +314,7 @@ def assess_leak(
     g0 = min(g[0][0] for g in groups.values())
     g1 = max(g[0][-1] for g in groups.values())
     mid = g0 + (g1 - g0) / 2.0
-    halves: list[dict[str | None, tuple[list, list]]] = [{}, {}]
+    halves: list[dict[str | None, tuple[list[float], list[float]]]] = [{}, {}]
     for name, (bt, by) in groups.items():
         k = bisect_left(bt, mid)
         halves[0][name] = (bt[:k], by[:k])
@@ -334,7 +335,8 @@ def assess_leak(
     bt, by = groups[dominant]
     stairs = index is not None and _staircase(*by_phase[dominant], index, dominant)
     sustained = stairs or all(
-        f.slope > 0 and f.slope >= HALF_SLOPE_RATIO * slope and f.confidence >= HALF_CONFIDENCE for f in fits
+        f is not None and f.slope > 0 and f.slope >= HALF_SLOPE_RATIO * slope and f.confidence >= HALF_CONFIDENCE
+        for f in fits
     )
 
     # Levels from the dominant phase type (the one covering most samples): the median
@@ -483,7 +485,7 @@ def floor_step(verdict: Mapping[str, object]) -> int | None:
     return step if step > max(MIN_GROWTH_BYTES, MIN_GROWTH_FRACTION * abs(b)) else None
 
 
-def _staircase(gt: list, gy: list, index, name: str | None) -> bool:
+def _staircase(gt: list[float], gy: list[float], index: PhaseIndex, name: str | None) -> bool:
     """A staircase: memory kept at phase switches (seed 002: each validation keeps its outputs), seen in the
     levels of the dominant phase's (training's) stretches. The halves test misses it when a short run holds two or
     three evaluations: a half with one stair in it has a median pairwise slope of about zero.
@@ -560,7 +562,7 @@ def find_spikes(
     return out
 
 
-def _dominant_phase(index, start: float, end: float) -> str | None:
+def _dominant_phase(index: PhaseIndex | None, start: float, end: float) -> str | None:
     if index is None:
         return None
     starts, ends, names, longest = index

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, Sequence, cast
 
-from ..model import KIND_PSS, KIND_RSS, SUMMARY_SCHEMA, Summary
+from ..model import KIND_PSS, KIND_RSS, SUMMARY_SCHEMA, ExitInfo, Summary
 from ..record.catalogue import RUNNING, run_info, run_state
 from ..record.reader import RunData
 from . import gpu as gpu_mod
@@ -135,7 +135,7 @@ def _guard(unavailable: dict[str, str], name: str, compute: Callable[[], Any], f
         return fallback()
 
 
-def _no_exit(main: int | None, why: str) -> dict[str, Any]:
+def _no_exit(main: int | None, why: str) -> ExitInfo:
     return {"cause": "unknown", "code": None, "signal": None, "pid": main, "message": why, "traceback": None}
 
 
@@ -239,18 +239,25 @@ def _summarize(rd: RunData) -> Summary:
         ),
         "bounded": _guard(unavailable, "bounded", lambda: bounds({k: rd.events(k) for k in BOUND_EVENTS}), dict),
         "record": rd.path,
-        **_guard(unavailable, "diagnosis", lambda: diagnosis(rd, ev, float(duration)), _no_diagnosis),
-        **_guard(
-            unavailable,
-            "gpu",
-            lambda: gpu_mod.summary_keys(rd),
-            lambda: dict.fromkeys(("cuda_oom", "allocator", "gpu", "compile_pool")),
-        ),
-        **probe_summary(rd, unavailable),  # loads, faiss, malloc: each on its own
-        "census": _guard(unavailable, "census", lambda: census_rows(rd.events("census")), list),
-        "scalene": _guard(unavailable, "scalene", lambda: scalene_rows(rd.events("scalene_snapshot")), list),
-        "stacks": _guard(unavailable, "stacks", lambda: stacks_rows(rd.events("stacks")), list),
     }
+    # The sections below are added in this order (the JSON's), each computed on its own.
+    diag = _guard(unavailable, "diagnosis", lambda: diagnosis(rd, ev, float(duration)), _no_diagnosis)
+    summary["phases"], summary["marks"], summary["leak"] = diag["phases"], diag["marks"], diag["leak"]
+    summary["spikes"], summary["workers"] = diag["spikes"], diag["workers"]
+    gpu = _guard(
+        unavailable,
+        "gpu",
+        lambda: gpu_mod.summary_keys(rd),
+        lambda: dict.fromkeys(("cuda_oom", "allocator", "gpu", "compile_pool")),
+    )
+    summary["cuda_oom"], summary["allocator"] = gpu["cuda_oom"], gpu["allocator"]
+    summary["gpu"], summary["compile_pool"] = gpu["gpu"], gpu["compile_pool"]
+    # loads, faiss, malloc, each on its own: their keys come from the probes' registry (agent/protocol.PROBES),
+    # data the checker cannot follow, so they go in through the summary seen as a plain dict, here only.
+    cast("dict[str, Any]", summary).update(probe_summary(rd, unavailable))
+    summary["census"] = _guard(unavailable, "census", lambda: census_rows(rd.events("census")), list)
+    summary["scalene"] = _guard(unavailable, "scalene", lambda: scalene_rows(rd.events("scalene_snapshot")), list)
+    summary["stacks"] = _guard(unavailable, "stacks", lambda: stacks_rows(rd.events("stacks")), list)
     summary["last_words"] = _guard(
         unavailable, "last_words", lambda: _last_words(rd, run, summary, procs, ended), lambda: None
     )
@@ -299,6 +306,10 @@ def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
     yet downsampled, read round by round, would outweigh the rest and sit on another floor."""
     fast = rd.fast_totals()
     window = rd.fit_window()
+    t: list[float]
+    y: list[float]
+    pt: list[float]
+    py: list[float]
     if fast:
         t = [r[0] for r in fast]
         y = [r[1] or 0 for r in fast]
@@ -330,7 +341,7 @@ def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
     # The time to the limit keeps the file-backed pages in: they count against the limit too.
     limit = ev.limit_bytes
     if limit and y and py and series != "tree_rss":
-        limit = max(1, limit - max(0, y[-1] - py[-1]))
+        limit = max(1, limit - max(0, int(y[-1] - py[-1])))  # bytes: ints from the record
     # The main process is judged on its own private memory (statm, not proportional): PSS splits what it keeps
     # with every forked DataLoader worker alive at the time, so its PSS share saw-tooths as workers come and go
     # while the leak is the main's all along. Other roles on their PSS share (a worker's private memory counts
@@ -369,7 +380,7 @@ def _workers(rd: RunData) -> dict[str, Any] | None:
     row, alive = None, 0
     for r in rd.role_rounds("dataloader_worker"):  # the round where they held most, and the most alive at once
         alive = max(alive, r[1])
-        if r[2] is not None and (row is None or r[2] > row[2]):
+        if r[2] is not None and (row is None or r[2] > (row[2] or 0)):  # row[2] is never None
             row = r
     if row is None:
         return None
@@ -387,7 +398,9 @@ def _workers(rd: RunData) -> dict[str, Any] | None:
     }
 
 
-def _spikes(t: list[float], y: list[float], spans: list, auto: list) -> list[dict[str, Any]]:
+def _spikes(
+    t: Sequence[float], y: Sequence[float], spans: list[tuple[str, float, float]], auto: list[tuple[str, float, float]]
+) -> list[dict[str, Any]]:
     """Spikes labelled with the user's own phase (memscope.phase) where one covers them, else train/eval."""
     manual = [p for p in spans if p not in auto]
     out = []

@@ -17,7 +17,7 @@ _BENIGN = {None, "SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE"}
 def main_pid(processes: list[dict[str, Any]], root_pid: int) -> int:
     """The run's main process: its "main", else its lowest rank, else the root."""
     for role in ("main", "rank"):
-        pids = [p["pid"] for p in processes if p["role"] == role]
+        pids: list[int] = [p["pid"] for p in processes if p["role"] == role]
         if pids:
             return min(pids) if role == "rank" else pids[0]
     return root_pid

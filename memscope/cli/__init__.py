@@ -45,8 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"memscope {__version__}")
     sub = ap.add_subparsers(dest="cmd", parser_class=Parser)
     for cls in COMMANDS:
-        kw = {"usage": cls.usage} if cls.usage else {}
-        cls().prepare_parser(sub.add_parser(cls.name, help=help_line(cls), **kw))
+        cls().prepare_parser(sub.add_parser(cls.name, help=help_line(cls), usage=cls.usage or None))
     return ap
 
 

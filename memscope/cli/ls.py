@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import ClassVar
 
 from ..fmt import fmt_bytes
 
@@ -11,8 +12,8 @@ from ..fmt import fmt_bytes
 class LsCommand:
     """list recorded runs"""
 
-    name = "ls"
-    usage = None
+    name: ClassVar[str] = "ls"
+    usage: ClassVar[str | None] = None
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         """--record DIR."""

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import sys
+from typing import ClassVar
 
 from ..fmt import fmt_bytes
 from .options import EXIT_BAD_INPUT
@@ -25,8 +26,8 @@ def parse_duration(text: str) -> float:
 class PruneCommand:
     """remove old run records (--older-than 30d, --keep N); a running run's record is never touched"""
 
-    name = "prune"
-    usage = None
+    name: ClassVar[str] = "prune"
+    usage: ClassVar[str | None] = None
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         """--older-than DURATION, --keep N, --dry-run, --record DIR."""

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from typing import ClassVar
 
 from .. import outfile
 from .command import one_line
@@ -15,8 +16,8 @@ from .options import EXIT_BAD_INPUT
 class ReportCommand:
     """a recorded run's summary"""
 
-    name = "report"
-    usage = None
+    name: ClassVar[str] = "report"
+    usage: ClassVar[str | None] = None
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         """The run, --record, --json, --html."""

@@ -35,9 +35,10 @@ class Nvml:
         from recorded nvidia-smi captures)."""
         if lib is None:
             try:
-                import pynvml as lib  # nvidia-ml-py: optional
+                import pynvml as found  # nvidia-ml-py: optional
             except Exception:
                 return None
+            lib = found
         pynvml = lib
         try:
             pynvml.nvmlInit()

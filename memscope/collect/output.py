@@ -210,7 +210,7 @@ def _punch(path: str, upto: int) -> bool:
     except (OSError, AttributeError):
         return False
     try:
-        return fallocate(fd, _FALLOC_PUNCH, 0, upto) == 0
+        return bool(fallocate(fd, _FALLOC_PUNCH, 0, upto) == 0)
     finally:
         os.close(fd)
 

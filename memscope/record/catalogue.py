@@ -9,6 +9,7 @@ import stat
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from ..collect.platform import procfs  # /proc on Linux, psutil elsewhere: same start-time clock as the record
 from .reader import RunData
@@ -86,15 +87,15 @@ def run_info(path: str) -> RunInfo:
     return info
 
 
-def _info(path: str, r: dict) -> RunInfo:
+def _info(path: str, r: dict[str, Any]) -> RunInfo:
     """A run's line from its row, whose columns are whatever the file holds: valid JSON of another shape (a
     summary that is a list, a peak that is a string) reads as unknown; a row without an id or a command is no
     record (ValueError)."""
     command = r["command"]
     if not isinstance(r["id"], str) or not r["id"] or not isinstance(command, list):
         raise ValueError("its run row has no id or no command")
-    s = r["summary"] if isinstance(r["summary"], dict) else {}
-    peak = s.get("peak") if isinstance(s.get("peak"), dict) else {}
+    s: dict[str, Any] = r["summary"] if isinstance(r["summary"], dict) else {}
+    peak: dict[str, Any] = s["peak"] if isinstance(s.get("peak"), dict) else {}
     peak_bytes = next((v for v in (peak.get("tree_pss_bytes"), peak.get("tree_rss_bytes")) if _num(v) and v), None)
     return RunInfo(
         r["id"],

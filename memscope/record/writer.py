@@ -26,7 +26,7 @@ class _Sql:
 
     __slots__ = ("sql", "args")
 
-    def __init__(self, sql: str, args: tuple) -> None:
+    def __init__(self, sql: str, args: tuple[Any, ...]) -> None:
         self.sql, self.args = sql, args
 
 

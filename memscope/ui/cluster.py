@@ -192,7 +192,7 @@ class ClusterView:
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        display(self.widget)  # type: ignore[no-untyped-call]
+        display(self.widget)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)

@@ -175,7 +175,7 @@ class Dashboard:
             if self.series.changed_since(version) or ended:
                 version = self.series.version
                 try:
-                    points = self._push(final_summary=run.wait(5) if ended else None)
+                    points = self._push(final_summary=cast("dict[str, Any]", run.wait(5)) if ended else None)
                     period = push_period(points)
                 except Exception:
                     pass
@@ -247,7 +247,7 @@ class Dashboard:
         """Show the live dashboard and, beside it, its static copy (hidden while the live one is drawn)."""
         from IPython.display import display
 
-        display(self.widget)  # type: ignore[no-untyped-call]
+        display(self.widget)
         self.copy.display(self.static_html())
 
     def _update_fallback(self) -> None:

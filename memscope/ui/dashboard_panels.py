@@ -166,9 +166,7 @@ class StaticCopy:
         if "google.colab" in sys.modules:
             return
         self.at = time.monotonic()
-        self._handle = display(  # type: ignore[no-untyped-call]
-            {"text/html": html, "text/plain": ""}, raw=True, display_id=True
-        )
+        self._handle = display({"text/html": html, "text/plain": ""}, raw=True, display_id=True)
 
     def update(self, html: str) -> None:
         """Replace the displayed copy by ``html``."""

@@ -412,7 +412,7 @@ class SnapshotView:
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        display(self.widget)  # type: ignore[no-untyped-call]
+        display(self.widget)
 
     def __repr__(self) -> str:
         devs = ", ".join(
