@@ -212,6 +212,32 @@ class LeakInfo(TypedDict, total=False):
     per_process: dict[str, dict[str, Any]]  # each role's per-process floor's verdict; "main": its own memory
 
 
+class CopyOnReadInfo(TypedDict, total=False):
+    """DataLoader copy-on-read (analysis/copy_on_read.py): forked workers copying their parent's pages as they read
+    its Python objects, their RSS flat. ``workers``: a row per worker measured (``copy_on_read`` marks those that
+    copy: pid, parent, since_s, at_s, rss_bytes, rss_change_bytes, anon_rss_bytes, anon_rss_change_bytes,
+    pss_start_bytes, pss_bytes, copied_bytes, shared_start_bytes, shared_bytes, shareable_bytes, levelled); ``parent``: the
+    parent's PSS and anon RSS over the growth; ``attribute``: the Dataset attribute holding the most Python objects
+    (name, type, len, item_type, objects, bytes, text, pid), from the workers' own ``dataset_objects`` reports;
+    ``bound_bytes``: where the tree levels off."""
+
+    detected: bool
+    workers: list[dict[str, Any]]
+    parent: dict[str, Any] | None
+    since_s: float | None
+    at_s: float | None
+    tree_start_bytes: int | None
+    tree_bytes: int | None
+    copied_bytes: int
+    bound_bytes: int | None
+    levelled: bool  # every copying worker's copy stopped rising: the tree is at its bound
+    attribute: dict[str, Any] | None
+    attributes: list[dict[str, Any]]
+    reason: str
+    text: str | None
+    advice: str | None
+
+
 class AdviceLine(TypedDict):
     """One line of advice and what it is about."""
 
@@ -248,6 +274,7 @@ class Summary(TypedDict, total=False):
     leak: LeakInfo
     spikes: list[dict[str, Any]]
     workers: dict[str, Any] | None
+    copy_on_read: CopyOnReadInfo  # records summarized before it have none
     allocator: dict[str, Any] | None
     gpu: dict[str, Any] | None
     compile_pool: dict[str, Any] | None

@@ -44,7 +44,7 @@ def test_notebook_runs_and_its_checks_pass(path, tmp_path):
 
 
 def test_notebooks_are_saved_clean_install_memscope_first_and_end_with_their_checks():
-    assert len(NOTEBOOKS) >= 7
+    assert len(NOTEBOOKS) >= 8
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
         code = [c for c in nb.cells if c.cell_type == "code"]

@@ -88,6 +88,15 @@ PROBES: tuple[tuple[str, str | None, dict[str, KindSpec]], ...] = (
         "malloc": ({k: "size" for k in ("arena_bytes", "mmap_bytes", "in_use_bytes", "free_held_bytes",
                                         "releasable_bytes", "free_chunks")}, True, ()),
     }),
+    # A DataLoader worker's Dataset: its attributes holding the most Python objects (copy-on-read's attribution), read
+    # by analysis/copy_on_read.py with the record's PSS rounds and drawn in the process table: no section, no panel.
+    ("dataset_objects", None, {
+        "dataset_objects": ({"dataset": "str", "worker_id": "int?", "num_workers": "int?", "truncated": "bool",
+                             "duration_s": "secs", "cpu_s": "secs",
+                             "attributes": [{"name": "str", "type": "str", "len": "size?", "item_type": "str?",
+                                             "objects": "size?", "bytes": "size?", "python_objects": "bool"}]},
+                            False, ("attributes",)),
+    }),
     ("torch_memory", None, {
         "torch_alloc": (dict(_ALLOC, backend="str", device="size"), True, ()),
         "cuda_oom": (dict(_ALLOC, device="size", alloc_bytes="size", device_total="size", device_free="size",

@@ -183,8 +183,14 @@ def _workers_line(summary: Summary) -> str | None:
         if rss and rss > 1.2 * held
         else ""
     )
+    # Persistent workers hold their memory through validation: only news to a run that has one.
+    validates = any(
+        any(v in str(p.get("name", "")).lower() for v in _VALIDATION_WORDS) for p in summary.get("phases") or []
+    )
     persistent = (
-        " or persistent_workers=False (they hold their memory through validation)" if w.get("persistent") else ""
+        " or persistent_workers=False (they hold their memory through validation)"
+        if w.get("persistent") and validates
+        else ""
     )
     return (
         f"{n} DataLoader workers alive together held {_mib(held)} of PSS at {w.get('peak_at_s', 0):.0f} s "
@@ -205,7 +211,10 @@ def advise(summary: Summary) -> list[AdviceLine]:
     censuses = summary.get("census") or []
     if censuses:
         add("census", censuses[-1].get("advice"))
-    add("workers", _workers_line(summary))
+    cor = summary.get("copy_on_read") or {}
+    add("copy_on_read", cor.get("advice") if cor.get("detected") else None)
+    if not cor.get("detected"):  # the same workers' memory: copy-on-read's line says what to do about it
+        add("workers", _workers_line(summary))
     for key in ADVICE_KEYS + tuple(k for k in summary_keys() if k not in ADVICE_KEYS):  # a new probe's: last
         section = summary.get(key)  # a probe's key: a row, or a list of rows
         rows = [section] if isinstance(section, dict) else section if isinstance(section, list) else []

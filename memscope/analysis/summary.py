@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence, cast
 from ..model import KIND_PSS, KIND_RSS, SUMMARY_SCHEMA, ExitInfo, Summary
 from ..record.catalogue import RUNNING, run_info, run_state
 from ..record.reader import RunData
+from . import copy_on_read as cor_mod
 from . import gpu as gpu_mod
 from . import phases as phases_mod
 from .advice import advise
@@ -244,6 +245,12 @@ def _summarize(rd: RunData) -> Summary:
     diag = _guard(unavailable, "diagnosis", lambda: diagnosis(rd, ev, float(duration)), _no_diagnosis)
     summary["phases"], summary["marks"], summary["leak"] = diag["phases"], diag["marks"], diag["leak"]
     summary["spikes"], summary["workers"] = diag["spikes"], diag["workers"]
+    summary["copy_on_read"] = _guard(
+        unavailable,
+        "copy_on_read",
+        lambda: cor_mod.assess(rd).to_dict(),
+        lambda: cor_mod.CopyOnRead(False, reason="memscope could not read the workers' rounds.").to_dict(),
+    )
     gpu = _guard(
         unavailable,
         "gpu",

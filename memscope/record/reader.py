@@ -267,6 +267,32 @@ class RunData:
             ys.append(v)
         return out
 
+    def pss_rounds_by_pid(
+        self, until_s: float | None = None, points: int = 600
+    ) -> dict[int, list[tuple[float, int, int, int | None, int | None]]]:
+        """Per process: (t, RSS, PSS, anonymous PSS, anon RSS) of its PSS rounds up to ``until_s``, in time order;
+        at most about ``points`` rounds a process (the last round of each equal slice of the span: a day's record
+        is millions of rows, and what reads this wants the trend, not every round)."""
+        until = float("inf") if until_s is None else float(until_s)
+        row = self.con.execute(
+            "SELECT MIN(t), MAX(t) FROM samples WHERE kind=? AND t<=?", (KIND_PSS, min(until, 1e300))
+        ).fetchone()
+        out: dict[int, list[tuple[float, int, int, int | None, int | None]]] = {}
+        if not row or row[0] is None:
+            return out
+        bucket = (row[1] - row[0]) / max(1, points)
+        sql = "SELECT t, pid, rss, pss, anon, private FROM samples WHERE kind=? AND t<=? AND pss IS NOT NULL"
+        if bucket > 0:  # SQLite takes the bare columns from the row that holds MAX(t)
+            sql = (
+                "SELECT MAX(t), pid, rss, pss, anon, private FROM samples WHERE kind=? AND t<=? AND pss IS NOT NULL "
+                f"GROUP BY pid, CAST(t / {float(bucket)!r} AS INTEGER)"
+            )
+        for t, pid, rss, pss, anon, private in self.con.execute(sql, (KIND_PSS, min(until, 1e300))):
+            out.setdefault(pid, []).append((t, rss or 0, pss, anon, private))
+        for rows in out.values():
+            rows.sort()
+        return out
+
     def fast_peak(self) -> tuple[float, int] | None:
         """(t, tree PSS) at the fast series' peak, None for records without it."""
         if not self.has_fast:

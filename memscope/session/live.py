@@ -57,6 +57,18 @@ class Snapshot:
 
             d = self.procs[rec.pid]
             d["exit_signal"] = d.get("exit_signal") or fault_signal((rec.data or {}).get("text"))
+        elif (
+            isinstance(rec, Event)
+            and rec.kind == "dataset_objects"
+            and rec.pid is not None
+            and isinstance(rec.data, dict)
+        ):
+            # A DataLoader worker's census of its Dataset: what copy-on-read would be named by, at hand live.
+            from ..analysis.copy_on_read import attribute_rows  # loaded while the run goes (finish.load_analyses)
+
+            rows = attribute_rows(rec.data)
+            d = self.procs.setdefault(rec.pid, {"role": "other", "name": "", "alive": True})
+            d["dataset_objects"] = rows[0] if rows else None
         elif isinstance(rec, ProcessSeen):
             d = self.procs.setdefault(rec.pid, {"alive": True})
             d.update(role=rec.role, name=rec.name, cmdline=rec.cmdline)

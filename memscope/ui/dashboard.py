@@ -23,9 +23,10 @@ from ..fmt import fmt_bytes, fmt_elapsed
 from ..session.run import started_here
 from .chart import MemoryChart, count_points
 from .dashboard_buttons import SCALENE_SECONDS, Buttons
-from .dashboard_panels import LEAK_PERIOD_S, LiveLeak, Notes, PhaseMarks, ScalenePanel, StaticCopy
+from .dashboard_panels import LEAK_PERIOD_S, LiveCopyOnRead, LiveLeak, Notes, PhaseMarks, ScalenePanel, StaticCopy
 from .fragments import (
     CAUSE_COLOR,
+    copy_on_read_marks,
     esc,
     leak_line,
     output_tail,
@@ -100,6 +101,7 @@ class Dashboard:
         self._wake = threading.Event()
         self._stopping: dict[str, Any] | None = None  # the stop_requested event's data and time
         self.leak = LiveLeak()
+        self.copy_on_read = LiveCopyOnRead()
         self.status = w.HTML()
         self.chart = MemoryChart(title=title, height=300, spread=True)
         self.gpu_chart: MemoryChart | None = None  # made with the run's first GPU data, never before
@@ -214,8 +216,14 @@ class Dashboard:
                 self.widget.children = tuple(kids)
             else:
                 self.gpu_chart.data = data
+        procs = with_gpu(self._procs(), self.gpu.per_pid(peak=final_summary is not None))
+        cor = (
+            final_summary.get("copy_on_read")
+            if final_summary is not None
+            else self.copy_on_read.update(self.run, procs)
+        )
         self.table.value = process_table(  # every process once the run has ended: no push comes after
-            with_gpu(self._procs(), self.gpu.per_pid(peak=final_summary is not None)),
+            copy_on_read_marks(procs, cor),
             max_exited=None if final_summary is not None else TABLE_EXITED,
         )
         self.probes.value = self._probe_feed.html(final_summary)

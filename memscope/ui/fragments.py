@@ -80,8 +80,11 @@ def process_table(procs: dict[int, dict[str, Any]], max_exited: int | None = Non
             else "measured in this round"
         )
         cmd = esc(d.get("cmdline") or d.get("name") or "")
+        role = esc(d.get("role", "other"))
+        if d.get("copy_on_read"):  # copy_on_read_marks: this worker copies its parent's pages as it reads them
+            role += f" <span class='memscope-cor' title='{esc(d['copy_on_read'])}' style='color:#c62828'>⚠ copy-on-read</span>"
         rows.append(
-            f"<tr{style}><td>{pid}</td><td>{esc(d.get('role', 'other'))}</td>"
+            f"<tr{style}><td>{pid}</td><td>{role}</td>"
             f"<td>{fmt_bytes(d.get('rss'))}</td><td>{fmt_bytes(d.get('private'))}</td>"
             f"<td title='{esc(age)}'>{fmt_bytes(d.get('pss'))}</td>"
             f"<td>{fmt_bytes(d.get('swap'))}</td>"
@@ -118,6 +121,31 @@ def process_table(procs: dict[int, dict[str, Any]], max_exited: int | None = Non
 _CMD_STYLE = "max-width:0;width:100%;overflow:hidden;text-overflow:ellipsis;white-space:nowrap"
 
 
+def copy_on_read_marks(procs: dict[int, dict[str, Any]], cor: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
+    """``procs`` with a ``copy_on_read`` note (its tooltip's words) on each worker that copies its parent's pages,
+    from the summary's ``copy_on_read`` section (or a live ``CopyOnRead.to_dict()``)."""
+    if not cor or not cor.get("detected"):
+        return procs
+    a = cor.get("attribute") or {}
+    what = f"`{a['name']}` ({a.get('text', '')})" if a.get("name") else "the Dataset's Python objects"
+    for w in cor.get("workers") or []:
+        if w.get("copy_on_read") and w.get("pid") in procs:
+            procs[w["pid"]] = dict(
+                procs[w["pid"]],
+                copy_on_read=f"copied {fmt_bytes(w.get('copied_bytes'))} of its parent's pages reading {what}, "
+                f"its RSS flat at {fmt_bytes(w.get('rss_bytes'))}",
+            )
+    return procs
+
+
+def copy_on_read_html(summary: dict[str, Any]) -> str:
+    """The card's copy-on-read line (the summary's ``copy_on_read.text``), or nothing."""
+    cor = summary.get("copy_on_read") or {}
+    if not cor.get("detected") or not cor.get("text"):
+        return ""
+    return f"<div class='memscope-cor'>{esc(cor['text'])}</div>"
+
+
 def with_gpu(procs: dict[int, dict[str, Any]], gpu_by_pid: dict[int, int]) -> dict[int, dict[str, Any]]:
     """``procs`` with each process's GPU bytes (``gpu``) where it has some."""
     for pid, b in gpu_by_pid.items():
@@ -144,6 +172,7 @@ def verdict_card(summary: dict[str, Any]) -> str:
         f"<details><summary>stack</summary><pre style='font-size:11px'>{esc(tb[-6000:])}</pre></details>" if tb else ""
     )
     leak_html = f"<div>memory: {esc(leak_line(leak))}</div>" if leak else ""
+    leak_html += copy_on_read_html(summary)
     advice = summary.get("advice") or []
     if advice:
         items = "".join(f"<li>{esc(a['text'])}</li>" for a in advice[:6])

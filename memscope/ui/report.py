@@ -18,8 +18,8 @@ from ..record.reader import RunData
 from .bokeh_format import HOVER_JS as _HOVER_JS
 from .bokeh_format import TICK_JS as _TICK_JS
 from .census import census_html
-from .fragments import esc as _esc
 from .fragments import (
+    copy_on_read_marks,
     leak_line,
     output_tail,
     process_table,
@@ -29,6 +29,7 @@ from .fragments import (
     verdict_card,
     with_gpu,
 )
+from .fragments import esc as _esc
 from .page import Page, render, write
 from .probes import any_shown, probes_html
 from .series import RunSeries
@@ -307,7 +308,7 @@ def _procs(record_path: str, summary: dict[str, Any]) -> dict[int, dict[str, Any
     for p in summary.get("processes") or []:  # the summary's exit signal also comes from a worker's fault dump
         if p.get("exit_signal") and p["pid"] in procs:
             procs[p["pid"]]["exit_signal"] = p["exit_signal"]
-    return with_gpu(procs, gpu_peaks(summary))
+    return copy_on_read_marks(with_gpu(procs, gpu_peaks(summary)), summary.get("copy_on_read"))
 
 
 def gpu_peaks(summary: dict[str, Any]) -> dict[int, int]:

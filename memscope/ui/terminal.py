@@ -214,6 +214,9 @@ def print_final(summary: Mapping[str, Any], file: TextIO | None = None, plain: b
             f"; {limit_text(summary.get('limit'))}",
         )
     )
+    cor = summary.get("copy_on_read") or {}
+    if cor.get("detected") and cor.get("text"):
+        con.print(Text.assemble(("memscope: ", "bold"), cor["text"]))
     if ex.get("traceback") and ex["cause"] in ("segfault", "abort", "bus_error", "worker_crash"):
         con.print("memscope: stack at the crash:\n" + ex["traceback"].rstrip()[-4000:], markup=False)
     for w in (summary.get("warnings") or [])[:6]:
