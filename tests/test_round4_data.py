@@ -5,7 +5,10 @@ readable by other users (8), bad records and flags are one clear line (9), the w
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
 
@@ -35,3 +38,60 @@ def test_the_old_runner_import_still_runs_a_run_and_warns(tmp_path):
     # The warning names the script's line, so that a person knows what to change.
     assert f"{script}:2: DeprecationWarning: memscope.runner is deprecated" in p.stderr, p.stderr
     assert "from memscope import Run, Options" in p.stderr
+
+
+# -- 9: bad records and flags -----------------------------------------------------------------------------------
+def ended_record(runs: str, *argv: str) -> str:
+    """A real run recorded by a real `memscope run` process; its record's path."""
+    p = cli("run", "--quiet", "--record", runs, "--", *(argv or (PY, "-c", "print('done')")))
+    assert p.returncode == 0, p.stderr
+    (name,) = [n for n in os.listdir(runs) if n.endswith(".sqlite")]
+    return os.path.join(runs, name)
+
+
+def edit_summary(path: str, drop: str) -> None:
+    con = sqlite3.connect(path)
+    with con:
+        s = json.loads(con.execute("SELECT summary FROM run").fetchone()[0])
+        del s["exit"][drop]
+        con.execute("UPDATE run SET summary=?", (json.dumps(s),))
+    con.close()
+
+
+def test_a_summary_without_its_exit_cause_or_message_reports_and_says_what_it_lacked(tmp_path):
+    rec = ended_record(str(tmp_path / "runs"))
+    for key in ("cause", "message"):
+        bad = str(tmp_path / f"no-{key}.sqlite")
+        shutil.copy(rec, bad)
+        edit_summary(bad, key)
+        text = cli("report", bad)
+        assert text.returncode == 0 and "Traceback" not in text.stderr + text.stdout, text.stderr
+        assert "memscope: ok — The run finished normally" in text.stdout, text.stdout
+        assert f"lacks exit.{key}: this one was computed again from its data" in text.stdout
+        js = cli("report", "--json", bad)
+        assert js.returncode == 0, js.stderr
+        assert json.loads(js.stdout)["exit"]["cause"] == "ok"
+        page = cli("report", "--html", str(tmp_path / f"{key}.html"), bad)
+        assert page.returncode == 0 and page.stderr == "", page.stderr
+        assert "The run finished normally" in (tmp_path / f"{key}.html").read_text()
+
+
+def test_ls_record_given_a_file_is_one_line_and_exit_2(tmp_path):
+    rec = ended_record(str(tmp_path / "runs"))
+    p = cli("ls", "--record", rec)
+    assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1, (p.stdout, p.stderr)
+    assert "not a directory" in p.stderr and "memscope report FILE" in p.stderr
+    # A directory with no records yet (a new project) is not an error.
+    empty = cli("ls", "--record", str(tmp_path / "none"))
+    assert empty.returncode == 0 and "no runs recorded" in empty.stdout
+
+
+def test_sizes_are_1024_based_with_or_without_a_space_and_nonsense_is_one_line(tmp_path):
+    from memscope.cli.options import parse_size
+
+    for text in ("12G", "12 G", "12GiB", "12 GiB", "12gb"):
+        assert parse_size(text) == 12 * 2**30, text
+    for text in ("12 G B", "12GG", "G12", "-1G", "0G", "1e3G", "12 X"):
+        p = cli("run", "--limit", text, "--record", str(tmp_path / "runs"), "--", PY, "-c", "pass")
+        assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--limit" in p.stderr, (text, p.stderr)
+    assert not os.path.exists(tmp_path / "runs") or not os.listdir(tmp_path / "runs")

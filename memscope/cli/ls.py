@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..fmt import fmt_bytes
+from .options import EXIT_BAD_INPUT
 
 
 class LsCommand:
@@ -16,7 +18,7 @@ class LsCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         """--record DIR."""
-        parser.add_argument("--record", metavar="DIR")
+        parser.add_argument("--record", metavar="DIR", help="the directory of records (./.memscope/runs)")
 
     def run(self, ns: argparse.Namespace) -> int:
         """One line per run: id, start, duration, state (running, ended, unfinished), exit cause, peak, size on
@@ -25,6 +27,12 @@ class LsCommand:
         from ..record.catalogue import default_record_dir, files_size, record_files, run_state, scan_runs
 
         d = ns.record or default_record_dir()
+        if os.path.exists(d) and not os.path.isdir(d):  # a record's file given for its directory
+            sys.stderr.write(
+                f"memscope: --record {d}: not a directory (give the directory of records; "
+                "'memscope report FILE' reads one record)\n"
+            )
+            return EXIT_BAD_INPUT
         runs, skipped = scan_runs(d)
         for path, why in skipped:  # one line each; the other runs are still listed
             sys.stderr.write(f"memscope: skipped {path}: not a readable memscope record ({why})\n")

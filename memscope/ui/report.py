@@ -13,7 +13,7 @@ import re
 from typing import Any, Iterable
 
 from .. import outfile
-from ..analysis.summary import mark_running, summarize
+from ..analysis.summary import mark_running, stored_or_computed
 from ..fmt import fmt_bytes, fmt_elapsed
 from ..record.reader import RunData
 from .bokeh_format import HOVER_JS as _HOVER_JS
@@ -320,11 +320,11 @@ def _load(record_path: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     rd = RunData(record_path)
     try:
         row = rd.run_row()
-        summary = row["summary"] or summarize(rd)
+        summary, stored = stored_or_computed(rd)
         lines = output_lines(_recorded_output(rd))
     finally:
         rd.close()
-    return row, (summary if row["summary"] else mark_running(record_path, summary)), lines
+    return row, (summary if stored else mark_running(record_path, summary)), lines
 
 
 def _procs(record_path: str, summary: dict[str, Any]) -> dict[int, dict[str, Any]]:
