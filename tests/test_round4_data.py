@@ -95,3 +95,42 @@ def test_sizes_are_1024_based_with_or_without_a_space_and_nonsense_is_one_line(t
         p = cli("run", "--limit", text, "--record", str(tmp_path / "runs"), "--", PY, "-c", "pass")
         assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--limit" in p.stderr, (text, p.stderr)
     assert not os.path.exists(tmp_path / "runs") or not os.listdir(tmp_path / "runs")
+
+
+# -- 10: what the record kept of a long line --------------------------------------------------------------------
+ONE_LINE = r"""
+import os, sys
+n = int(sys.argv[1])  # MiB
+chunk = b"z" * (1 << 20)
+for _ in range(n):
+    os.write(1, chunk)
+os.write(1, b"\nLAST LINE\n")
+"""
+
+
+def test_a_line_longer_than_the_cap_says_what_was_really_kept(start, monkeypatch):
+    from memscope.collect import output as output_mod
+    from memscope.ui.fragments import verdict_card
+
+    monkeypatch.setattr(output_mod, "MAX_RECORDED", 4 << 20)  # the cap: 32 MiB in a real run, 4 MiB here
+    run = start([PY, "-c", ONE_LINE, "24"])  # one line of 24 MiB: 64 KiB of it can be kept
+    s = run.wait(90)
+    assert s["exit"]["cause"] == "ok", s["exit"]
+    out = s["bounded"]["output"]["stdout"]
+    assert out["recorded_bytes"] >= 4 << 20 and out["recorded_bytes"] + out["dropped_bytes"] == (24 << 20) + 11
+    # What the record holds of the line: 64 Ki characters, whatever was read of it.
+    con = sqlite3.connect(s["record"])
+    text = "".join(
+        json.loads(d)["text"] for (d,) in con.execute("SELECT data FROM events WHERE kind='output'").fetchall()
+    )
+    con.close()
+    head, _, tail = text.partition("[memscope: output past the first 4 MiB not recorded")
+    assert head == "z" * (64 << 10) + "\n" and out["kept_bytes"] == 64 << 10, out
+    # Then the last lines, 2000 characters of each at most (a line cut by a skip ends there, saying so).
+    assert all(line.count("z") <= 2000 for line in tail.splitlines()) and tail.endswith("LAST LINE\n"), tail[:300]
+    words = next(w for w in s["warnings"] if "to stdout" in w)
+    assert words == (
+        "The run wrote 24 MiB to stdout: memscope kept 64 KiB of it and its last lines (lines longer than 64 KiB "
+        "are cut); the other 24 MiB was counted, not kept."
+    ), words
+    assert "recorded the first" not in words and "kept 64 KiB of it" in verdict_card(s)
