@@ -11,6 +11,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 
 from conftest import PY
 
@@ -134,3 +135,113 @@ def test_a_line_longer_than_the_cap_says_what_was_really_kept(start, monkeypatch
         "are cut); the other 24 MiB was counted, not kept."
     ), words
     assert "recorded the first" not in words and "kept 64 KiB of it" in verdict_card(s)
+
+
+# -- 6: prune removes only memscope's files, only of records proven finished ------------------------------------
+def records_in(runs: str) -> list[str]:
+    return sorted(n for n in os.listdir(runs) if n.endswith(".sqlite"))
+
+
+def test_prune_removes_only_the_files_memscope_wrote_never_a_folder_or_a_link(tmp_path):
+    runs, elsewhere = str(tmp_path / "runs"), str(tmp_path / "elsewhere")
+    first = ended_record(runs)
+    run_id = os.path.basename(first)[: -len(".sqlite")]
+    # A second real record, renamed by its user to best.sqlite, beside the user's best.pt and best.d/.
+    os.makedirs(elsewhere)
+    second = ended_record(elsewhere)
+    os.rename(second, os.path.join(runs, "best.sqlite"))
+    # A third, kept elsewhere and linked into the directory.
+    third = ended_record(str(tmp_path / "third"))
+    os.symlink(third, os.path.join(runs, "linked.sqlite"))
+    users = {
+        f"{run_id}.notes.txt": "my notes",
+        f"{run_id}.plots/loss.png": "png",
+        "best.pt": "weights",
+        "best.d/config.json": "{}",
+        "best.sqlite.bak": "the user's backup",
+    }
+    for name, text in users.items():
+        os.makedirs(os.path.dirname(os.path.join(runs, name)), exist_ok=True)
+        with open(os.path.join(runs, name), "w") as f:
+            f.write(text)
+    ours = [f"{run_id}.cuda_snapshot_41_0.pickle", f"{run_id}.stdout"]  # what memscope leaves beside a record
+    for name in ours:
+        with open(os.path.join(runs, name), "wb") as f:
+            f.write(b"x" * 1000)
+
+    p = cli("prune", "--keep", "0", "--record", runs)
+    assert p.returncode == 0, p.stderr
+    left = set(os.listdir(runs))
+    for name, text in users.items():  # every file of the user's, whole
+        with open(os.path.join(runs, name)) as f:
+            assert f.read() == text, name
+    assert not left & {os.path.basename(first), "best.sqlite", *ours}, left
+    assert os.path.islink(os.path.join(runs, "linked.sqlite")) and os.path.getsize(third) > 0
+    assert "removed 2 runs" in p.stdout and "(0 B)" not in p.stdout and "skipped 1 symbolic link" in p.stdout
+    assert f"skipped {os.path.join(runs, 'linked.sqlite')}: a symbolic link" in p.stderr, p.stderr
+
+
+LEAVES_A_CHILD = r"""
+import os, signal, subprocess, sys
+# A child in the run's session that ignores SIGTERM: memscope stops it at the end, SIGKILL after --grace.
+subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                  "open(%r, 'w').close(); time.sleep(60)" % (sys.argv[1] + ".child",)])
+while not os.path.exists(sys.argv[1] + ".child"):
+    pass
+open(sys.argv[1], "w").close()
+"""
+
+
+def test_a_run_whose_memscope_is_still_finishing_is_not_pruned(tmp_path):
+    runs, mark, summary = str(tmp_path / "runs"), str(tmp_path / "root-done"), str(tmp_path / "s.json")
+    ms = subprocess.Popen(
+        [*MEMSCOPE, "run", "--quiet", "--grace", "6", "--record", runs, "--summary-json", summary, "--"]
+        + [PY, "-c", LEAVES_A_CHILD, mark],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(mark) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (name,) = records_in(runs)
+        run_id = name[: -len(".sqlite")]
+        con = sqlite3.connect(f"file:{os.path.join(runs, name)}?mode=ro", uri=True)
+        (root,) = con.execute("SELECT root_pid FROM run").fetchone()
+        con.close()
+        while os.path.exists(f"/proc/{root}") and time.monotonic() < deadline:  # the root has exited, and is reaped
+            time.sleep(0.05)
+        assert ms.poll() is None, "memscope ended before the leftover's grace"
+        ls = cli("ls", "--record", runs)
+        assert f"{run_id}  " in ls.stdout and " ending " in ls.stdout, ls.stdout  # not "unfinished"
+        p = cli("prune", "--keep", "0", "--record", runs)
+        assert p.returncode == 0 and "removed 0 runs" in p.stdout, (p.stdout, p.stderr)
+        assert f"kept {run_id}" in p.stderr and "memscope is still writing it" in p.stderr, p.stderr
+        assert records_in(runs) == [name]
+        assert ms.poll() is None, "prune ran after memscope had ended: nothing was proven"
+        out, err = ms.communicate(timeout=60)
+        assert ms.returncode == 0, err
+    finally:
+        if ms.poll() is None:
+            ms.kill()
+            ms.wait()
+    with open(summary) as f:
+        s = json.load(f)
+    assert s["exit"]["cause"] == "ok" and "OperationalError" not in json.dumps(s), s["exit"]
+    assert cli("report", "last", "--record", runs).returncode == 0
+    # Finished now: pruned.
+    p = cli("prune", "--keep", "0", "--record", runs)
+    assert "removed 1 run," in p.stdout and records_in(runs) == [], (p.stdout, p.stderr)
+
+
+def test_an_unfinished_record_of_a_memscope_that_took_no_lock_is_kept_and_named(tmp_path):
+    runs = str(tmp_path / "runs")
+    rec = ended_record(runs)
+    con = sqlite3.connect(rec)
+    with con:  # as an older memscope killed mid-run left it: no end, no lock in its meta
+        con.execute("UPDATE run SET ended_at=NULL, meta=json_remove(meta, '$.writer_lock')")
+    con.close()
+    p = cli("prune", "--keep", "0", "--record", runs)
+    assert p.returncode == 0 and "removed 0 runs" in p.stdout and "skipped 1 not proven finished" in p.stdout
+    assert "older memscope that took no lock" in p.stderr and os.path.exists(rec), p.stderr

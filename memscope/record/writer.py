@@ -3,12 +3,19 @@
 WAL mode with synchronous=FULL and a commit at least every ``flush_s``: if memscope, the kernel or the machine
 dies, the file keeps everything up to the last commit and opens cleanly. The schema is ``reader.SCHEMA``:
 records written by any earlier memscope open with the same reader.
+
+The file is created 0600 (SQLite gives its -wal and -shm the record's mode): command lines, output and stacks are
+this user's only. The writer holds an exclusive ``flock`` on it from before its first byte until after its last
+(the kernel drops it if memscope dies), so that ``prune`` and ``ls`` can tell a record still being written (its
+run's root gone, leftovers being stopped, the summary being made) from one whose writer is gone.
 """
 
 from __future__ import annotations
 
 import collections
+import fcntl
 import json
+import os
 import queue
 import sqlite3
 import threading
@@ -46,6 +53,10 @@ _RECORDS = (TreeSample, HostSample, ProcessSeen, ProcessExited, Event, RunEnded)
 # and each kind's highest round, so the peak stays true.
 KEEP_LOST = 100_000
 KEEP_SAMPLES = 20_000
+RECORD_MODE = 0o600  # the record, its -wal and -shm: this user's only
+# In the run row's meta: this record's writer held the lock (catalogue.WRITER_LOCK_META); records without it come
+# from a memscope that held none.
+LOCK_META = ("writer_lock", "flock")
 
 
 class Recorder:
@@ -68,7 +79,12 @@ class Recorder:
         self.path = path
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._flush_s = flush_s
-        self._con = connect(path)
+        self._lock_fd = _create_locked(path)
+        try:
+            self._con = connect(path)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
         # One transaction: each statement on its own would be a commit, and each commit an fsync (synchronous=FULL)
         # that the run's start waits on.
         self._con.executescript(f"BEGIN;{SCHEMA}")
@@ -115,7 +131,15 @@ class Recorder:
             _Sql(
                 "INSERT OR REPLACE INTO run (id, command, cwd, started_at, t0_epoch, root_pid, meta) "
                 "VALUES (?,?,?,?,?,?,?)",
-                (run_id, json.dumps(command), cwd, started_at, t0_epoch, root_pid, json.dumps(meta)),
+                (
+                    run_id,
+                    json.dumps(command),
+                    cwd,
+                    started_at,
+                    t0_epoch,
+                    root_pid,
+                    json.dumps({**meta, LOCK_META[0]: LOCK_META[1]}),
+                ),
             )
         )
         # Committed at once, not at the next flush: `memscope ls`, `report` and `stacks` find a run by this row,
@@ -185,6 +209,7 @@ class Recorder:
                     self._con.close()
                 except sqlite3.Error:
                     pass
+                os.close(self._lock_fd)  # after the last write: the record is whole from here on
                 return
             if isinstance(rec, _Barrier):
                 self._commit()
@@ -295,6 +320,18 @@ class Recorder:
                 f"memscope: cannot write the record {self.path} ({exc}); what follows is kept in memory "
                 "for the summary, not in the file"
             )
+
+
+def _create_locked(path: str) -> int:
+    """Create the record (0600, never through a symbolic link) and take its lock; the lock's descriptor. OSError if
+    the file cannot be made, or another writer holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, RECORD_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _apply(c: sqlite3.Connection, rec: Any) -> None:
