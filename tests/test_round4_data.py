@@ -8,12 +8,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import sqlite3
+import stat
 import subprocess
 import sys
+import sysconfig
+import tempfile
 import time
+import urllib.request
 
+import pytest
 from conftest import PY
+
+import memscope
 
 MEMSCOPE = [PY, "-m", "memscope.cli"]
 
@@ -245,3 +253,225 @@ def test_an_unfinished_record_of_a_memscope_that_took_no_lock_is_kept_and_named(
     p = cli("prune", "--keep", "0", "--record", runs)
     assert p.returncode == 0 and "removed 0 runs" in p.stdout and "skipped 1 not proven finished" in p.stdout
     assert "older memscope that took no lock" in p.stderr and os.path.exists(rec), p.stderr
+
+
+# -- 8: secrets on the command line, and records other users cannot read ----------------------------------------
+HF = "hf_" + "Zq9Xw8Vu7Ts6Rr5Qp4On3Mm2Ll1Kk0JjIiHh"  # the shape of a Hugging Face token (made up)
+CHILD_SECRET = "Tq7ChildSecret42"  # no known format: only its option's name (--token) says it is one
+PASSWORD = "p4ssw0rdXyz"
+TRAIN = r"""
+import subprocess, sys, time
+# A child whose own command line carries a token as a separate argument, and a URL with a password.
+c = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(float(__import__('sys').argv[1]))", "%s",
+                      "--token", "%s", "https://me:%s@example.invalid/x"])
+print("ready", flush=True)
+c.wait()
+"""
+
+
+def secret_args(seconds: float) -> list[str]:
+    return [f"--hf_token={HF}", "--password", PASSWORD, "--seconds", str(seconds)]
+
+
+def assert_no_secret(where: str, text: str | bytes) -> None:
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    for s in (HF[3:], CHILD_SECRET, PASSWORD):
+        assert s not in text, f"{s} in {where}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_secrets_on_command_lines_reach_no_record_summary_report_label_or_page(tmp_path):
+    runs, summary = str(tmp_path / "runs"), str(tmp_path / "s.json")
+    train = tmp_path / "train.py"
+    train.write_text(TRAIN % ("3", CHILD_SECRET, PASSWORD))
+    port = free_port()
+    ms = subprocess.Popen(
+        [*MEMSCOPE, "run", "--quiet", "--record", runs, "--summary-json", summary, "--prometheus", f"127.0.0.1:{port}"]
+        + ["--prometheus-linger", "5", "--", PY, str(train), *secret_args(3)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline, metrics = time.monotonic() + 60, b""
+        while b"memscope_run_info{" not in metrics and time.monotonic() < deadline:
+            try:
+                metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+            except OSError:
+                time.sleep(0.2)
+        time.sleep(1.5)  # the child is seen
+        live = cli("report", "last", "--record", runs, "--json")
+        out, err = ms.communicate(timeout=90)
+    finally:
+        if ms.poll() is None:
+            ms.kill()
+            ms.wait()
+    assert ms.returncode == 0, err
+    info = next(line for line in metrics.decode().splitlines() if line.startswith("memscope_run_info{"))
+    assert "'--hf_token=***' --password '***'" in info, info
+    outputs = {"memscope's stdout": out, "memscope's stderr": err, "the label": metrics, "live report": live.stdout}
+    with open(summary) as f:
+        s = f.read()
+    outputs["--summary-json"] = s
+    assert "--token ***" in s and "me:***@example.invalid" in s, s  # the child's command line, as recorded
+    for args in (["--json"], []):
+        p = cli("report", "last", "--record", runs, *args)
+        assert p.returncode == 0, p.stderr
+        outputs[f"report {args}"] = p.stdout + p.stderr
+    page = tmp_path / "r.html"
+    assert cli("report", "last", "--record", runs, "--html", str(page)).returncode == 0
+    outputs["report --html"] = page.read_bytes()
+    outputs["ls"] = cli("ls", "--record", runs).stdout
+    for name in os.listdir(runs):  # the record's bytes, its -wal and -shm
+        with open(os.path.join(runs, name), "rb") as f:
+            outputs[name] = f.read()
+    for where, text in outputs.items():
+        assert_no_secret(where, text)
+    command = json.loads(outputs["report ['--json']"])["command"]
+    assert command[-5:] == ["--hf_token=***", "--password", "***", "--seconds", "3"], command
+
+
+def test_the_dashboard_title_table_and_static_copy_show_no_secret(start, tmp_path):
+    from memscope.ui.dashboard import _dashboard_in_cell, reopen
+
+    train = tmp_path / "train.py"
+    train.write_text(TRAIN % ("3", CHILD_SECRET, PASSWORD))
+    run = start([PY, str(train), *secret_args(3)])
+    d = _dashboard_in_cell(run)
+    deadline = time.monotonic() + 30
+    while "--token ***" not in d.static_html() and time.monotonic() < deadline:  # the child in the table
+        time.sleep(0.2)
+    assert "--token ***" in d.static_html() and "--hf_token=***" in d.chart.title
+    assert_no_secret("the live dashboard's title", d.chart.title)
+    assert_no_secret("the live dashboard's static copy (saved in the .ipynb)", d.static_html())
+    run.wait(60)
+    again = reopen(run.run_id, os.path.dirname(run.record_path))
+    assert "--hf_token=***" in again.chart.title
+    assert_no_secret("the reopened dashboard's title", again.chart.title)
+    assert_no_secret("the reopened dashboard's static copy", again.static_html())
+
+
+def _python_for(user: str) -> list[str] | None:
+    """A Python another user can run with this memscope and its packages on its path (this one may sit in a home
+    directory only root can enter), or None."""
+    exe = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    if not os.access(exe, os.X_OK):
+        return None
+    path = os.pathsep.join([os.path.dirname(os.path.dirname(memscope.__file__)), sysconfig.get_paths()["purelib"]])
+    return ["runuser", "-u", user, "--", "env", f"PYTHONPATH={path}", exe]
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="making a second user needs root")
+def test_another_user_can_read_no_record_output_or_running_report_of_roots_run(tmp_path):
+    if not shutil.which("useradd") or not shutil.which("runuser"):
+        pytest.skip("no useradd/runuser")
+    base = tempfile.mkdtemp(prefix="memscope-perm-", dir="/tmp")
+    os.chmod(base, 0o755)  # the other user may enter it (pytest's own tmp_path is root's only)
+    user = f"msperm{os.getpid() % 100000}"
+    subprocess.run(["useradd", "-M", "-s", "/bin/false", user], check=True, capture_output=True)
+    runs_made = []
+    try:
+        made, shared = os.path.join(base, "made", "runs"), os.path.join(base, "shared")
+        os.makedirs(shared, mode=0o755)  # a record directory a person made beforehand, open to all
+        os.chmod(shared, 0o755)
+        for runs in (made, shared):
+            r = memscope.run(
+                [PY, "-c", "import time; print('ready', flush=True); time.sleep(60)", *secret_args(60)],
+                record_dir=runs,
+                output="capture",
+                interval_s=0.05,
+            )
+            runs_made.append(r)
+            deadline = time.monotonic() + 30
+            while not any("ready" in x for x in list(r.output_tail)) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.5)  # rounds written: the -wal and -shm exist
+            files = [r.record_path, r.record_path + "-wal", r.record_path + "-shm", *r.output_files]
+            for path in files:
+                p = subprocess.run(["runuser", "-u", user, "--", "cat", path], capture_output=True, cwd=base)
+                assert p.returncode != 0 and p.stdout == b"", f"{user} read {path}: {p.stdout[:60]!r}"
+                assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, (path, oct(os.stat(path).st_mode))
+            if runs == made:
+                assert stat.S_IMODE(os.stat(made).st_mode) == 0o700
+            py = _python_for(user)
+            if py is not None:  # memscope itself, as that user, on root's running run
+                rep = subprocess.run(
+                    [*py, "-m", "memscope", "report", r.record_path, "--json"], capture_output=True, text=True, cwd=base
+                )
+                assert rep.returncode != 0 and rep.stdout == "", f"{user} reported root's run: {rep.stdout[:200]}"
+                assert rep.stderr.count("\n") == 1, rep.stderr
+                print(user, "report:", rep.stderr.strip())
+                ls = subprocess.run([*py, "-m", "memscope", "ls", "--record", runs], capture_output=True, text=True)
+                assert r.run_id not in ls.stdout, ls.stdout
+                assert_no_secret("another user's report", rep.stdout + rep.stderr + ls.stdout + ls.stderr)
+    finally:
+        for r in runs_made:
+            r.kill()
+        subprocess.run(["userdel", user], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_redaction_list_secrets_masked_and_look_alikes_left():
+    from memscope.redact import redact_argv, redact_text
+
+    cases = {
+        ("t.py", f"--hf_token={HF}"): ["t.py", "--hf_token=***"],
+        ("t.py", "--token", "abc", "--max-tokens", "20", "--token-file", "/k/f", "--tokenizer", "gpt2"): [
+            "t.py",
+            "--token",
+            "***",
+            "--max-tokens",
+            "20",
+            "--token-file",
+            "/k/f",
+            "--tokenizer",
+            "gpt2",
+        ],
+        ("t.py", "--password", "pw", "--api-key", "k", "--pad-token-id", "0"): [
+            "t.py",
+            "--password",
+            "***",
+            "--api-key",
+            "***",
+            "--pad-token-id",
+            "0",
+        ],
+        ("env", "OPENAI_API_KEY=abc", "AWS_SECRET_ACCESS_KEY=x", "trainer.wandb_key=y", "lr=3"): [
+            "env",
+            "OPENAI_API_KEY=***",
+            "AWS_SECRET_ACCESS_KEY=***",
+            "trainer.wandb_key=***",
+            "lr=3",
+        ],
+        ("git", "clone", "https://me:hunter2@host/x.git", "https://host/y"): [
+            "git",
+            "clone",
+            "https://me:***@host/x.git",
+            "https://host/y",
+        ],
+        ("t.py", "sk-proj-" + "a" * 30, "ghp_" + "b" * 36, "xoxb-123456789012-abc", "AKIAABCDEFGHIJKLMNOP"): [
+            "t.py",
+            "sk-***",
+            "ghp_***",
+            "xoxb-***",
+            "AKIA***",
+        ],
+        ("t.py", "/data/hf_cache/x", "--task-name", "sk-learn"): [
+            "t.py",
+            "/data/hf_cache/x",
+            "--task-name",
+            "sk-learn",
+        ],
+    }
+    for argv, want in cases.items():
+        assert redact_argv(argv) == want, argv
+    shell = f"python t.py --token 'a b' --hf_token {HF} HF_TOKEN=x -H 'Authorization: Bearer abcdefgh123'"
+    assert redact_text(shell) == (
+        "python t.py --token '***' --hf_token *** HF_TOKEN=*** -H 'Authorization: Bearer ***'"
+    ), redact_text(shell)
+    assert redact_argv(redact_argv(["t.py", "--token", "x"])) == ["t.py", "--token", "***"]  # idempotent

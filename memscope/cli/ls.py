@@ -7,6 +7,7 @@ import os
 import sys
 
 from ..fmt import fmt_bytes
+from ..redact import redact_argv
 from .options import EXIT_BAD_INPUT
 
 
@@ -45,6 +46,11 @@ class LsCommand:
             size = files_size(record_files(r))
             print(
                 f"{r.run_id}  {r.started_at or '':24}  {dur}  {state:10}  {r.exit_cause or '---':16}  "
-                f"{fmt_bytes(r.peak_bytes):>10}  {fmt_bytes(size):>10}  {' '.join(r.command)[:80]}"
+                f"{fmt_bytes(r.peak_bytes):>10}  {fmt_bytes(size):>10}  {_one_line(' '.join(redact_argv(r.command)))[:80]}"
             )
         return 0
+
+
+def _one_line(text: str) -> str:
+    """A command on one line of the listing (a `python -c` program has newlines)."""
+    return " ".join(text.split())

@@ -21,6 +21,7 @@ from typing import Callable, Protocol
 
 from ..fmt import decode_wait_status
 from ..model import ProcessExited, ProcessSeen, ProcMem, Record, TreeSample
+from ..redact import redact_argv
 from . import roles as roles_mod
 from .estimate import PssCarry
 from .platform import procfs
@@ -397,9 +398,9 @@ class TreeSampler:
             if role != t.role or not getattr(t, "_announced", False):
                 t.role = role
                 t._announced = True  # type: ignore[attr-defined]
-                self._emit(
-                    ProcessSeen(t_now, pid, t.info.ppid, role, t.info.name, " ".join(t.info.cmdline), t.create_time)
-                )
+                # Secrets on the command line (--token …) go no further: not to the record, nor to a live view.
+                cmd = " ".join(redact_argv(t.info.cmdline))
+                self._emit(ProcessSeen(t_now, pid, t.info.ppid, role, t.info.name, cmd, t.create_time))
 
     def alive_pids(self) -> list[int]:
         """The pids of the run's live processes."""

@@ -141,6 +141,12 @@ def find_run(record_dir: str, ref: str) -> str:
     """A run's file from its id, a unique id prefix, 'last', or a path."""
     if os.path.isfile(ref):
         return ref
+    try:
+        os.stat(ref)
+    except PermissionError:  # another user's record (0600 in a 0700 directory): say so, not "no run"
+        raise LookupError(f"cannot read {ref}: permission denied (records are their user's only)") from None
+    except OSError:
+        pass
     runs = list_runs(record_dir)
     if ref in ("last", "latest") and runs:
         return runs[-1].path

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..fmt import stderr_line
 from ..model import KIND_PSS, KIND_RSS, Event, HostSample, ProcessExited, ProcessSeen, Record, RunEnded, TreeSample
+from ..redact import redact_argv, redact_fields
 from . import buckets
 from .reader import SCHEMA, connect
 
@@ -126,14 +127,14 @@ class Recorder:
         root_pid: int,
         meta: dict[str, Any],
     ) -> None:
-        """Write the run's row (once, at the start)."""
+        """Write the run's row (once, at the start); the command with its secrets replaced by *** (redact)."""
         self._q.put(
             _Sql(
                 "INSERT OR REPLACE INTO run (id, command, cwd, started_at, t0_epoch, root_pid, meta) "
                 "VALUES (?,?,?,?,?,?,?)",
                 (
                     run_id,
-                    json.dumps(command),
+                    json.dumps(redact_argv(command)),
                     cwd,
                     started_at,
                     t0_epoch,
@@ -377,8 +378,10 @@ def _apply(c: sqlite3.Connection, rec: Any) -> None:
         )
     elif isinstance(rec, Event):
         # Every Event is data, whatever its kind: nothing in one is ever executed or acted on here.
+        # Command lines in it (an agent's argv, the leftovers' cmdline) with their secrets replaced by ***.
+        data = rec.data if rec.kind == "output" else redact_fields(rec.data)
         c.execute(
-            "INSERT INTO events VALUES (?,?,?,?)", (rec.t, rec.pid, str(rec.kind), json.dumps(rec.data, default=repr))
+            "INSERT INTO events VALUES (?,?,?,?)", (rec.t, rec.pid, str(rec.kind), json.dumps(data, default=repr))
         )
     elif isinstance(rec, RunEnded):
         s = rec.summary

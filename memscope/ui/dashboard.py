@@ -21,6 +21,7 @@ import psutil
 from ..analysis import phases as phases_mod
 from ..analysis.leak import find_spikes, fit_plan, run_verdict
 from ..fmt import fmt_bytes, fmt_elapsed
+from ..redact import redact_argv
 from ..session.run import started_here
 from .chart import MemoryChart, count_points
 from .controls import Controls
@@ -512,7 +513,7 @@ def _dashboard_in_cell(run: "Run") -> Dashboard:
     old = _by_cell.pop(cell, None) if cell else None
     if old is not None:
         old.close()
-    d = Dashboard(run, title=" ".join(run.command)[-120:])
+    d = Dashboard(run, title=" ".join(redact_argv(run.command))[-120:])
     d.request = cell_request()[1]
     if cell:
         _by_cell[cell] = d
@@ -598,7 +599,7 @@ def reopen(ref: str, record_dir: str | None = None) -> Dashboard:
         series=RunSeries.from_record(path),
         summary=summary,
         procs=procs,
-        title=" ".join(row["command"])[-120:],
+        title=" ".join(redact_argv(row["command"]))[-120:],
         gpu=GpuSeries.from_record(path),
     )
     d.display()

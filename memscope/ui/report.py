@@ -16,6 +16,7 @@ from .. import outfile
 from ..analysis.summary import mark_running, stored_or_computed
 from ..fmt import fmt_bytes, fmt_elapsed
 from ..record.reader import RunData
+from ..redact import redact_argv
 from .bokeh_format import HOVER_JS as _HOVER_JS
 from .bokeh_format import TICK_JS as _TICK_JS
 from .census import census_html
@@ -358,7 +359,7 @@ def render_html(record_path: str) -> str:
     phases = summary.get("phases") or []
     ex = summary.get("exit") or {}
     cause = ex.get("cause", "unknown")
-    command = " ".join(str(a) for a in (row.get("command") or summary.get("command") or []))
+    command = " ".join(redact_argv(row.get("command") or summary.get("command") or []))
     peak = summary.get("peak") or {}
     duration = summary.get("duration_s") or 0.0
     status = (
