@@ -475,3 +475,16 @@ def test_the_redaction_list_secrets_masked_and_look_alikes_left():
         "python t.py --token '***' --hf_token *** HF_TOKEN=*** -H 'Authorization: Bearer ***'"
     ), redact_text(shell)
     assert redact_argv(redact_argv(["t.py", "--token", "x"])) == ["t.py", "--token", "***"]  # idempotent
+
+
+def test_a_kept_cuda_snapshot_is_as_private_as_the_record(tmp_path):
+    from memscope.collect.gpu import keep_snapshot
+
+    agent_dir = tmp_path / "agent"
+    agent_dir.mkdir()
+    snap = agent_dir / "cuda_snapshot_41_0.pickle"
+    snap.write_bytes(b"frames")
+    os.chmod(snap, 0o644)  # as the agent writes it under umask 022
+    dest = keep_snapshot(str(snap), str(tmp_path / "r.sqlite"))
+    assert dest == str(tmp_path / "r.cuda_snapshot_41_0.pickle")
+    assert stat.S_IMODE(os.stat(dest).st_mode) == 0o600

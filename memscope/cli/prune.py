@@ -102,8 +102,8 @@ class PruneCommand:
                 print(f"would remove {r.run_id} ({fmt_bytes(size, 'tenth')})")
             else:
                 gone = _remove(r.path, files)
-                if gone is None:
-                    sys.stderr.write(f"memscope: kept {r.run_id} ({r.path}): memscope began writing it again\n")
+                if isinstance(gone, str):
+                    sys.stderr.write(f"memscope: kept {r.run_id} ({r.path}): {gone}\n")
                     unproven += 1
                     continue
                 size = gone
@@ -141,21 +141,20 @@ def _not_proven_finished(r: RunInfo) -> str | None:
     return None
 
 
-def _remove(record: str, paths: list[str]) -> int | None:
+def _remove(record: str, paths: list[str]) -> int | str:
     """Remove these files (the Scalene folder whole), holding the record's lock meanwhile so that no writer can be
-    at work on it; the bytes actually removed, None if a writer took the lock since the check."""
+    at work on it; the bytes actually removed, or why nothing was."""
     from ..record.catalogue import files_size
 
     try:
         fd = os.open(record, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        sys.stderr.write(f"memscope: could not open {record}: {exc.strerror or exc}\n")
-        return 0
+        return f"cannot open it to lock it ({exc.strerror or exc})"
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            return None
+            return "a writer holds it now"
         freed = 0
         # The .sqlite last: an interrupted prune leaves a record that ls still lists, never orphans it can't see.
         for p in sorted(paths, key=lambda p: p == record):
