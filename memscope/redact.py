@@ -60,7 +60,7 @@ _PREFIX = re.compile(r"^(hf_|sk-|gh[pousr]_|github_pat_|xox[abposr]-|AKIA|ASIA|g
 # An HTTP authorization header's credentials: "Authorization: Bearer <token>", "Basic <base64>".
 _AUTH_SCHEME = re.compile(r"(?<![A-Za-z0-9])((?:Bearer|Basic|Token)\s+)([A-Za-z0-9._~+/=-]{8,})", re.I)
 # scheme://user:password@host
-_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/:@'\"]*:)([^\s/@'\"]+)(@)")
+_URL_PASSWORD = re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]*://[^\s/:@'\"]*:)([^\s/@'\"]+)(@)")
 # Inside a string (a shell command in one argument, a command line stored joined): NAME=VALUE and --NAME VALUE.
 _VALUE = r"(\"[^\"]*\"|'[^']*'|[^\s\"']+)"
 _ASSIGN_IN_TEXT = re.compile(r"(?<![^\s\"'])([-+]{0,2}[A-Za-z_][\w.+-]*)(=)" + _VALUE)

@@ -488,3 +488,21 @@ def test_a_kept_cuda_snapshot_is_as_private_as_the_record(tmp_path):
     dest = keep_snapshot(str(snap), str(tmp_path / "r.sqlite"))
     assert dest == str(tmp_path / "r.cuda_snapshot_41_0.pickle")
     assert stat.S_IMODE(os.stat(dest).st_mode) == 0o600
+
+
+def test_redaction_is_linear_in_a_long_command_line():
+    # A `python -c` program of 1 MiB (what /proc gives of a command line at most): the URL rule once scanned on
+    # from every letter of a long word (quadratic: 200 KiB of letters took 146 s). A hang guard, not a timing.
+    code = "; ".join(["a" * 300_000, "x.y-z+" * 50_000, "k=v " * 50_000, f"--token {HF}"])
+    p = subprocess.run(  # on stdin: one argument of the command line of a process is 128 KiB at most
+        [
+            PY,
+            "-c",
+            "import sys; from memscope.redact import redact_argv; print(redact_argv(sys.stdin.read().split('\\0'))[-1][-12:])",
+        ],
+        input="\0".join(["python", "-c", code]),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 0 and p.stdout.strip() == "--token ***", (p.stdout[-200:], p.stderr[-500:])
