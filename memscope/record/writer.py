@@ -80,7 +80,7 @@ class Recorder:
         self.path = path
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._flush_s = flush_s
-        self._lock_fd = _create_locked(path)
+        self._lock_fd, self.locked = _create_locked(path)
         try:
             self._con = connect(path)
         except BaseException:
@@ -139,7 +139,7 @@ class Recorder:
                     started_at,
                     t0_epoch,
                     root_pid,
-                    json.dumps({**meta, LOCK_META[0]: LOCK_META[1]}),
+                    json.dumps({**meta, LOCK_META[0]: LOCK_META[1]} if self.locked else meta),
                 ),
             )
         )
@@ -323,16 +323,20 @@ class Recorder:
             )
 
 
-def _create_locked(path: str) -> int:
-    """Create the record (0600, never through a symbolic link) and take its lock; the lock's descriptor. OSError if
-    the file cannot be made, or another writer holds it."""
+def _create_locked(path: str) -> tuple[int, bool]:
+    """Create the record (0600, never through a symbolic link) and take its lock: (the descriptor, whether the lock
+    is held). A file system without locks (some network and FUSE mounts) records all the same, unlocked (its run
+    row then says nothing of a lock, and prune keeps it until it has its end). OSError if the file cannot be made,
+    or another writer holds it."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, RECORD_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except BlockingIOError:
         os.close(fd)
         raise
-    return fd
+    except OSError:  # ENOLCK, EOPNOTSUPP, EINVAL: no locks here
+        return fd, False
+    return fd, True
 
 
 def _apply(c: sqlite3.Connection, rec: Any) -> None:
