@@ -223,6 +223,8 @@ def test_a_run_whose_memscope_is_still_finishing_is_not_pruned(tmp_path):
         assert ms.poll() is None, "memscope ended before the leftover's grace"
         ls = cli("ls", "--record", runs)
         assert f"{run_id}  " in ls.stdout and " ending " in ls.stdout, ls.stdout  # not "unfinished"
+        rep = cli("report", run_id, "--record", runs)
+        assert "memscope is still finishing this record" in rep.stdout, rep.stdout
         p = cli("prune", "--keep", "0", "--record", runs)
         assert p.returncode == 0 and "removed 0 runs" in p.stdout, (p.stdout, p.stderr)
         assert f"kept {run_id}" in p.stderr and "memscope is still writing it" in p.stderr, p.stderr

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any, Callable, cast
 
 from ..model import KIND_PSS, KIND_RSS, SUMMARY_SCHEMA, Summary
-from ..record.catalogue import RUNNING, run_info, run_state
+from ..record.catalogue import ENDING, RUNNING, run_info, run_state
 from ..record.reader import RunData
 from . import gpu as gpu_mod
 from . import phases as phases_mod
@@ -448,10 +448,16 @@ def mark_running(path: str, summary: dict[str, Any]) -> dict[str, Any]:
         return summary
     try:
         info = run_info(path)
-        running = run_state(info) == RUNNING
+        state = run_state(info)
     except Exception:  # a record being written can be read half-way: then nothing is proven
         return summary
-    if not running:
+    if state == ENDING:  # its memscope still holds the record: the end is being made, not missing
+        message = (
+            f"The run's root process {info.root_pid} has exited and memscope is still finishing this record "
+            "(stopping what the run left running, making the summary): this is its record so far."
+        )
+        return dict(summary, exit=dict(summary["exit"], message=message))
+    if state != RUNNING:
         return summary
     message = (
         f"The run is still going (its process {info.root_pid} is alive): this is its record so far. "
