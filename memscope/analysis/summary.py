@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any, Callable, Sequence, cast
 
 from ..model import KIND_PSS, KIND_RSS, SUMMARY_SCHEMA, ExitInfo, Summary
-from ..record.catalogue import RUNNING, run_info, run_state
+from ..record.catalogue import ENDING, RUNNING, run_info, run_state
 from ..record.reader import RunData
 from . import copy_on_read as cor_mod
 from . import gpu as gpu_mod
@@ -427,12 +427,38 @@ def read_summary(path: str) -> dict[str, Any]:
         missing = rd.tables_missing()
         if missing:
             raise ValueError(f"no {', '.join(sorted(missing))} table" if len(missing) < 5 else "no memscope tables")
-        summary = rd.stored_summary()
-        if not isinstance(summary, dict) or not isinstance(summary.get("exit"), dict) or "peak" not in summary:
-            summary = summarize(rd)
+        summary = stored_or_computed(rd)[0]
     finally:
         rd.close()
     return mark_running(path, summary)
+
+
+def stored_or_computed(rd: RunData) -> tuple[dict[str, Any], bool]:
+    """(the record's summary, whether it is the one stored at its end). The stored one when it has what every view
+    reads (the exit's cause and message as text, the peak), else one computed again from the record's data, whose
+    warnings say what the stored one lacked: a damaged or hand-edited summary never raises in a view."""
+    stored = rd.stored_summary()
+    if not isinstance(stored, dict):  # none stored (the run has not ended) or not JSON: the data tells
+        return cast(dict[str, Any], summarize(rd)), False
+    ex = stored.get("exit")
+    lacks = [
+        k
+        for k, ok in (
+            ("exit", isinstance(ex, dict)),
+            ("exit.cause", isinstance(ex, dict) and isinstance(ex.get("cause"), str)),
+            ("exit.message", isinstance(ex, dict) and isinstance(ex.get("message"), str)),
+            ("peak", isinstance(stored.get("peak"), dict)),
+        )
+        if not ok
+    ]
+    if not lacks:
+        return stored, True
+    summary = cast(dict[str, Any], summarize(rd))
+    summary["warnings"] = [
+        *(summary.get("warnings") or []),
+        f"The summary stored in this record lacks {', '.join(lacks)}: this one was computed again from its data.",
+    ]
+    return summary, False
 
 
 def mark_running(path: str, summary: dict[str, Any]) -> dict[str, Any]:
@@ -442,10 +468,16 @@ def mark_running(path: str, summary: dict[str, Any]) -> dict[str, Any]:
         return summary
     try:
         info = run_info(path)
-        running = run_state(info) == RUNNING
+        state = run_state(info)
     except Exception:  # a record being written can be read half-way: then nothing is proven
         return summary
-    if not running:
+    if state == ENDING:  # its memscope still holds the record: the end is being made, not missing
+        message = (
+            f"The run's root process {info.root_pid} has exited and memscope is still finishing this record "
+            "(stopping what the run left running, making the summary): this is its record so far."
+        )
+        return dict(summary, exit=dict(summary["exit"], message=message))
+    if state != RUNNING:
         return summary
     message = (
         f"The run is still going (its process {info.root_pid} is alive): this is its record so far. "

@@ -195,4 +195,8 @@ def keep_snapshot(path: str, record_path: str) -> str:
     base = record_path[: -len(".sqlite")] if record_path.endswith(".sqlite") else record_path
     dest = f"{base}.{os.path.basename(path)}"
     shutil.move(path, dest)
+    try:
+        os.chmod(dest, 0o600)  # beside the record, as private as it: a snapshot holds stacks and file paths
+    except OSError:
+        pass
     return dest

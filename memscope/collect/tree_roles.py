@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Callable
 
 from ..model import ProcessSeen, Record
+from ..redact import redact_argv
 from . import roles as roles_mod
 from .tree_membership import Tracked
 
@@ -100,6 +101,6 @@ class TreeRoles:
             if role != t.role or not t.announced:
                 t.role = role
                 t.announced = True
-                self._emit(
-                    ProcessSeen(t_now, pid, t.info.ppid, role, t.info.name, " ".join(t.info.cmdline), t.create_time)
-                )
+                # Secrets on the command line (--token …) go no further: not to the record, nor to a live view.
+                cmd = " ".join(redact_argv(t.info.cmdline))
+                self._emit(ProcessSeen(t_now, pid, t.info.ppid, role, t.info.name, cmd, t.create_time))

@@ -51,6 +51,7 @@ from ..model import (
     RunEnded,
     TreeSample,
 )
+from ..redact import redact_argv
 
 if TYPE_CHECKING:
     from ..session.run import Run
@@ -143,7 +144,7 @@ class Exporter:
 
         self.run_id = run_id
         self.hostname = hostname or socket.gethostname()
-        self.command = shlex.join([str(a) for a in command])[:COMMAND_MAX]
+        self.command = shlex.join(redact_argv(command))[:COMMAND_MAX]  # a label anyone scraping reads: no secrets
         self.limit_from_flag = limit_from_flag
         self._clock = clock
         self._lock = threading.Lock()

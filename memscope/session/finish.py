@@ -272,6 +272,7 @@ def _end_output(st: RunState) -> None:
                         "what": "output",
                         "stream": name,
                         "recorded_bytes": reader.recorded_bytes,
+                        "kept_bytes": reader.kept_bytes,
                         "dropped_bytes": reader.dropped_bytes,
                     },
                 )

@@ -20,6 +20,7 @@ import ipywidgets as w
 import psutil
 
 from ..fmt import fmt_bytes, fmt_elapsed
+from ..redact import redact_argv
 from ..session.run import started_here
 from .chart import MemoryChart, count_points
 from .dashboard_buttons import SCALENE_SECONDS, Buttons
@@ -367,7 +368,7 @@ def _dashboard_in_cell(run: "Run") -> Dashboard:
     old = _by_cell.pop(cell, None) if cell else None
     if old is not None:
         old.close()
-    d = Dashboard(run, title=" ".join(run.command)[-120:])
+    d = Dashboard(run, title=" ".join(redact_argv(run.command))[-120:])
     d.request = cell_request()[1]
     if cell:
         _by_cell[cell] = d
@@ -454,7 +455,7 @@ def reopen(ref: str, record_dir: str | None = None) -> Dashboard:
         series=RunSeries.from_record(path),
         summary=summary,
         procs=procs,
-        title=" ".join(row["command"])[-120:],
+        title=" ".join(redact_argv(row["command"]))[-120:],
         gpu=GpuSeries.from_record(path),
     )
     d.display()

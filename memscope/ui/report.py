@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable, cast
+from typing import Any, Iterable
 
-from ..analysis.summary import mark_running, summarize
+from ..analysis.summary import mark_running, stored_or_computed
 from ..fmt import fmt_bytes, fmt_elapsed
 from ..record.reader import RunData
+from ..redact import redact_argv
 from .bokeh_format import HOVER_JS as _HOVER_JS
 from .bokeh_format import TICK_JS as _TICK_JS
 from .census import census_html
@@ -292,11 +293,11 @@ def _load(record_path: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     rd = RunData(record_path)
     try:
         row = rd.run_row()
-        summary = cast("dict[str, Any]", row["summary"] or summarize(rd))
+        summary, stored = stored_or_computed(rd)
         lines = output_lines(_recorded_output(rd))
     finally:
         rd.close()
-    return row, (summary if row["summary"] else mark_running(record_path, summary)), lines
+    return row, (summary if stored else mark_running(record_path, summary)), lines
 
 
 def _procs(record_path: str, summary: dict[str, Any]) -> dict[int, dict[str, Any]]:
@@ -342,7 +343,7 @@ def _report_page(record_path: str) -> Page:
     phases = summary.get("phases") or []
     ex = summary.get("exit") or {}
     cause = ex.get("cause", "unknown")
-    command = " ".join(str(a) for a in (row.get("command") or summary.get("command") or []))
+    command = " ".join(redact_argv(row.get("command") or summary.get("command") or []))
     peak = summary.get("peak") or {}
     duration = summary.get("duration_s") or 0.0
     status = (
