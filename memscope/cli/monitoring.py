@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import ClassVar
 
 
 class MonitoringCommand:
     """write a Grafana dashboard and Prometheus alert rules"""
 
-    name = "monitoring"
-    usage = None
+    name: ClassVar[str] = "monitoring"
+    usage: ClassVar[str | None] = None
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         """--out DIR, --runbook-base URL."""
