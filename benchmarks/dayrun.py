@@ -19,7 +19,7 @@ same code a notebook kernel runs, in this one process:
   dashboard pushes: ``snapshot()`` through ``chart.chart_payload``; the points counted with ``count_points`` and
   the payload's size as JSON (what each push sends to the browser);
 - every simulated 5 minutes the dashboard's live leak verdict (``fit_plan(...).verdict`` on ``RunSeries``'s
-  ``tree_private``: anonymous PSS + swap at every RSS round, as ``Dashboard._live_leak`` fits it);
+  ``tree_private``: anonymous PSS + swap at every RSS round, as ``dashboard_panels.LiveLeak`` fits it);
 - at the end ``analysis.summary.summarize`` on the whole record (leak verdict, spikes, phases) and
   ``RunSeries.from_record`` (what ``memscope.reopen`` does);
 - last, the leak verdict fitted on the full-resolution series (the tree's anonymous PSS + swap at every RSS round,
@@ -404,7 +404,7 @@ def replay(hours: float, hz: float, workdir: str, trace: bool, say: Callable[[st
                 del payload, body
             elif what == "leak":
                 a = time.perf_counter()
-                # As Dashboard._live_leak: the tree's private memory (anonymous PSS + swap) at every RSS round,
+                # As dashboard_panels.LiveLeak: the tree's private memory (anonymous PSS + swap) at every RSS round,
                 # fitted by the plan every view shares (from the first epoch, the floor split by phase).
                 with series._lock:
                     pt, py_ = series.tree_private.points()

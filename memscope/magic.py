@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
@@ -104,7 +104,7 @@ class _Text:
         return self.text
 
 
-def final_text(summary: dict[str, Any]) -> str:
+def final_text(summary: Mapping[str, Any]) -> str:
     """The end-of-run text as plain lines (the terminal's closing lines, without colour)."""
     import io
 
@@ -186,7 +186,10 @@ def start_in_notebook(argv: list[str] | None, attach: int | None, options: Any, 
     _last = weakref.ref(run)
     if cell is not None:  # runs kept by --keep-previous stay this cell's: a plain re-run later stops them too
         _, refs = _by_cell.get(cell, (request, []))
-        _by_cell[cell] = (request, [r for r in refs if r() is not None and not r().ended] + [weakref.ref(run)])
+        _by_cell[cell] = (
+            request,
+            [r for r in refs if (held := r()) is not None and not held.ended] + [weakref.ref(run)],
+        )
     if widgets_can_render(ip):
         from .ui.dashboard import show
 

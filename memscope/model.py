@@ -139,7 +139,7 @@ class RunEnded:
     """The run ended; ``summary`` is its summary."""
 
     t: float
-    summary: dict[str, Any]
+    summary: Summary
 
 
 Record = Union[TreeSample, HostSample, ProcessSeen, ProcessExited, Event, RunEnded]

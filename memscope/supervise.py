@@ -45,7 +45,7 @@ def _prctl_subreaper(on: bool) -> bool:
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0, 0, 0, 0) == 0
+        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
 
@@ -94,7 +94,7 @@ def supervised_runs() -> int:
 
 def launch(
     command: Sequence[str], cwd: str | None, env: Mapping[str, str], output_files: tuple[str, str] | None = None
-) -> subprocess.Popen:
+) -> subprocess.Popen[bytes]:
     """Start ``command`` in a session of its own (raises OSError as Popen does). ``output_files``: its stdout and
     stderr go to these files (appended to), not to a pipe: a pipe's reader is memscope, and a notebook kernel that
     dies or restarts takes it along; the training's next print then raised BrokenPipeError (measured: a run that

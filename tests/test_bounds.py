@@ -59,10 +59,10 @@ def test_output_past_the_cap_is_counted_not_kept_and_the_capture_file_stays_smal
     out = s["bounded"]["output"]["stdout"]
     assert out["recorded_bytes"] + out["dropped_bytes"] == written, (out, written)
     assert 2 * MiB <= out["recorded_bytes"] < 3 * MiB
-    assert any("to stdout: memscope recorded the first" in w for w in s["warnings"]), s["warnings"]
+    assert any("to stdout: memscope kept the first 2 MiB and its last lines" in w for w in s["warnings"]), s["warnings"]
     from memscope.ui.fragments import verdict_card
 
-    assert "stdout: the first 2 MiB and the last lines recorded" in verdict_card(s)  # the notebook's card says so
+    assert "stdout: memscope kept the first 2 MiB and its last lines" in verdict_card(s)  # the notebook's card says so
     text = "".join(e["data"]["text"] for e in _events(s["record"], "output") if e["data"]["stream"] == "stdout")
     assert "[memscope: output past the first 2 MiB not recorded" in text and text.endswith("LAST LINE\n")
     assert os.path.getsize(s["record"]) < 8 * MiB

@@ -305,10 +305,10 @@ _launch, _summarize = sup.launch, finish.summarize_record
 def launch(*a, **k):
     seen["analyses_before_launch"] = "memscope.analysis.summary" in sys.modules
     return _launch(*a, **k)
-def summarize_record(run):
-    seen["root_exited_when_asked"] = run._root_exited.is_set()
+def summarize_record(state):  # the run's state (session/state.RunState)
+    seen["root_exited_when_asked"] = state.root_exited.is_set()
     asked.set()
-    return _summarize(run)
+    return _summarize(state)
 sup.launch, finish.summarize_record = launch, summarize_record
 rc = cli.main(["run", "--quiet", "--record", sys.argv[1], "--summary-json", sys.argv[2], "--", "sh", "-c", "exit 7"])
 print(json.dumps(dict(seen, rc=rc)))

@@ -5,14 +5,15 @@ import time
 
 from conftest import PY, script
 
-from memscope.collect import portable, tree
+from memscope.collect import portable, tree, tree_measure, tree_membership
 
 
 def test_psutil_backend_samples_a_real_tree(monkeypatch):
     p = subprocess.Popen([PY, script("sleeper.py"), "40"], stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().startswith("ready")
-        monkeypatch.setattr(tree, "procfs", portable)
+        for part in (tree, tree_membership, tree_measure):  # the sampler's parts, each reading the platform
+            monkeypatch.setattr(part, "procfs", portable)
         records = []
         s = tree.TreeSampler(p.pid, records.append, time.monotonic)
         s.discover()

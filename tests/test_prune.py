@@ -58,7 +58,8 @@ def test_ls_shows_size_on_disk_and_state(start, record_dir):
     base = os.path.join(record_dir, done.run_id)
     with open(base + ".cuda_snapshot_1_0.pickle", "wb") as f:
         f.write(b"x" * 300_000)
-    os.mkdir(base + "-scalene")
+    os.mkdir(base + "-scalene")  # a Scalene folder is the run's when its record says it ran under Scalene
+    set_run(done.record_path, "UPDATE run SET meta=json_set(meta, '$.scalene', 'cpu')")
     with open(base + "-scalene/profile.json", "wb") as f:
         f.write(b"y" * 200_000)
     with open(os.path.join(record_dir, "notes.txt"), "w") as f:

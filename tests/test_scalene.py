@@ -287,17 +287,17 @@ def test_button_on_a_run_without_scalene_says_how_to_get_it(start):
 
 @needs_scalene
 def test_button_takes_a_snapshot_and_lists_it(start, tmp_path, monkeypatch):
-    from memscope.ui import dashboard
+    from memscope.ui import dashboard, dashboard_buttons
 
-    monkeypatch.setattr(dashboard, "SCALENE_SECONDS", 1.5)  # the button's window, shortened for the test
+    monkeypatch.setattr(dashboard_buttons, "SCALENE_SECONDS", 1.5)  # the button's window, shortened for the test
     busy = script("scalene_busy.py")
     run = start([busy, str(tmp_path / "switch"), str(tmp_path / "stop")], scalene=True)
     wait_for_output(run, "ready", 60)
     d = dashboard.Dashboard(run)
     try:
         assert "profiling" in d._action("scalene")
-        assert _wait_for(lambda: "Scalene snapshot #1" in d.scalene.value), d.controls.note
-        assert f"scalene_busy.py:{marked_line(busy, 'HOT-A')}" in d.scalene.value
+        assert _wait_for(lambda: "Scalene snapshot #1" in d.scalene.widget.value), d.controls.note
+        assert f"scalene_busy.py:{marked_line(busy, 'HOT-A')}" in d.scalene.widget.value
         assert "Scalene snapshot #1" in d.controls.note
     finally:
         d.close()

@@ -7,7 +7,7 @@ import time
 
 from conftest import PY, script
 
-from memscope.collect import procfs, tree
+from memscope.collect import procfs, tree, tree_measure
 
 MiB = 1 << 20
 
@@ -121,7 +121,7 @@ def test_under_constant_churn_every_fourth_torn_round_is_taken(monkeypatch):
         monkeypatch.setattr(procfs, "read_statm", statm)
         monkeypatch.setattr(procfs, "read_smaps_rollup", rollup)
         monkeypatch.setattr(s, "alive_pids", lambda: [p.pid, ghost])
-        monkeypatch.setattr(tree, "_alive", lambda pid: pid != ghost)
+        monkeypatch.setattr(tree_measure, "alive", lambda pid: pid != ghost)
         taken, wanted = [], []
         for _ in range(8):
             s.pss_round()

@@ -4,6 +4,8 @@ Loaded by ``site/sitecustomize.py`` under the private name ``_memscope_agent`` (
 even one where memscope is not installed). It imports only the standard library at start, never raises into
 user code, and keeps the training untouched if the collector goes away.
 """
+from __future__ import annotations
+
 import os
 import sys
 
@@ -11,15 +13,18 @@ from . import crash, phases, stacks
 from .channel import Channel
 from .protocol import ENV_DIR, ENV_SCRIPT, ENV_SOCK, ENV_TOKEN
 
-channel = None
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any
+
+channel: Channel | None = None
 _forked = False
 
 
-def _hello():
+def _hello() -> dict[str, Any]:
     script = os.environ.get(ENV_SCRIPT)
     argv0 = sys.argv[0] if sys.argv else ""
-    runs_script = bool(script) and not _forked and bool(argv0) and \
-        os.path.realpath(argv0) == os.path.realpath(script)
+    runs_script = bool(script and not _forked and argv0 and os.path.realpath(argv0) == os.path.realpath(script))
     sig, stack_file = stacks.info()
     return {"pid": os.getpid(), "ppid": os.getppid(), "argv": list(sys.argv),
             "orig_argv": list(getattr(sys, "orig_argv", [])), "executable": sys.executable,
@@ -27,7 +32,7 @@ def _hello():
             "stacks_signal": sig, "stacks_file": stack_file}
 
 
-def _after_fork():
+def _after_fork() -> None:
     global _forked
     try:
         _forked = True
@@ -35,33 +40,37 @@ def _after_fork():
         crash.after_fork()
         crash.enable_faulthandler(os.environ[ENV_DIR])
         phases.after_fork()
-        channel.after_fork(_hello())
+        if channel is not None:  # registered by start() once the channel is made
+            channel.after_fork(_hello())
     except Exception:
         pass
 
 
-def _check_fds():
+def _check_fds() -> None:
     crash.check_faulthandler()
     stacks.check()
 
 
-def _serve():
+def _serve() -> None:
     """The agent's reader thread: answers the collector's requests (a tensor census) one at a time."""
-    for req in channel.requests(idle=phases.flush, idle_s=phases.FLUSH_S):
+    ch = channel  # start() made it before it started this thread
+    if ch is None:
+        return
+    for req in ch.requests(idle=phases.flush, idle_s=phases.FLUSH_S):
         kind = req.get("t")
         try:
             if kind == "census":
                 from . import census
 
-                reply = dict(census.take(), t="census", id=req.get("id"))
+                reply: dict[str, Any] = dict(census.take(), t="census", id=req.get("id"))
             else:
                 reply = {"t": "reply", "id": req.get("id"), "error": "unknown request %r" % (kind,)}
         except Exception as exc:  # the census failed: say so, never raise into the process
             reply = {"t": kind or "reply", "id": req.get("id"), "error": repr(exc)}
-        channel.send_now(reply)
+        ch.send_now(reply)
 
 
-def start():
+def start() -> None:
     """Start the agent in this process (the sitecustomize calls it): connect, say hello, install the probes."""
     global channel
     sock, token, run_dir = os.environ.get(ENV_SOCK), os.environ.get(ENV_TOKEN), os.environ.get(ENV_DIR)

@@ -5,9 +5,18 @@ how many hold a grad_fn or require grad), Python types by count and size, and th
 (an unbounded validation list shows up there). Standard library only; torch is looked up in sys.modules, never
 imported. It runs on the agent's reader thread, so the training thread keeps running between GIL switches.
 """
+from __future__ import annotations
+
 import gc
 import sys
 import time
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Tuple
+
+    # (device, dtype, shape) -> [count, bytes, with a grad_fn, requiring grad]
+    Groups = Dict[Tuple[str, str, Tuple[int, ...]], List[int]]
 
 MAX_TENSOR_ROWS = 60
 MAX_TYPE_ROWS = 25
@@ -15,7 +24,7 @@ MAX_CONTAINERS = 10
 _CONTAINERS = (list, dict, set, tuple, frozenset)
 
 
-def _tensor_row(t, groups, storages):
+def _tensor_row(t: Any, groups: Groups, storages: dict[tuple[str, int], int]) -> None:  # t: a torch.Tensor
     try:
         device = str(t.device)
         dtype = str(t.dtype).replace("torch.", "")
@@ -40,7 +49,7 @@ def _tensor_row(t, groups, storages):
     g[3] += req
 
 
-def _type_name(tp):
+def _type_name(tp: type) -> str:
     mod = tp.__dict__.get("__module__") if isinstance(getattr(tp, "__dict__", None), dict) else None
     mod = mod if isinstance(mod, str) else getattr(tp, "__module__", None)
     name = getattr(tp, "__qualname__", None) or getattr(tp, "__name__", "?")
@@ -49,7 +58,7 @@ def _type_name(tp):
     return name if not isinstance(mod, str) or mod == "builtins" else mod + "." + name
 
 
-def _describe(c):
+def _describe(c: Any) -> str:  # a list, dict, set, tuple or frozenset (or a subclass)
     """'list of Tensor', 'dict of str -> float': what a large container holds, from its first item."""
     name = type(c).__name__
     try:
@@ -65,17 +74,17 @@ def _describe(c):
     return name
 
 
-def take():
+def take() -> dict[str, Any]:
     """A census of this process, as a JSON-able dict."""
     start = time.perf_counter()
     cpu0 = time.process_time()
     torch = sys.modules.get("torch")
     tensor_type = getattr(torch, "Tensor", None) if torch is not None else None
     objs = gc.get_objects()
-    by_type = {}
-    groups = {}
-    storages = {}
-    big = []   # (len, id) of the largest containers, kept short
+    by_type: dict[type, list[int]] = {}
+    groups: Groups = {}
+    storages: dict[tuple[str, int], int] = {}
+    big: list[tuple[int, Any]] = []   # (len, container) of the largest containers, kept short
     small = 0  # the smallest length in `big` once it is full
     getsizeof = sys.getsizeof
     for o in objs:
@@ -102,10 +111,11 @@ def take():
     containers = [{"type": _describe(c), "len": n, "bytes": getsizeof(c)} for n, c in big[:MAX_CONTAINERS]]
     n_objects = len(objs)
     del objs, big
-    tensors = [{"device": d, "dtype": dt, "shape": list(sh), "count": g[0], "bytes": g[1], "grad_fn": g[2],
-                "requires_grad": g[3]} for (d, dt, sh), g in groups.items()]
+    tensors: list[dict[str, Any]] = [
+        {"device": d, "dtype": dt, "shape": list(sh), "count": g[0], "bytes": g[1], "grad_fn": g[2],
+         "requires_grad": g[3]} for (d, dt, sh), g in groups.items()]
     tensors.sort(key=lambda r: -r["bytes"])
-    types = [{"type": _type_name(tp), "count": c, "bytes": b} for tp, (c, b) in by_type.items()]
+    types: list[dict[str, Any]] = [{"type": _type_name(tp), "count": c, "bytes": b} for tp, (c, b) in by_type.items()]
     types.sort(key=lambda r: -r["bytes"])
     return {
         "objects": n_objects,

@@ -7,6 +7,8 @@ The socket sits on a close-on-exec descriptor the program cannot be handed (``fd
 the channel checks that the number still names its socket: a program that closed it and was handed the number again keeps it untouched
 (the channel goes quiet, letting go of the number without closing it).
 """
+from __future__ import annotations
+
 import json
 import select
 import socket
@@ -15,26 +17,34 @@ import time
 
 from . import fds
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterator
+
+    from .fds import Ident
+    from .protocol import Message
+
 _FLAGS = getattr(socket, "MSG_NOSIGNAL", 0) | getattr(socket, "MSG_DONTWAIT", 0)
 
 
 class Channel:
     """The agent's one connection to memscope: JSON lines over a Unix socket, never blocking the user's code."""
-    def __init__(self, path, token):
+    def __init__(self, path: str, token: str) -> None:
         self._path = path
         self._token = token
-        self._sock = None
-        self._ident = None  # (st_dev, st_ino, is a socket) of the connected socket's descriptor
+        self._sock: socket.socket | None = None
+        self._ident: Ident | None = None  # (st_dev, st_ino, is a socket) of the connected socket's descriptor
         self._dead = False
         self._lock = threading.Lock()
         self._pending = b""
         self.dropped = 0
-        self.on_lost = None  # called once the socket's number is found to be the program's (check the others)
+        # Called once the socket's number is found to be the program's (check the others).
+        self.on_lost: Callable[[], object] | None = None
         # Called before every message, sent or not: the agent's other descriptors (faulthandler's, written from C
         # with no check at the crash) are checked as often as the program gives the agent control.
-        self.on_use = None
+        self.on_use: Callable[[], object] | None = None
 
-    def connect(self, hello):
+    def connect(self, hello: Message) -> None:
         """Connect and authenticate with the run's token; False when memscope cannot be reached."""
         try:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -51,7 +61,7 @@ class Channel:
         hello = dict(hello, t="hello", token=self._token)
         self.send(hello)
 
-    def send(self, msg):
+    def send(self, msg: Message) -> bool:
         """Send one message (a dict) without ever blocking the user's code; False when it could not go."""
         if self.on_use is not None:
             try:
@@ -79,7 +89,7 @@ class Channel:
                 self._close()
         return False
 
-    def send_now(self, msg, timeout=5.0):
+    def send_now(self, msg: Message, timeout: float = 5.0) -> bool:
         """Send a reply whole, waiting up to ``timeout`` for room (only the agent's own reader thread calls
         this, never the training's threads)."""
         if self._dead or self._sock is None:
@@ -104,7 +114,8 @@ class Channel:
                 self._close()
         return False
 
-    def requests(self, idle=None, idle_s=1.0):
+    def requests(self, idle: Callable[[], object] | None = None,
+                 idle_s: float = 1.0) -> Iterator[dict[str, Any]]:
         """Yield the collector's requests (JSON lines) until the connection closes. Blocks: reader thread only.
         ``idle`` is called every ``idle_s`` seconds at most (the phases' held-back end)."""
         buf = b""
@@ -136,13 +147,16 @@ class Channel:
                 if isinstance(msg, dict):
                     yield msg
 
-    def _send_some(self, data):
+    def _send_some(self, data: bytes) -> int:
+        sock = self._sock
+        if sock is None:  # never: the callers checked it under the lock (and a missing socket is a lost one)
+            raise OSError("memscope: no socket")
         try:
-            return self._sock.send(data, _FLAGS)
+            return sock.send(data, _FLAGS)
         except (BlockingIOError, InterruptedError):
             return 0
 
-    def _mine(self):
+    def _mine(self) -> bool:
         """True while the socket's descriptor is still the one the channel connected; else go quiet for good."""
         sock = self._sock
         if sock is None or self._dead:
@@ -152,7 +166,7 @@ class Channel:
         self._forget()
         return False
 
-    def _forget(self):
+    def _forget(self) -> None:
         # The number now belongs to the program: let go of it without closing (detach), and never use it again.
         self._dead = True
         sock, self._sock = self._sock, None
@@ -167,7 +181,7 @@ class Channel:
                 except Exception:
                     pass
 
-    def _close(self):
+    def _close(self) -> None:
         if self._sock is not None and fds.owns(self._sock.fileno(), self._ident):
             self._dead = True
             try:
@@ -177,7 +191,7 @@ class Channel:
         else:
             self._forget()
 
-    def after_fork(self, hello):
+    def after_fork(self, hello: Message) -> None:
         """In a forked child: a connection of its own (the parent's socket is not shared)."""
         # The child shares the parent's socket: close its copy without shutdown (that would cut the parent too),
         # and only if the number is still ours (the program may have reused it before forking).
@@ -198,7 +212,7 @@ class Channel:
         self.connect(hello)
 
 
-def _wait(sock, event, timeout):
+def _wait(sock: socket.socket, event: int, timeout: float) -> bool:
     """Whether ``sock`` is ready for ``event`` within ``timeout`` s. poll, not select: the agent's descriptors sit
     at or above the descriptor limit (fds.lift), past what select() takes."""
     p = select.poll()
@@ -206,5 +220,5 @@ def _wait(sock, event, timeout):
     return bool(p.poll(timeout * 1000))
 
 
-def _encode(msg):
+def _encode(msg: Message) -> bytes:
     return (json.dumps(msg, default=repr, separators=(",", ":")) + "\n").encode("utf-8", "replace")

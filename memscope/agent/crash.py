@@ -6,6 +6,8 @@ that ends with os._exit) replaced ours, the "sys.excepthook" audit event saves i
 exit handler from ``sys.last_value``. All keep working when the collector's socket is
 gone.
 """
+from __future__ import annotations
+
 import atexit
 import faulthandler
 import json
@@ -16,13 +18,21 @@ import time
 from . import fds
 from .protocol import EXC_PREFIX, FAULT_ECHO, FAULT_PREFIX
 
-_fault_file = None  # (file object, fd, identity) faulthandler writes to
-_fault_dir = [None]
-_echo = None      # the user enabled faulthandler themselves (PYTHONFAULTHANDLER, -X faulthandler)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+if TYPE_CHECKING:
+    from types import TracebackType
+    from typing import Any, TextIO
+
+    from .channel import Channel
+    from .fds import Ident
+
+_fault_file: tuple[TextIO, int, Ident | None] | None = None  # (file object, fd, identity) faulthandler writes to
+_fault_dir: list[str | None] = [None]
+_echo: bool | None = None  # the user enabled faulthandler themselves (PYTHONFAULTHANDLER, -X faulthandler)
 _saved = [False]  # this process's uncaught exception is saved
 
 
-def enable_faulthandler(run_dir):
+def enable_faulthandler(run_dir: str) -> None:
     """Dump every thread's stack to the run's crash file on a fatal signal (and to stderr if the user asked)."""
     global _fault_file, _echo
     _fault_dir[0] = run_dir
@@ -41,7 +51,7 @@ def enable_faulthandler(run_dir):
         fds.close_if_own(old[1], old[2])  # the parent's file, inherited through fork, or the one replaced
 
 
-def check_faulthandler():
+def check_faulthandler() -> None:
     """faulthandler writes to its descriptor from C, with no check: when the program has closed that number (and
     may have been handed it again), arm faulthandler on a new descriptor of the agent's own."""
     f = _fault_file
@@ -56,16 +66,16 @@ def check_faulthandler():
             pass
 
 
-def keep_faulthandler_in_dataloader_workers(run_dir, channel):
+def keep_faulthandler_in_dataloader_workers(run_dir: str, channel: Channel) -> None:
     """PyTorch's DataLoader workers install their own SIGSEGV/SIGBUS handlers (which print one line and do not
     chain): re-arm faulthandler after them, so a crashing worker still leaves its Python stack. faulthandler
     calls the previous handler after its dump, so PyTorch's message and the main's error still happen."""
     from .hooks import when_imported
 
-    def patch(mod):
+    def patch(mod: Any) -> None:  # torch.utils.data._utils.signal_handling (torch is never imported here)
         original = mod._set_worker_signal_handlers
 
-        def set_handlers(*args, **kwargs):
+        def set_handlers(*args: Any, **kwargs: Any) -> Any:
             # enable() does not reinstall handlers while enabled: disable, let PyTorch install its handler,
             # then enable, so that faulthandler dumps first and chains to PyTorch's.
             try:
@@ -86,16 +96,17 @@ def keep_faulthandler_in_dataloader_workers(run_dir, channel):
     when_imported("torch.utils.data._utils.signal_handling", patch)
 
 
-def _rank():
+def _rank() -> str | None:
     return os.environ.get("RANK")
 
 
-def save_exception(run_dir, channel, etype, value, tb, how):
+def save_exception(run_dir: str, channel: Channel, etype: type[BaseException], value: BaseException,
+                   tb: TracebackType | None, how: str) -> None:
     """Write this process's uncaught exception where the collector finds it (once per process)."""
     if _saved[0]:
         return
     _saved[0] = True
-    rec = {
+    rec: dict[str, Any] = {
         "type": getattr(etype, "__qualname__", str(etype)),
         "module": getattr(etype, "__module__", ""),
         "message": str(value)[:10000],
@@ -119,7 +130,7 @@ def save_exception(run_dir, channel, etype, value, tb, how):
         save_at_exception(rec["message"])  # unless the allocator's OOM observer saved one already
 
 
-def _format(etype, value, tb):
+def _format(etype: type[BaseException], value: BaseException, tb: TracebackType | None) -> str:
     """The exception as Python prints it. traceback (with linecache and tokenize: 16 ms) is imported only here,
     when a process dies of an exception, never at every start."""
     if "traceback" in sys.modules or not issubclass(etype, KeyboardInterrupt):
@@ -138,18 +149,18 @@ def _format(etype, value, tb):
     return "".join(lines)
 
 
-def install_excepthook(run_dir, channel):
+def install_excepthook(run_dir: str, channel: Channel) -> None:
     """Write an uncaught exception to the run's crash file, then let the user's hook run as before."""
     previous = sys.excepthook
 
-    def hook(etype, value, tb):
+    def hook(etype: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         try:
             save_exception(run_dir, channel, etype, value, tb, "excepthook")
         except Exception:
             pass
         previous(etype, value, tb)
 
-    def at_exit():
+    def at_exit() -> None:
         # The interpreter sets sys.last_value (3.12: last_exc) before it calls whatever excepthook is installed,
         # ours or one that replaced it, and runs exit handlers after: the exception is still there.
         value = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
@@ -160,7 +171,7 @@ def install_excepthook(run_dir, channel):
         except Exception:
             pass
 
-    def audit(event, args):
+    def audit(event: str, args: tuple[Any, ...]) -> None:
         # The interpreter raises this audit event just before it calls whatever sys.excepthook is then: a hook
         # of the user's that replaced ours and ends the process with os._exit (no exit handlers) still leaves
         # the exception. os.exec*: this image and its agent are about to be replaced (the next image may load
@@ -185,6 +196,6 @@ def install_excepthook(run_dir, channel):
     sys.addaudithook(audit)
 
 
-def after_fork():
+def after_fork() -> None:
     """In a forked child: crash files of its own pid."""
     _saved[0] = False  # a child's exception is its own

@@ -12,22 +12,29 @@ raised its limit later), the descriptor goes to a high number below the limit (t
 lowest free one). Either way it is remembered by identity (st_dev, st_ino) and checked before each use: a number
 that no longer names it is forgotten, never closed.
 """
+from __future__ import annotations
 
 import os
 import stat
 import sys
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+if TYPE_CHECKING:
+    from typing import Tuple
+
+    Ident = Tuple[int, int, bool]  # what a descriptor names: (st_dev, st_ino, is a socket)
+
 try:
     import fcntl
 except ImportError:  # not on Linux/macOS: no descriptor juggling, the identity check still holds
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]  # (mypy checks the POSIX branch)
 
 HIGH = 1000  # above what a program usually holds; below the common soft limit of 1024
 SPAN = 16  # numbers lifted above the soft limit: the agent's own descriptors (socket, faulthandler, probes)
 MAX_LIFTED = 1 << 14  # a descriptor at number N makes the kernel's table ~8 N bytes (fork copies it): not above
 
 
-def _floor():
+def _floor() -> int:
     try:
         import resource
 
@@ -39,7 +46,7 @@ def _floor():
     return max(3, min(HIGH, soft - 24))  # F_DUPFD fails when the floor is at or past the soft limit
 
 
-def lift(fd):
+def lift(fd: int) -> int:
     """A close-on-exec duplicate of ``fd`` at a high number; ``fd`` (just opened by the agent) is closed. Where
     that cannot be done, ``fd`` itself is returned, made close-on-exec."""
     if fcntl is None:
@@ -58,7 +65,7 @@ def lift(fd):
     return high
 
 
-def _above_limit(fd):
+def _above_limit(fd: int) -> int | None:
     """A close-on-exec duplicate of ``fd`` at the soft RLIMIT_NOFILE or just above, or None."""
     if not sys.platform.startswith("linux"):
         return None
@@ -88,7 +95,7 @@ def _above_limit(fd):
         return None
 
 
-def identity(fd):
+def identity(fd: int) -> Ident | None:
     """What ``fd`` names now: (st_dev, st_ino, is a socket), or None when it names nothing."""
     try:
         st = os.fstat(fd)
@@ -97,14 +104,14 @@ def identity(fd):
     return st.st_dev, st.st_ino, stat.S_ISSOCK(st.st_mode)
 
 
-def owns(fd, ident):
+def owns(fd: int | None, ident: Ident | None) -> bool:
     """True while ``fd`` still names the object the agent opened (``ident`` from ``identity`` then)."""
     return fd is not None and fd >= 0 and ident is not None and identity(fd) == ident
 
 
-def close_if_own(fd, ident):
+def close_if_own(fd: int | None, ident: Ident | None) -> None:
     """Close ``fd`` only if it is still the agent's; a number the program was handed since is left alone."""
-    if owns(fd, ident):
+    if fd is not None and owns(fd, ident):
         try:
             os.close(fd)
         except OSError:

@@ -16,6 +16,8 @@ beyond ``RATE`` messages a second (after a burst of ``BURST``) a phase's start a
 sent (counted). Marks are cut to ``MARK_CHARS`` characters. The counts ride on the next message and a ``limits``
 message at exit.
 """
+from __future__ import annotations
+
 import os
 import threading
 import time
@@ -24,27 +26,35 @@ import weakref
 from .hooks import when_imported
 from .protocol import MARK_CHARS, NAME_CHARS
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .channel import Channel
+
 COALESCE_S = 0.05  # a manual phase started again within this of its end continues (no end/start sent)
 RATE = 100.0  # manual phase and mark messages sent a second, sustained
 BURST = 300.0  # ... and at once, after a quiet stretch (more would fill the socket before the collector reads)
 FLUSH_S = 0.5  # a held-back end is sent at most about this late (by the agent's reader thread)
 
 _local = threading.local()
-_channel = None
+_channel: Channel | None = None
 _lock = threading.Lock()
-_held = None  # (name, monotonic time): a manual phase's end, held back in case the same phase starts again
-_skipped = {}  # name -> starts not sent (over the rate): their ends are not sent either
+# (name, monotonic time): a manual phase's end, held back in case the same phase starts again
+_held: tuple[str, float] | None = None
+_skipped: dict[str, int] = {}  # name -> starts not sent (over the rate): their ends are not sent either
 _tokens = BURST
 _refill = 0.0
 coalesced = 0  # manual phase end/start pairs not sent: the phase went on
 dropped = 0  # manual phase starts (with their ends) and marks not sent: over the rate
 _reported = (0, 0)  # the counts last sent
-_last_mode = None
-_top = None  # weak reference to the module whose train()/eval() was last called at top level
-_stopped = None  # the top module's flag when its eval phase was ended by its loader (not a switch to report again)
+_last_mode: bool | None = None
+_top: weakref.ref[Any] | None = None  # weak reference to the module whose train()/eval() was last called at top level
+# The top module's flag when its eval phase was ended by its loader (not a switch to report again).
+_stopped: bool | None = None
 
 
-def send(kind, **data):
+def send(kind: str, **data: Any) -> bool:
     """Send a phase/mark event; a no-op when the collector is not there."""
     ch = _channel
     if ch is None:
@@ -53,7 +63,7 @@ def send(kind, **data):
     return ch.send(data)
 
 
-def _send_at_exit(kind, **data):
+def _send_at_exit(kind: str, **data: Any) -> bool:
     # At exit the socket may still be full of what the process just sent: wait a little for room (the process
     # is ending; nothing of the training waits), so that the last end and the counts are not lost.
     ch = _channel
@@ -63,7 +73,7 @@ def _send_at_exit(kind, **data):
     return ch.send_now(data, timeout=0.5)
 
 
-def phase_start(name):
+def phase_start(name: str) -> bool:
     """``memscope.phase(name)`` entered. The hot path (a step's phase, again): no message, a lock and a clock."""
     global _held, coalesced
     held = _held
@@ -77,7 +87,7 @@ def phase_start(name):
     return manual("phase", name, "start")
 
 
-def phase_end(name):
+def phase_end(name: str) -> bool:
     """``memscope.phase(name)`` left: the end is held back (``flush`` or the next message sends it)."""
     global _held
     with _lock:
@@ -87,7 +97,7 @@ def phase_end(name):
     return manual("phase", name, "end")
 
 
-def manual(kind, name=None, state=None, text=None):
+def manual(kind: str, name: object = None, state: str | None = None, text: object = None) -> bool:
     """memscope.phase / memscope.mark (markers.py): coalesced, rate-limited, then sent. Never raises."""
     global _held, coalesced, dropped
     now = time.monotonic()
@@ -121,7 +131,7 @@ def manual(kind, name=None, state=None, text=None):
         return _send_counted("mark", text=text)
 
 
-def _take(now):
+def _take(now: float) -> bool:
     """One message's worth of the rate (a token bucket: RATE a second, BURST at most)."""
     global _tokens, _refill
     _tokens = min(BURST, _tokens + (now - _refill) * RATE)
@@ -132,7 +142,7 @@ def _take(now):
     return True
 
 
-def _send_counted(kind, final=False, **data):
+def _send_counted(kind: str, final: bool = False, **data: Any) -> bool:
     global _reported
     counts = (coalesced, dropped)
     if counts != _reported:
@@ -141,7 +151,7 @@ def _send_counted(kind, final=False, **data):
     return (_send_at_exit if final else send)(kind, **data)
 
 
-def _flush(now, final=False):
+def _flush(now: float, final: bool = False) -> None:
     """Send the held-back end (with how long ago it happened, so that it is dated right). Under ``_lock``."""
     global _held
     held = _held
@@ -151,7 +161,7 @@ def _flush(now, final=False):
                       ago=round(max(0.0, now - held[1]), 6))
 
 
-def flush(final=False):
+def flush(final: bool = False) -> None:
     """The agent's reader thread (every FLUSH_S) and exit: send an end held back longer than COALESCE_S, and at
     exit the counts if they changed since they were last sent."""
     global _reported
@@ -169,7 +179,7 @@ def flush(final=False):
         pass
 
 
-def _switch(mode):
+def _switch(mode: bool) -> None:
     global _last_mode, _stopped
     _stopped = None
     if mode != _last_mode:
@@ -177,7 +187,7 @@ def _switch(mode):
         send("phase", name="train" if mode else "eval", state="switch", auto=True)
 
 
-def _stop():
+def _stop() -> None:
     """The automatic phase ends with no successor known yet (the next switch starts one)."""
     global _last_mode, _stopped
     if _last_mode is not None:
@@ -185,7 +195,7 @@ def _stop():
         send("phase", name="eval", state="stop", auto=True)
 
 
-def _check_top():
+def _check_top() -> None:
     """The top module's flag, read directly: catches a mode set by attribute (Lightning's restore)."""
     ref = _top
     if ref is not None:
@@ -198,10 +208,10 @@ def _check_top():
                 _switch(bool(mode))
 
 
-def _patch_module(mod):
+def _patch_module(mod: Any) -> None:  # torch.nn.modules.module (torch is never imported here)
     original = mod.Module.train
 
-    def train(self, mode=True):
+    def train(self: Any, mode: bool = True) -> Any:
         global _top
         depth = getattr(_local, "depth", 0)
         _local.depth = depth + 1
@@ -218,28 +228,28 @@ def _patch_module(mod):
                     pass
                 _switch(bool(mode))
 
-    train.__wrapped__ = original
+    train.__wrapped__ = original  # type: ignore[attr-defined]
     mod.Module.train = train
 
 
-def _patch_dataloader(mod):
+def _patch_dataloader(mod: Any) -> None:  # torch.utils.data.dataloader
     original = mod.DataLoader.__iter__
-    counts = {}
+    counts: dict[int, int] = {}
 
-    def __iter__(self):
+    def __iter__(self: Any) -> Any:
         n = counts[id(self)] = counts.get(id(self), 0) + 1
         _check_top()
         send("epoch", loader=id(self), n=n, workers=getattr(self, "num_workers", 0),
              persistent=bool(getattr(self, "persistent_workers", False)), mode=_last_mode)
         return original(self)
 
-    __iter__.__wrapped__ = original
+    __iter__.__wrapped__ = original  # type: ignore[attr-defined]
     mod.DataLoader.__iter__ = __iter__
     base = getattr(mod, "_BaseDataLoaderIter", None)
     if base is not None and "__next__" in vars(base):
         original_next = base.__next__
 
-        def __next__(self):
+        def __next__(self: Any) -> Any:
             _check_top()
             try:
                 batch = original_next(self)
@@ -257,11 +267,11 @@ def _patch_dataloader(mod):
                     pass
             return batch
 
-        __next__.__wrapped__ = original_next
+        __next__.__wrapped__ = original_next  # type: ignore[attr-defined]
         base.__next__ = __next__
 
 
-def install(channel):
+def install(channel: Channel) -> None:
     """Watch the frameworks' loops (epochs, train/eval switches) once their modules are imported."""
     global _channel
     import atexit
@@ -272,7 +282,7 @@ def install(channel):
     when_imported("torch.utils.data.dataloader", _patch_dataloader)
 
 
-def after_fork():
+def after_fork() -> None:
     """In a forked child: forget the parent's phase state."""
     global _last_mode, _top, _stopped, _lock, _held, _skipped, coalesced, dropped, _reported
     _last_mode = None  # a forked worker never reports its parent's switches as its own

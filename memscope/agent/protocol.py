@@ -1,4 +1,16 @@
 """What the agent and the collector agree on: environment variables and message shapes (JSON lines)."""
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the agent never does: start-up cost)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Mapping, Tuple, Union
+
+    # A field's spec (see below): a kind name, [spec], (spec, ...) or {name: spec}.
+    FieldSpec = Union[str, List["FieldSpec"], Tuple["FieldSpec", ...], Dict[str, "FieldSpec"]]
+    # A message kind: (fields, extra fields allowed, required fields).
+    KindSpec = Tuple[Dict[str, FieldSpec], bool, Tuple[str, ...]]
+    # What the agent sends: one JSON object (a dict whose values json.dumps takes; repr() for the rest).
+    Message = Mapping[str, Any]
 ENV_SOCK = "MEMSCOPE_SOCK"      # the collector's Unix socket, in a private 0700 directory
 ENV_TOKEN = "MEMSCOPE_TOKEN"    # per-run secret; the first message of a connection must carry it
 ENV_RUN = "MEMSCOPE_RUN_ID"     # also marks every process of the run, so escapees can be found in /proc
@@ -22,7 +34,7 @@ NAME_CHARS = 200                # a phase's name is cut to this
 # {name: spec} an object whose named members match (others only as bounded JSON). Every field the collector or
 # the summary reads is declared: a message whose field has the wrong type is refused whole, where it is received.
 # kind: (fields, extra fields allowed, required fields)
-KINDS = {
+KINDS: dict[str, KindSpec] = {
     "hello": ({"ppid": "int", "argv": "strs", "orig_argv": "strs", "executable": "str?", "runs_script": "bool",
                "forked": "bool", "rank": "str?", "faulthandler_stderr": "bool",
                "stacks_signal": "int?", "stacks_file": "str?"}, False, ("pid",)),
@@ -54,12 +66,13 @@ KINDS = {
 # (installed in every Python process of the run), and, where ``summary key`` is set, analysis/probes/<module>.py
 # (its section of the summary, under that key) and ui/probes/<module>.py (its panel). The torch probe's figures
 # are read by analysis/gpu.py and drawn by ui/gpu_chart.py instead: no section, no panel.
-_NP_COMMON = {"id": "str", "path": "str?", "key": "str?", "shape": "ints?", "dtype": "str?", "nbytes": "size?",
-              "compressed": "bool?", "requested_mmap": "str?", "mmapped": "bool?", "duration_s": "secs?",
-              "anon_delta_bytes": "int?", "file_delta_bytes": "int?"}
-_ALLOC = {k: "size?" for k in ("allocated", "peak_allocated", "reserved", "peak_reserved", "inactive_split",
-                               "alloc_retries", "ooms", "driver")}
-PROBES = (
+_NP_COMMON: dict[str, FieldSpec] = {
+    "id": "str", "path": "str?", "key": "str?", "shape": "ints?", "dtype": "str?", "nbytes": "size?",
+    "compressed": "bool?", "requested_mmap": "str?", "mmapped": "bool?", "duration_s": "secs?",
+    "anon_delta_bytes": "int?", "file_delta_bytes": "int?"}
+_ALLOC: dict[str, FieldSpec] = {k: "size?" for k in ("allocated", "peak_allocated", "reserved", "peak_reserved",
+                                                     "inactive_split", "alloc_retries", "ooms", "driver")}
+PROBES: tuple[tuple[str, str | None, dict[str, KindSpec]], ...] = (
     ("numpy_load", "loads", {
         "np_load": (dict(_NP_COMMON, ev="str", kind="str?", members=[("str", "size", "bool")], count="size?",
                          resident_bytes="size?", anon_bytes="size?", file_bytes="int?", mapped_bytes="size?"),
@@ -93,7 +106,7 @@ PROBES = (
 )
 
 
-def all_kinds():
+def all_kinds() -> dict[str, KindSpec]:
     """Every kind an agent may send: the core ones and each probe's, as {kind: (fields, extra, required)}."""
     out = dict(KINDS)
     for _module, _key, kinds in PROBES:

@@ -11,12 +11,20 @@ SIGBUS handler takes the "off" for a bus error and kills the worker (measured: t
 "DataLoader worker ... is killed by signal: Bus error"). Workers are not profiled in a window anyway (their
 profile is merged only when they exit), so they are left out of the forwarding.
 """
+from __future__ import annotations
+
 import builtins
 import os
 import sys
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any
 
-def install(channel):
+    from .channel import Channel
+
+
+def install(channel: Channel) -> None:
     """Tell memscope Scalene's on/off signals and profiled pid once Scalene is ready in this process."""
     from .hooks import when_imported
 
@@ -24,11 +32,11 @@ def install(channel):
     when_imported("scalene.scalene_signal_manager", _patch_signal_manager)
 
 
-def _patch_profiler(mod, channel):
+def _patch_profiler(mod: Any, channel: Channel) -> None:  # mod: scalene.scalene_profiler (untyped)
     real_exec = builtins.exec
     scalene_cls = mod.Scalene
 
-    def _exec(code, *args):
+    def _exec(code: Any, *args: Any) -> None:
         try:
             from scalene.scalene_signals import ScaleneSignals  # already loaded in this process
 
@@ -49,7 +57,7 @@ def _patch_profiler(mod, channel):
 
     original_output = scalene_cls.output_profile
 
-    def output_profile(*args, **kwargs):
+    def output_profile(*args: Any, **kwargs: Any) -> Any:
         result = original_output(*args, **kwargs)
         try:
             # Its JSON holds percentages of this total: with it, the collector turns them into seconds.
@@ -66,7 +74,7 @@ def _patch_profiler(mod, channel):
     scalene_cls.output_profile = staticmethod(output_profile)
 
 
-def _is_dataloader_worker(pid):
+def _is_dataloader_worker(pid: int) -> bool:
     try:
         with open("/proc/%d/comm" % pid) as f:
             return f.read().strip() == "pt_data_worker"
@@ -74,14 +82,14 @@ def _is_dataloader_worker(pid):
         return False
 
 
-def _patch_signal_manager(mod):
+def _patch_signal_manager(mod: Any) -> None:  # scalene.scalene_signal_manager (untyped)
     cls = mod.ScaleneSignalManager
     for name in ("send_lifecycle_start_to_child", "send_lifecycle_stop_to_child"):
         original = getattr(cls, name, None)
         if original is None:
             continue
 
-        def send(self, pid, _original=original):
+        def send(self: Any, pid: int, _original: Any = original) -> Any:
             if _is_dataloader_worker(pid):
                 return None
             return _original(self, pid)

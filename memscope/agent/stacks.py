@@ -10,6 +10,8 @@ registered), and never chained: chaining to SIG_DFL would re-raise a real-time s
 it only to a proven member of the run whose /proc/PID/status shows a handler for it (exec resets handlers, so a
 process that exec'd away from this agent is never signalled). Nothing runs between captures.
 """
+from __future__ import annotations
+
 import faulthandler
 import os
 import signal
@@ -17,10 +19,24 @@ import signal
 from . import fds
 from .protocol import STACK_PREFIX, STACKS_SIGNAL_OFFSET
 
-_state = {"sig": None, "file": None, "fd": None, "ident": None, "dir": None}
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+if TYPE_CHECKING:
+    from typing import Optional, TextIO, TypedDict
+
+    from .fds import Ident
+
+    class _State(TypedDict, total=False):
+        sig: Optional[int]  # the stacks signal, once found free
+        file: Optional[TextIO]  # faulthandler's file object on ``fd`` (it never closes it)
+        fd: Optional[int]
+        ident: Optional[Ident]
+        dir: Optional[str]  # the run's directory
+        name: str  # the file's name in it
+
+_state: _State = {"sig": None, "file": None, "fd": None, "ident": None, "dir": None}
 
 
-def _signal():
+def _signal() -> int | None:
     rtmin = getattr(signal, "SIGRTMIN", None)
     if rtmin is None or not hasattr(faulthandler, "register"):
         return None  # no real-time signals (macOS), or faulthandler without user signals (Windows)
@@ -37,7 +53,7 @@ def _signal():
     return sig
 
 
-def install(run_dir):
+def install(run_dir: str) -> tuple[int, str] | None:
     """Register the dump on the stacks signal, into ``stack-<pid>.txt`` (appended to: memscope reads from the
     offset it saw before it signalled). Returns (signal, file name) for the hello, or None."""
     sig = _state["sig"] if _state["sig"] is not None else _signal()
@@ -53,20 +69,20 @@ def install(run_dir):
         fds.close_if_own(fd, fds.identity(fd))
         raise
     old = (_state["fd"], _state["ident"])
-    _state.update(sig=sig, file=f, fd=fd, ident=fds.identity(fd), dir=run_dir, name=name)
+    _state.update({"sig": sig, "file": f, "fd": fd, "ident": fds.identity(fd), "dir": run_dir, "name": name})
     if old[0] is not None and old[0] != fd:
-        fds.close_if_own(*old)  # the parent's file, inherited through fork
+        fds.close_if_own(old[0], old[1])  # the parent's file, inherited through fork
     return sig, name
 
 
-def info():
+def info() -> tuple[int | None, str | None]:
     """(signal, file name) of this process's registration, or (None, None)."""
     if _state["fd"] is None:
         return None, None
     return _state["sig"], _state.get("name")
 
 
-def after_fork():
+def after_fork() -> None:
     """A forked child inherits the handler and the parent's file: give it a file of its own (its own pid)."""
     if _state["dir"] is None:
         return
@@ -76,21 +92,24 @@ def after_fork():
         unregister()
 
 
-def check():
+def check() -> None:
     """The program closed our descriptor (and may have been handed its number): re-register on a new one, or
     unregister, so that a dump never lands in the program's file."""
     if _state["fd"] is None or fds.owns(_state["fd"], _state["ident"]):
         return
+    run_dir = _state["dir"]  # set with the descriptor
     try:
-        install(_state["dir"])
+        if run_dir is None:
+            raise ValueError("no run directory")
+        install(run_dir)
     except Exception:
         unregister()
 
 
-def unregister():
+def unregister() -> None:
     try:
         if _state["sig"] is not None:
             faulthandler.unregister(_state["sig"])
     except Exception:
         pass
-    _state.update(fd=None, ident=None)
+    _state.update({"fd": None, "ident": None})

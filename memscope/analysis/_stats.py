@@ -10,7 +10,7 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from itertools import islice
 from operator import gt
-from typing import Sequence
+from typing import Literal, Sequence, overload
 
 MIN_GROWTH_FRACTION = 0.02  # growth below 2% of the current floor is no leak (leak.py's tunable; its wobble here)
 _MAX_WINDOWS = 200  # caps baseline points (~2x this with half-overlapping windows)
@@ -21,7 +21,11 @@ _MIN_SPIKE_FRACTION = 0.0025  # ... or 0.25% of the floor (jitter scales with si
 _FLOOR_WOBBLE_FRACTION = MIN_GROWTH_FRACTION
 
 
-def _as_list(v: Sequence[float]) -> list:
+# (starts, ends, names, longest) of phases sorted by start (_phase_index)
+PhaseIndex = tuple[list[float], list[float], list[str], float]
+
+
+def _as_list(v: Sequence[float]) -> list[float]:
     if isinstance(v, list):
         return v
     tolist = getattr(v, "tolist", None)  # numpy/array.array without importing numpy
@@ -32,7 +36,7 @@ def _as_list(v: Sequence[float]) -> list:
     return list(v)
 
 
-def _prepare(t: Sequence[float], y: Sequence[float]) -> tuple[list, list]:
+def _prepare(t: Sequence[float], y: Sequence[float]) -> tuple[list[float], list[float]]:
     """Lists, finite values only, sorted by time. Fast path costs a few C-level passes."""
     tl, yl = _as_list(t), _as_list(y)
     if len(tl) != len(yl):
@@ -63,13 +67,26 @@ def _median_step(t: Sequence[float]) -> float:
     return _median(steps) if steps else 0.0
 
 
-def _chunks(t: list, y: list, max_points: int, with_max: bool = False):
+@overload
+def _chunks(
+    t: list[float], y: list[float], max_points: int, with_max: Literal[True]
+) -> tuple[list[float], list[float], list[float], list[int] | None]: ...
+@overload
+def _chunks(
+    t: list[float], y: list[float], max_points: int, with_max: Literal[False] = False
+) -> tuple[list[float], list[float], None, list[int] | None]: ...
+def _chunks(
+    t: list[float], y: list[float], max_points: int, with_max: bool = False
+) -> tuple[list[float], list[float], list[float] | None, list[int] | None]:
     """Reduce to <= max_points chunks: (time of chunk min, chunk min, chunk max, chunk start idx)."""
     n = len(y)
     k = -(-n // max_points)
     if k <= 1:
         return t, y, (y if with_max else None), None
-    ft, fy, fmax, starts = [], [], [], []
+    ft: list[float] = []
+    fy: list[float] = []
+    fmax: list[float] = []
+    starts: list[int] = []
     for i in range(0, n, k):
         seg = y[i : i + k]
         m = min(seg)
@@ -81,7 +98,7 @@ def _chunks(t: list, y: list, max_points: int, with_max: bool = False):
     return ft, fy, (fmax if with_max else None), starts
 
 
-def _back_min(t: list, y: list, w: float) -> list:
+def _back_min(t: list[float], y: list[float], w: float) -> list[float]:
     """min(y[j]) over t[i]-w <= t[j] <= t[i] (monotonic deque, O(n))."""
     out = [0.0] * len(y)
     dq: deque[int] = deque()
@@ -96,7 +113,7 @@ def _back_min(t: list, y: list, w: float) -> list:
     return out
 
 
-def _fwd_min(t: list, y: list, w: float) -> list:
+def _fwd_min(t: list[float], y: list[float], w: float) -> list[float]:
     """min(y[j]) over t[i] <= t[j] <= t[i]+w."""
     n = len(y)
     out = [0.0] * n
@@ -114,8 +131,8 @@ def _fwd_min(t: list, y: list, w: float) -> list:
 
 
 def _excursions(
-    ft: list, fmin: list, fval: list, w0: float, min_fraction: float = _MIN_SPIKE_FRACTION
-) -> tuple[list, list, float]:
+    ft: list[float], fmin: list[float], fval: list[float], w0: float, min_fraction: float = _MIN_SPIKE_FRACTION
+) -> tuple[list[float], list[float], float]:
     """Floor, residual of ``fval`` above the floor, and an adaptive "high" threshold.
 
     The floor is max(past-min, future-min): a point is only "above the floor" if memory
@@ -138,7 +155,7 @@ def _excursions(
     return floor, r, thr
 
 
-def _runs(r: list, thr: float) -> list[tuple[int, int]]:
+def _runs(r: list[float], thr: float) -> list[tuple[int, int]]:
     """(first, last) index of each run of r > thr; a single dipping sample does not split."""
     runs: list[tuple[int, int]] = []
     start = last = -1
@@ -155,7 +172,7 @@ def _runs(r: list, thr: float) -> list[tuple[int, int]]:
     return runs
 
 
-def _window_minima(t: list, y: list, window_s: float, step_s: float, end_anchored: bool) -> list[int]:
+def _window_minima(t: list[float], y: list[float], window_s: float, step_s: float, end_anchored: bool) -> list[int]:
     """Sorted, de-duplicated index of the minimum in each window."""
     if not t:
         return []
@@ -188,7 +205,7 @@ def _window_minima(t: list, y: list, window_s: float, step_s: float, end_anchore
     return idx
 
 
-def _floor_points(ft: list, fy: list) -> tuple[list, list]:
+def _floor_points(ft: list[float], fy: list[float]) -> tuple[list[float], list[float]]:
     """Baseline points (time of min, min) for one phase type, with adaptive window."""
     n = len(ft)
     if n < 3:
@@ -230,7 +247,7 @@ class _Fit:
         return 0.5 * (1.0 + math.erf(self.z / math.sqrt(2.0)))
 
 
-def _theil_sen(groups: list[tuple[list, list]], rng: random.Random) -> _Fit | None:
+def _theil_sen(groups: list[tuple[list[float], list[float]]], rng: random.Random) -> _Fit | None:
     """Stratified Theil-Sen slope + Mann-Kendall z; pairs never cross phase types."""
     groups = [g for g in groups if len(g[0]) >= 2]
     if not groups:
@@ -280,14 +297,14 @@ def _theil_sen(groups: list[tuple[list, list]], rng: random.Random) -> _Fit | No
     return _Fit(_median(slopes), z, sum(sizes))
 
 
-def _phase_index(phases: Sequence[tuple[str, float, float]]):
+def _phase_index(phases: Sequence[tuple[str, float, float]]) -> PhaseIndex:
     """(starts, ends, names, longest) sorted by start; intervals are [start, end)."""
     ph = sorted((float(s), float(e), str(n)) for n, s, e in phases)
     longest = max((e - s for s, e, _ in ph), default=0.0)
     return [p[0] for p in ph], [p[1] for p in ph], [p[2] for p in ph], longest
 
 
-def _phase_at(index, x: float) -> str | None:
+def _phase_at(index: PhaseIndex, x: float) -> str | None:
     starts, ends, names, _ = index
     i = bisect_right(starts, x) - 1
     if i >= 0 and x < ends[i]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..model import AdviceLine, ExitInfo, GrowthInfo, LeakInfo, Summary
 from .leak import floor_words
 from .probes import summary_keys
 from .spikes import excursion_words
@@ -36,17 +37,18 @@ def _slow_rate(slope: float) -> str:
     return f"{slope * 3600 / 1024:.0f} KiB/h"
 
 
-def _exit_line(ex: dict[str, Any]) -> str | None:
+def _exit_line(ex: ExitInfo | dict[str, Any]) -> str | None:
     cause = ex.get("cause")
     if cause == "worker_crash":
-        if ex.get("signal") == "SIGKILL":
+        sig = ex.get("signal")
+        if sig == "SIGKILL":
             return (
                 "A DataLoader worker was SIGKILLed: look at its memory in the process table (copy-on-write "
                 "growth of big Python lists in the Dataset is the classic cause); set num_workers=0 to get the "
                 "failing code's own error in the main process."
             )
         return (
-            f"A DataLoader worker died{' of ' + ex['signal'] if ex.get('signal') else ''}: its stack is in "
+            f"A DataLoader worker died{' of ' + sig if sig else ''}: its stack is in "
             "exit.traceback; set num_workers=0 to get the failing code's own error in the main process."
         )
     if cause == "oom_kill":
@@ -94,7 +96,7 @@ def _exit_line(ex: dict[str, Any]) -> str | None:
 _VALIDATION_WORDS = ("eval", "valid", "val", "test")
 
 
-def _growth_line(leak: dict[str, Any], growth: dict[str, Any], spikes: list[dict[str, Any]]) -> str | None:
+def _growth_line(leak: LeakInfo, growth: GrowthInfo, spikes: list[dict[str, Any]]) -> str | None:
     """The advice for a kind of growth (``leak.growth``): its words first, then what to do about it."""
     kind, words = growth.get("kind"), growth.get("words") or ""
     if kind == "leak":
@@ -140,7 +142,7 @@ def _spike_fix(phase: str | None) -> str:
     return f"it comes with '{phase}'"
 
 
-def _leak_line(leak: dict[str, Any], spikes: list[dict[str, Any]]) -> str | None:
+def _leak_line(leak: LeakInfo, spikes: list[dict[str, Any]]) -> str | None:
     growth = leak.get("growth")
     if isinstance(growth, dict) and growth.get("kind"):
         return _growth_line(leak, growth, spikes)
@@ -205,21 +207,22 @@ def _leak_line(leak: dict[str, Any], spikes: list[dict[str, Any]]) -> str | None
     return None
 
 
-def _crashed_in_code(ex: dict[str, Any]) -> bool:
+def _crashed_in_code(ex: ExitInfo | dict[str, Any]) -> bool:
     """The run ended by a crash that memory did not cause (a segfault, an abort; a worker's other than by SIGKILL):
     advice to lower the memory peak does not apply to it."""
     cause = ex.get("cause")
     return cause in ("segfault", "abort", "bus_error") or (cause == "worker_crash" and ex.get("signal") != "SIGKILL")
 
 
-def _workers_line(summary: dict[str, Any]) -> str | None:
+def _workers_line(summary: Summary) -> str | None:
     """From what the workers held while alive together (summing each one's own peak would add up workers that
     never lived at the same time)."""
     if _crashed_in_code(summary.get("exit") or {}):
         return None
     w = summary.get("workers") or {}
     n, held = w.get("at_peak_alive"), w.get("peak_pss_bytes")
-    total = (summary.get("peak") or {}).get("tree_pss_bytes")
+    peak = summary.get("peak")
+    total = peak.get("tree_pss_bytes") if peak else None
     if not n or not held or not total:
         return None
     if (w.get("max_alive") or 0) < MANY_WORKERS and held <= WORKER_SHARE * total:
@@ -245,9 +248,9 @@ def _workers_line(summary: dict[str, Any]) -> str | None:
     )
 
 
-def advise(summary: dict[str, Any]) -> list[dict[str, str]]:
+def advise(summary: Summary) -> list[AdviceLine]:
     """The summary's ``advice``: [{"topic", "text"}], most important first, no duplicates."""
-    out: list[dict[str, str]] = []
+    out: list[AdviceLine] = []
 
     def add(topic: str, text: str | None) -> None:
         if text and all(a["text"] != text for a in out):
@@ -263,10 +266,9 @@ def advise(summary: dict[str, Any]) -> list[dict[str, str]]:
     if not cor.get("detected"):  # the same workers' memory: copy-on-read's line says what to do about it
         add("workers", _workers_line(summary))
     for key in ADVICE_KEYS + tuple(k for k in summary_keys() if k not in ADVICE_KEYS):  # a new probe's: last
-        rows = summary.get(key)
-        if isinstance(rows, dict):
-            rows = [rows]
-        for row in rows or []:
+        section = summary.get(key)  # a probe's key: a row, or a list of rows
+        rows = [section] if isinstance(section, dict) else section if isinstance(section, list) else []
+        for row in rows:
             if isinstance(row, dict):
                 add(key, row.get("advice"))
     return out

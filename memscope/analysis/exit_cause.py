@@ -286,7 +286,7 @@ def _hid(f: _Facts) -> str:
 
 
 # -- the rules, one per cause, tried in this order (RULES below); the first that answers decides ---------------------
-def _stopped_by_user(f: _Facts) -> dict[str, Any] | None:
+def _stopped_by_user(f: _Facts) -> ExitInfo | None:
     e = f.e
     if not e.stop_requested:
         return None
@@ -300,7 +300,7 @@ def _stopped_by_user(f: _Facts) -> dict[str, Any] | None:
     return f.out("stopped_by_user", f"Stopped by you ({stop_words(e)}); no process of the run is left.", sig=f.main_sig)
 
 
-def _worker_crash(f: _Facts) -> dict[str, Any] | None:
+def _worker_crash(f: _Facts) -> ExitInfo | None:
     e = f.e
     workers = crashed_workers(e) if f.failed else []
     if not workers:
@@ -332,12 +332,12 @@ def _worker_crash(f: _Facts) -> dict[str, Any] | None:
     )
 
 
-def _rank_failed_first(f: _Facts) -> dict[str, Any] | None:
+def _rank_failed_first(f: _Facts) -> ExitInfo | None:
     first = first_rank_failure(f.e) if f.failed else None
     return _rank_exception(f.e, first, f.out) if first is not None else None
 
 
-def _fatal_signal(f: _Facts) -> dict[str, Any] | None:
+def _fatal_signal(f: _Facts) -> ExitInfo | None:
     e, main, fault = f.e, f.main, f.fault
     if f.main_sig not in FATAL:
         return None
@@ -359,7 +359,7 @@ def _fatal_signal(f: _Facts) -> dict[str, Any] | None:
     )
 
 
-def _exception(f: _Facts) -> dict[str, Any] | None:
+def _exception(f: _Facts) -> ExitInfo | None:
     exc = f.exc
     if not (exc and f.failed):
         return None
@@ -380,7 +380,7 @@ def _exception(f: _Facts) -> dict[str, Any] | None:
     return f.out("exception", said, tb=exc.get("traceback"))
 
 
-def _sigkill(f: _Facts) -> dict[str, Any] | None:
+def _sigkill(f: _Facts) -> ExitInfo | None:
     e = f.e
     if f.main_sig != "SIGKILL":
         return None
@@ -426,7 +426,7 @@ def _sigkill(f: _Facts) -> dict[str, Any] | None:
     )
 
 
-def _other_signal(f: _Facts) -> dict[str, Any] | None:
+def _other_signal(f: _Facts) -> ExitInfo | None:
     if f.main_sig is None:
         return None
     if f.main_sig == "SIGPIPE":  # the kernel's, not a sender's: a write to a pipe nobody reads any more
@@ -439,7 +439,7 @@ def _other_signal(f: _Facts) -> dict[str, Any] | None:
     return f.out("killed", f"The run was ended by {f.main_sig} from outside memscope.", sig=f.main_sig)
 
 
-def _exit_status(f: _Facts) -> dict[str, Any]:
+def _exit_status(f: _Facts) -> ExitInfo:
     e, main, exc, rc = f.e, f.main, f.exc, f.e.returncode
     if rc == 0:
         return f.out("ok", "The run finished normally (exit code 0).")
@@ -473,7 +473,7 @@ def _exit_status(f: _Facts) -> dict[str, Any]:
 
 # In priority order: a stop the user asked for explains everything after it; a crashed worker or rank explains
 # the main process's failure that follows it; then how the main process itself ended. The last always answers.
-RULES: tuple[Callable[[_Facts], dict[str, Any] | None], ...] = (
+RULES: tuple[Callable[[_Facts], ExitInfo | None], ...] = (
     _stopped_by_user,
     _worker_crash,
     _rank_failed_first,
@@ -514,12 +514,12 @@ def _with_crashed_children(e: ExitEvidence, verdict: ExitInfo) -> ExitInfo:
     tb = verdict["traceback"]
     if e.faults.get(pid):
         tb = f"{tb}\n\n{e.faults[pid]}" if tb else e.faults[pid]
-    return dict(  # type: ignore[return-value]
-        verdict,
-        message=f"{verdict['message']} Process pid {pid} ({e.roles.get(pid) or 'other'}) of the run died of {sig}"
+    return {
+        **verdict,
+        "message": f"{verdict['message']} Process pid {pid} ({e.roles.get(pid) or 'other'}) of the run died of {sig}"
         f"{f' in {where}' if where else ''}{more} while it ran; {stack}.",
-        traceback=tb,
-    )
+        "traceback": tb,
+    }
 
 
 def first_rank_failure(e: ExitEvidence) -> int | None:
@@ -537,7 +537,7 @@ def _rank_name(e: ExitEvidence, pid: int) -> str:
     return f"Rank {rank} (pid {pid})" if rank is not None else f"The rank with pid {pid}"
 
 
-def _rank_exception(e: ExitEvidence, pid: int, out: Any) -> dict[str, Any]:
+def _rank_exception(e: ExitEvidence, pid: int, out: Callable[..., ExitInfo]) -> ExitInfo:
     exc = e.exceptions[pid]
     name = exc.get("type", "Exception")
     msg = (exc.get("message") or "").strip().splitlines()

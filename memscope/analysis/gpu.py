@@ -33,7 +33,7 @@ def allocator(
 ) -> dict[str, Any] | None:
     """Summary key ``allocator``. ``samples``: ``torch_alloc`` events ({"t", "pid", "data"}); ``ooms``: ``cuda_oom``
     events; ``snapshots``: snapshot file name -> where the collector kept it."""
-    by_dev: dict[tuple, list[tuple[float, Mapping[str, Any]]]] = {}
+    by_dev: dict[tuple[Any, ...], list[tuple[float, Mapping[str, Any]]]] = {}
     for ev in samples:
         d = ev.get("data") or {}
         key = (ev.get("pid") or d.get("pid"), str(d.get("backend", "cuda")), int(d.get("device") or 0))
@@ -256,8 +256,9 @@ def compile_pool(
         after = [t for t, _ in seen if t > last_end]
         last_seen = max(after) if after else last_end
         exits = [p.get("exit_t") for p in pool.values()]
-        if exits and all(e is not None for e in exits):
-            last_seen = max(last_seen, max(exits))  # type: ignore[type-var]
+        exit_ts: list[float] = [e for e in exits if e is not None]
+        if exits and len(exit_ts) == len(exits):
+            last_seen = max(last_seen, max(exit_ts))
         alive_s = round(max(0.0, last_seen - last_end), 3)
         alive_after = alive_s >= POOL_AFTER_COMPILE_S
     settings = next((e.get("data") or {} for e in reversed(events) if (e.get("data") or {}).get("state")), {})
@@ -317,7 +318,7 @@ _PATTERNS = {
 }
 
 
-def _size(m: re.Match) -> int | None:
+def _size(m: re.Match[str]) -> int | None:
     groups = [g for g in m.groups() if g is not None]
     if len(groups) < 2:
         return None

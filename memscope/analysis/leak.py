@@ -35,6 +35,7 @@ from . import phases as phases_mod
 from ._stats import (  # noqa: F401 (MIN_GROWTH_FRACTION: a tunable named here too)
     _MIN_SPIKE_BYTES,
     MIN_GROWTH_FRACTION,
+    PhaseIndex,
     _chunks,
     _excursions,
     _floor_points,
@@ -114,7 +115,7 @@ class LeakVerdict:
             return None
         return "slow" if self.slope_bytes_per_s < SLOW_BYTES_PER_S else "fast"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The verdict as the summary's dict, with its pace."""
         return dict(asdict(self), pace=self.pace)
 
@@ -137,7 +138,7 @@ def _insufficient(reason: str, detail: str | None = None) -> LeakVerdict:
 
 def fit_span(
     t: Sequence[float], y: Sequence[float], start_s: float | None = None, ended: bool = False
-) -> tuple[list, list]:
+) -> tuple[list[float], list[float]]:
     """The stretch of a series the leak verdict is fitted on: from the training's start (``start_s``, the first
     DataLoader epoch or train/eval switch: imports and set-up grow memory once, and on a short run that growth
     reads as a leak) to the end, without an ended run's teardown (``trim_teardown``). Without ``start_s``, from
@@ -173,7 +174,7 @@ class FitPlan:
     phases: tuple[tuple[str, float, float], ...]
     ended: bool = False
 
-    def span(self, t: Sequence[float], y: Sequence[float]) -> tuple[list, list]:
+    def span(self, t: Sequence[float], y: Sequence[float]) -> tuple[list[float], list[float]]:
         """The part of (t, y) the leak fit looks at (the training, past its warm-up)."""
         return fit_span(t, y, self.start_s, self.ended)
 
@@ -205,7 +206,7 @@ def fit_plan(
 
 def trim_teardown(
     t: Sequence[float], y: Sequence[float], window_s: float = 5.0, max_s: float = 10.0
-) -> tuple[list, list]:
+) -> tuple[list[float], list[float]]:
     """An ended run's series without its teardown: the longest tail (of at most ``max_s``) that lies wholly below
     everything of the ``window_s`` before it (the interpreter freeing at exit), with the descent into it. A floor
     that ends in a fall it never had before is no floor: it would make the run's last seconds look like one long
@@ -489,7 +490,7 @@ def floor_step(verdict: Mapping[str, object]) -> int | None:
     return step if step > max(MIN_GROWTH_BYTES, MIN_GROWTH_FRACTION * abs(b)) else None
 
 
-def _staircase(gt: list, gy: list, index, name: str | None) -> bool:
+def _staircase(gt: list[float], gy: list[float], index: PhaseIndex, name: str | None) -> bool:
     """A staircase: memory kept at phase switches (seed 002: each validation keeps its outputs), seen in the
     levels of the dominant phase's (training's) stretches. The halves test misses it when a short run holds two or
     three evaluations: a half with one stair in it has a median pairwise slope of about zero.

@@ -95,7 +95,10 @@ def diff_profiles(
     for (fname, lineno), a in after.items():
         b = before.get((fname, lineno), zero)
         d = {k: max(a[k] - b[k], 0.0) for k in ("python_s", "native_s", "system_s", "malloc_mb")}
-        pct = lambda s: round(100.0 * s / window_cpu, 2) if window_cpu > 0 else 0.0
+
+        def pct(s: float) -> float:
+            return round(100.0 * s / window_cpu, 2) if window_cpu > 0 else 0.0
+
         row: dict[str, Any] = {
             "file": fname,
             "line": lineno,

@@ -322,7 +322,7 @@ def block_frames(block: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def segment_layout(snap: Mapping[str, Any], device: int) -> list[dict[str, Any]]:
     """Each segment with its blocks as (offset, size, state), largest segment first."""
-    out = []
+    out: list[dict[str, Any]] = []
     for s in _segments(snap, device):
         base = s.get("address")
         off, blocks = 0, []
@@ -365,7 +365,7 @@ def largest_allocations(snap: Mapping[str, Any], device: int, n: int = 12) -> li
                 by_addr[int(e["addr"])] = [f for f in e["frames"] if isinstance(f, dict)]
     out = []
     for b, s in top:
-        frames = block_frames(b) or by_addr.get(b.get("address"), [])  # type: ignore[arg-type]
+        frames = block_frames(b) or by_addr.get(b.get("address"), [])
         out.append(
             {
                 "size": int(b.get("size") or 0),

@@ -117,11 +117,11 @@ def where(thread: dict[str, Any] | None) -> str:
             lib = f", inside {frames[0]['func']} ({_base(frames[0]['file'])})"
         return f"{_base(f['file'])}:{f['line']}{code}" + (f" ({chain})" if chain else "") + lib
     # Library code only: name the functions above the plumbing (selectors, locks, pipes) that every wait ends in.
-    lib = [f for f in frames if not f["file"].endswith(_PLUMBING)] or frames
-    return " ← ".join(f["func"] for f in lib[:2]) + f" ({_base(lib[0]['file'])})"
+    above = [f for f in frames if not f["file"].endswith(_PLUMBING)] or frames
+    return " ← ".join(f["func"] for f in above[:2]) + f" ({_base(above[0]['file'])})"
 
 
-def signature(proc: dict[str, Any]) -> tuple:
+def signature(proc: dict[str, Any]) -> tuple[tuple[tuple[str, int, str], ...], ...]:
     """What makes two processes' stacks the same: every thread's frames, thread ids aside."""
     return tuple(
         sorted(tuple((f["file"], f["line"], f["func"]) for f in t["frames"]) for t in proc.get("threads") or [])
@@ -130,7 +130,7 @@ def signature(proc: dict[str, Any]) -> tuple:
 
 def groups(capture: dict[str, Any]) -> list[dict[str, Any]]:
     """Processes with identical stacks (or the same missing-stack status) collapsed, by role, main first."""
-    out: dict[tuple, dict[str, Any]] = {}
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for p in capture.get("processes") or []:
         has = bool(p.get("threads"))
         key = (p.get("role", "other"), p.get("status"), signature(p) if has else p.get("state"))
@@ -192,7 +192,7 @@ def text(capture: dict[str, Any]) -> str:
     )
     lines = [f"Stacks {reason} at {capture.get('t_s', 0):.1f} s ({capture.get('duration_s', 0) * 1000:.0f} ms): "]
     lines[0] += headline(capture)
-    by_key = {}
+    by_key: dict[tuple[Any, ...], dict[str, Any]] = {}
     for p in capture.get("processes") or []:
         by_key.setdefault((p.get("role"), p.get("status"), signature(p)), p)
     for g in groups(capture):

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence, cast
 
-from ..model import KIND_PSS, KIND_RSS, SUMMARY_SCHEMA, Summary
-from ..record.catalogue import RUNNING, run_info, run_state
+from ..model import KIND_PSS, KIND_RSS, SUMMARY_SCHEMA, ExitInfo, Summary
+from ..record.catalogue import ENDING, RUNNING, run_info, run_state
 from ..record.reader import RunData
 from . import copy_on_read as cor_mod
 from . import gpu as gpu_mod
@@ -138,7 +138,7 @@ def _guard(unavailable: dict[str, str], name: str, compute: Callable[[], Any], f
         return fallback()
 
 
-def _no_exit(main: int | None, why: str) -> dict[str, Any]:
+def _no_exit(main: int | None, why: str) -> ExitInfo:
     return {"cause": "unknown", "code": None, "signal": None, "pid": main, "message": why, "traceback": None}
 
 
@@ -198,12 +198,6 @@ def _summarize(rd: RunData) -> Summary:
         st = next(iter(rd.events("exit_status")), None)
         if st is not None:
             duration = max(duration, st["t"])
-    cor = _guard(
-        unavailable,
-        "copy_on_read",
-        lambda: cor_mod.assess(rd).to_dict(),
-        lambda: cor_mod.CopyOnRead(False, reason="memscope could not read the workers' rounds.").to_dict(),
-    )
     summary: Summary = {
         "schema": SCHEMA,
         "run_id": run["id"],
@@ -248,20 +242,33 @@ def _summarize(rd: RunData) -> Summary:
         ),
         "bounded": _guard(unavailable, "bounded", lambda: bounds({k: rd.events(k) for k in BOUND_EVENTS}), dict),
         "record": rd.path,
-        # Copy-on-read first: the verdict names it as the kind of growth (analysis/growth.py).
-        "copy_on_read": cor,
-        **_guard(unavailable, "diagnosis", lambda: diagnosis(rd, ev, float(duration), cor), _no_diagnosis),
-        **_guard(
-            unavailable,
-            "gpu",
-            lambda: gpu_mod.summary_keys(rd),
-            lambda: dict.fromkeys(("cuda_oom", "allocator", "gpu", "compile_pool")),
-        ),
-        **probe_summary(rd, unavailable),  # loads, faiss, malloc: each on its own
-        "census": _guard(unavailable, "census", lambda: census_rows(rd.events("census")), list),
-        "scalene": _guard(unavailable, "scalene", lambda: scalene_rows(rd.events("scalene_snapshot")), list),
-        "stacks": _guard(unavailable, "stacks", lambda: stacks_rows(rd.events("stacks")), list),
     }
+    # The sections below are added in this order (the JSON's), each computed on its own.
+    # Copy-on-read first: the verdict names it as the kind of growth (analysis/growth.py).
+    cor = _guard(
+        unavailable,
+        "copy_on_read",
+        lambda: cor_mod.assess(rd).to_dict(),
+        lambda: cor_mod.CopyOnRead(False, reason="memscope could not read the workers' rounds.").to_dict(),
+    )
+    diag = _guard(unavailable, "diagnosis", lambda: diagnosis(rd, ev, float(duration), cor), _no_diagnosis)
+    summary["phases"], summary["marks"], summary["leak"] = diag["phases"], diag["marks"], diag["leak"]
+    summary["spikes"], summary["workers"] = diag["spikes"], diag["workers"]
+    summary["copy_on_read"] = cor
+    gpu = _guard(
+        unavailable,
+        "gpu",
+        lambda: gpu_mod.summary_keys(rd),
+        lambda: dict.fromkeys(("cuda_oom", "allocator", "gpu", "compile_pool")),
+    )
+    summary["cuda_oom"], summary["allocator"] = gpu["cuda_oom"], gpu["allocator"]
+    summary["gpu"], summary["compile_pool"] = gpu["gpu"], gpu["compile_pool"]
+    # loads, faiss, malloc, each on its own: their keys come from the probes' registry (agent/protocol.PROBES),
+    # data the checker cannot follow, so they go in through the summary seen as a plain dict, here only.
+    cast("dict[str, Any]", summary).update(probe_summary(rd, unavailable))
+    summary["census"] = _guard(unavailable, "census", lambda: census_rows(rd.events("census")), list)
+    summary["scalene"] = _guard(unavailable, "scalene", lambda: scalene_rows(rd.events("scalene_snapshot")), list)
+    summary["stacks"] = _guard(unavailable, "stacks", lambda: stacks_rows(rd.events("stacks")), list)
     summary["last_words"] = _guard(
         unavailable, "last_words", lambda: _last_words(rd, run, summary, procs, ended), lambda: None
     )
@@ -388,7 +395,7 @@ def _workers(rd: RunData) -> dict[str, Any] | None:
     row, alive = None, 0
     for r in rd.role_rounds("dataloader_worker"):  # the round where they held most, and the most alive at once
         alive = max(alive, r[1])
-        if r[2] is not None and (row is None or r[2] > row[2]):
+        if r[2] is not None and (row is None or r[2] > (row[2] or 0)):  # row[2] is never None
             row = r
     if row is None:
         return None
@@ -406,7 +413,9 @@ def _workers(rd: RunData) -> dict[str, Any] | None:
     }
 
 
-def _spikes(t: list[float], y: list[float], spans: list, auto: list) -> list[dict[str, Any]]:
+def _spikes(
+    t: Sequence[float], y: Sequence[float], spans: list[tuple[str, float, float]], auto: list[tuple[str, float, float]]
+) -> list[dict[str, Any]]:
     """Spikes labelled with the user's own phase (memscope.phase) where one covers them, else train/eval."""
     manual = [p for p in spans if p not in auto]
     out = []
@@ -426,12 +435,38 @@ def read_summary(path: str) -> dict[str, Any]:
         missing = rd.tables_missing()
         if missing:
             raise ValueError(f"no {', '.join(sorted(missing))} table" if len(missing) < 5 else "no memscope tables")
-        summary = rd.stored_summary()
-        if not isinstance(summary, dict) or not isinstance(summary.get("exit"), dict) or "peak" not in summary:
-            summary = summarize(rd)
+        summary = stored_or_computed(rd)[0]
     finally:
         rd.close()
     return mark_running(path, summary)
+
+
+def stored_or_computed(rd: RunData) -> tuple[dict[str, Any], bool]:
+    """(the record's summary, whether it is the one stored at its end). The stored one when it has what every view
+    reads (the exit's cause and message as text, the peak), else one computed again from the record's data, whose
+    warnings say what the stored one lacked: a damaged or hand-edited summary never raises in a view."""
+    stored = rd.stored_summary()
+    if not isinstance(stored, dict):  # none stored (the run has not ended) or not JSON: the data tells
+        return cast(dict[str, Any], summarize(rd)), False
+    ex = stored.get("exit")
+    lacks = [
+        k
+        for k, ok in (
+            ("exit", isinstance(ex, dict)),
+            ("exit.cause", isinstance(ex, dict) and isinstance(ex.get("cause"), str)),
+            ("exit.message", isinstance(ex, dict) and isinstance(ex.get("message"), str)),
+            ("peak", isinstance(stored.get("peak"), dict)),
+        )
+        if not ok
+    ]
+    if not lacks:
+        return stored, True
+    summary = cast(dict[str, Any], summarize(rd))
+    summary["warnings"] = [
+        *(summary.get("warnings") or []),
+        f"The summary stored in this record lacks {', '.join(lacks)}: this one was computed again from its data.",
+    ]
+    return summary, False
 
 
 def mark_running(path: str, summary: dict[str, Any]) -> dict[str, Any]:
@@ -441,10 +476,16 @@ def mark_running(path: str, summary: dict[str, Any]) -> dict[str, Any]:
         return summary
     try:
         info = run_info(path)
-        running = run_state(info) == RUNNING
+        state = run_state(info)
     except Exception:  # a record being written can be read half-way: then nothing is proven
         return summary
-    if not running:
+    if state == ENDING:  # its memscope still holds the record: the end is being made, not missing
+        message = (
+            f"The run's root process {info.root_pid} has exited and memscope is still finishing this record "
+            "(stopping what the run left running, making the summary): this is its record so far."
+        )
+        return dict(summary, exit=dict(summary["exit"], message=message))
+    if state != RUNNING:
         return summary
     message = (
         f"The run is still going (its process {info.root_pid} is alive): this is its record so far. "

@@ -6,18 +6,20 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from ..collect.output import MAX_LINE
 from ..fmt import fmt_bytes
 
 # The events these notes are made from (the summary reads only these kinds).
 NOTE_EVENTS = ("leftovers", "left_running", "agent_refused", "collector_degraded", "pss_unreadable", "cgroup_changed")
 BOUND_EVENTS = ("collector_degraded", "phase", "mark", "limits")
+MAX_LINE_KIB = MAX_LINE // 1024
 _BENIGN = {None, "SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE"}
 
 
 def main_pid(processes: list[dict[str, Any]], root_pid: int) -> int:
     """The run's main process: its "main", else its lowest rank, else the root."""
     for role in ("main", "rank"):
-        pids = [p["pid"] for p in processes if p["role"] == role]
+        pids: list[int] = [p["pid"] for p in processes if p["role"] == role]
         if pids:
             return min(pids) if role == "rank" else pids[0]
     return root_pid
@@ -86,12 +88,7 @@ def notes(
                 "process was taken for exited."
             )
         elif what == "output":
-            d = e["data"]
-            out.append(
-                f"The run wrote {fmt_bytes((d.get('recorded_bytes') or 0) + (d.get('dropped_bytes') or 0))} to "
-                f"{d.get('stream')}: memscope recorded the first {fmt_bytes(d.get('recorded_bytes'))} and the last "
-                f"lines; {fmt_bytes(d.get('dropped_bytes'))} in between was counted, not kept."
-            )
+            out.append(output_cut_words(e["data"]))
         elif what == "agent_messages":
             d = e["data"]
             out.append(
@@ -125,6 +122,28 @@ def notes(
     return out
 
 
+def output_cut_words(d: Mapping[str, Any]) -> str:
+    """What the record kept of a stream past its cap, in words: the bytes it really holds (a line longer than the
+    line cap is cut: of a 1.5 GiB line, 64 KiB is kept, not the 32 MiB read), its last lines, the rest counted."""
+    read, dropped, kept = (d.get(k) for k in ("recorded_bytes", "dropped_bytes", "kept_bytes"))
+    read, dropped = read if isinstance(read, int) else 0, dropped if isinstance(dropped, int) else 0
+    head = f"The run wrote {fmt_bytes(read + dropped)} to {d.get('stream')}: "
+    if not isinstance(kept, int):  # a record from before kept_bytes: what was read, its long lines maybe cut
+        return head + (
+            f"memscope read the first {fmt_bytes(read)} (lines cut at {MAX_LINE_KIB} KiB) and recorded its last "
+            f"lines; {fmt_bytes(dropped)} after it was counted, not kept."
+        )
+    if kept >= read * 0.99:
+        return head + (
+            f"memscope kept the first {fmt_bytes(kept)} and its last lines; the other {fmt_bytes(dropped)} was "
+            "counted, not kept."
+        )
+    return head + (
+        f"memscope kept {fmt_bytes(kept)} of it and its last lines (lines longer than {MAX_LINE_KIB} KiB are cut); "
+        f"the other {fmt_bytes(read + dropped - kept)} was counted, not kept."
+    )
+
+
 def bounds(events: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """The summary's ``bounded``: what memscope's own bounds did to this run's data (issue 22): output past the
     recorded cap, per stream; the user's phases coalesced and phases and marks over the agent's rate (each
@@ -132,6 +151,7 @@ def bounds(events: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
     output = {
         str(e["data"].get("stream")): {
             "recorded_bytes": e["data"].get("recorded_bytes"),
+            "kept_bytes": e["data"].get("kept_bytes"),
             "dropped_bytes": e["data"].get("dropped_bytes"),
         }
         for e in events.get("collector_degraded", [])

@@ -1,4 +1,4 @@
-"""memscope run | ls | prune | report | stacks | snapshot | cluster | demo — the terminal face of the engine.
+"""memscope run | ls | prune | report | stacks | snapshot | cluster | monitoring | demo — the terminal face of the engine.
 
 One module per subcommand (``command.Command``: the class docstring is its ``--help`` line); the run options
 shared with ``%memscope`` are in ``options``.
@@ -19,6 +19,7 @@ from .cluster import ClusterCommand
 from .command import Command, help_line
 from .demo import DemoCommand
 from .ls import LsCommand
+from .monitoring import MonitoringCommand
 from .options import EXIT_BAD_INPUT, Parser
 from .prune import PruneCommand
 from .report import ReportCommand
@@ -35,6 +36,7 @@ COMMANDS: tuple[type[Command], ...] = (
     StacksCommand,
     SnapshotCommand,
     ClusterCommand,
+    MonitoringCommand,
     DemoCommand,
 )
 
@@ -45,8 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"memscope {__version__}")
     sub = ap.add_subparsers(dest="cmd", parser_class=Parser)
     for cls in COMMANDS:
-        kw = {"usage": cls.usage} if cls.usage else {}
-        cls().prepare_parser(sub.add_parser(cls.name, help=help_line(cls), **kw))
+        cls().prepare_parser(sub.add_parser(cls.name, help=help_line(cls), usage=cls.usage or None))
     return ap
 
 

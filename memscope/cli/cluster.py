@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import ClassVar
 
 from .. import outfile
 from ..errors import ClusterError
@@ -13,8 +14,8 @@ from .options import EXIT_BAD_INPUT
 class ClusterCommand:
     """a multi-node job's memory, read from Prometheus"""
 
-    name = "cluster"
-    usage = "memscope cluster PROMETHEUS_URL [--run ID | --job NAME] [--since 6h] [--html OUT]"
+    name: ClassVar[str] = "cluster"
+    usage: ClassVar[str | None] = "memscope cluster PROMETHEUS_URL [--run ID | --job NAME] [--since 6h] [--html OUT]"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         """The URL, --run or --job, --since, --html."""

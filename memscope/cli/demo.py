@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import ClassVar
 
 from .options import _positive, add_run_options
 from .run import RunCommand
@@ -15,8 +16,8 @@ DEMO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 class DemoCommand:
     """run a small bundled training under memscope"""
 
-    name = "demo"
-    usage = None
+    name: ClassVar[str] = "demo"
+    usage: ClassVar[str | None] = None
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         """The run options and --seconds."""

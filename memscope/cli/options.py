@@ -26,7 +26,9 @@ MAX_SECONDS = 86400.0  # a sampling period or grace longer than a day is a typo
 
 
 def parse_size(text: str) -> int:
-    """'12G', '512MiB', '4096' (bytes): a positive size that fits the record."""
+    """'12G', '12 GiB', '512MiB', '4096' (bytes): a positive size that fits the record. Units are powers of 1024
+    (K, M, G, T, with or without 'B'/'iB'); a space between the number and its unit is allowed, as ``--older-than``
+    allows one ('30 d')."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*(?:([kmgt])(?:i?b)?|b)?\s*", text, re.I)
     if not m:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 8G or 512M)")
@@ -112,7 +114,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         "--limit",
         type=parse_size,
         metavar="SIZE",
-        help="a memory budget to compare against, e.g. 12G (default: the container's limit)",
+        help="a memory budget to compare against, e.g. 12G or 12GiB (1024-based; default: the container's limit)",
     )
     p.add_argument("--no-agent", action="store_true", help="sample from outside only; load nothing into the run")
     p.add_argument(

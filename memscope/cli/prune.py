@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import re
 import shutil
 import sys
+from typing import TYPE_CHECKING, ClassVar
 
 from ..fmt import fmt_bytes
 from .options import EXIT_BAD_INPUT
+
+if TYPE_CHECKING:
+    from ..record.catalogue import RunInfo
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -23,10 +28,10 @@ def parse_duration(text: str) -> float:
 
 
 class PruneCommand:
-    """remove old run records (--older-than 30d, --keep N); a running run's record is never touched"""
+    """remove old run records (--older-than 30d, --keep N): only memscope's files of records proven finished"""
 
-    name = "prune"
-    usage = None
+    name: ClassVar[str] = "prune"
+    usage: ClassVar[str | None] = None
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         """--older-than DURATION, --keep N, --dry-run, --record DIR."""
@@ -67,7 +72,7 @@ class PruneCommand:
         for path, why in skipped:  # never removed: not known to be a record
             sys.stderr.write(f"memscope: skipped {path}: not a readable memscope record ({why})\n")
         newest_first = runs[::-1]
-        removed = kept = running = 0
+        removed = kept = running = unproven = links = 0
         freed = 0
         for i, r in enumerate(newest_first):
             age = run_age_s(r)
@@ -76,16 +81,32 @@ class PruneCommand:
             if not doomed:
                 kept += 1
                 continue
+            if os.path.islink(r.path):  # never through a link: neither the link nor what it points to is removed
+                sys.stderr.write(
+                    f"memscope: skipped {r.path}: a symbolic link (prune removes only files memscope wrote)\n"
+                )
+                links += 1
+                continue
             # Checked last, just before removing: a run proven running stays, whatever its age.
             if run_state(r) == RUNNING:
                 running += 1
+                continue
+            doubt = _not_proven_finished(r)
+            if doubt:
+                sys.stderr.write(f"memscope: kept {r.run_id} ({r.path}): {doubt}\n")
+                unproven += 1
                 continue
             files = record_files(r)
             size = files_size(files)
             if ns.dry_run:
                 print(f"would remove {r.run_id} ({fmt_bytes(size, 'tenth')})")
             else:
-                size = _remove(files)
+                gone = _remove(r.path, files)
+                if isinstance(gone, str):
+                    sys.stderr.write(f"memscope: kept {r.run_id} ({r.path}): {gone}\n")
+                    unproven += 1
+                    continue
+                size = gone
                 print(f"removed {r.run_id} ({fmt_bytes(size, 'tenth')})")
             removed += 1
             freed += size
@@ -94,28 +115,62 @@ class PruneCommand:
         line = f"{verb} {removed} run{'s' * (removed != 1)}, {free} {fmt_bytes(freed, 'tenth')}; kept {kept}"
         if running:
             line += f"; skipped {running} running"
+        if unproven:
+            line += f"; skipped {unproven} not proven finished"
+        if links:
+            line += f"; skipped {links} symbolic link{'s' * (links != 1)}"
         print(line)
         return 0
 
 
-def _remove(paths: list[str]) -> int:
-    """Remove these files (the scalene folder whole); the bytes actually removed."""
+def _not_proven_finished(r: RunInfo) -> str | None:
+    """Why this record may still be being written (None: it is proven finished). Its writer holds its lock from
+    before the first byte to after the last: a record that has it free and says its writer took it is finished."""
+    from ..record.catalogue import writer_holds
+
+    held = writer_holds(r.path)
+    if held:
+        return "memscope is still writing it (its run's root has exited; memscope is finishing)"
+    if held is None:
+        return "cannot open it to check that nothing writes it"
+    if not r.writer_lock and not r.ended:
+        return (
+            "unfinished, and written by an older memscope that took no lock: nothing proves it is not still being "
+            "written (remove it by hand if no memscope is running it)"
+        )
+    return None
+
+
+def _remove(record: str, paths: list[str]) -> int | str:
+    """Remove these files (the Scalene folder whole), holding the record's lock meanwhile so that no writer can be
+    at work on it; the bytes actually removed, or why nothing was."""
     from ..record.catalogue import files_size
 
-    freed = 0
-    # The .sqlite last: an interrupted prune leaves a record that ls still lists, never orphans it can't see.
-    for p in sorted(paths, key=lambda p: p.endswith(".sqlite")):
-        size = files_size([p])
+    try:
+        fd = os.open(record, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"cannot open it to lock it ({exc.strerror or exc})"
+    try:
         try:
-            if os.path.isdir(p) and not os.path.islink(p):
-                shutil.rmtree(p)
-            else:
-                os.unlink(p)
-        except OSError as exc:
-            sys.stderr.write(f"memscope: could not remove {p}: {exc.strerror or exc}\n")
-            continue
-        freed += size
-    return freed
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return "a writer holds it now"
+        freed = 0
+        # The .sqlite last: an interrupted prune leaves a record that ls still lists, never orphans it can't see.
+        for p in sorted(paths, key=lambda p: p == record):
+            size = files_size([p])
+            try:
+                if os.path.isdir(p) and not os.path.islink(p):
+                    shutil.rmtree(p)
+                else:
+                    os.unlink(p)
+            except OSError as exc:
+                sys.stderr.write(f"memscope: could not remove {p}: {exc.strerror or exc}\n")
+                continue
+            freed += size
+        return freed
+    finally:
+        os.close(fd)
 
 
 def _bad(msg: str) -> int:

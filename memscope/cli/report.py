@@ -6,8 +6,10 @@ import argparse
 import json
 import os
 import sys
+from typing import Any, ClassVar
 
 from .. import outfile
+from ..redact import redact_argv, redact_text
 from .command import one_line
 from .options import EXIT_BAD_INPUT
 
@@ -15,8 +17,8 @@ from .options import EXIT_BAD_INPUT
 class ReportCommand:
     """a recorded run's summary"""
 
-    name = "report"
-    usage = None
+    name: ClassVar[str] = "report"
+    usage: ClassVar[str | None] = None
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         """The run, --record, --json, --html."""
@@ -62,6 +64,7 @@ class ReportCommand:
         except Exception as exc:  # sqlite3.Error, ValueError, ... and valid JSON of any shape read as a summary
             sys.stderr.write(f"memscope: {path} is not a readable memscope record ({one_line(exc)})\n")
             return EXIT_BAD_INPUT
+        _redact(summary)  # a record written before redaction still holds its command lines as they were
         if ns.json:
             print(json.dumps(summary, indent=2))
         else:
@@ -69,3 +72,12 @@ class ReportCommand:
 
             print_final(summary, file=sys.stdout)
         return 0
+
+
+def _redact(summary: dict[str, Any]) -> None:
+    """The summary's command lines with their secrets replaced by *** (memscope.redact), in place."""
+    if isinstance(summary.get("command"), list):
+        summary["command"] = redact_argv(summary["command"])
+    for p in summary.get("processes") or []:
+        if isinstance(p, dict) and isinstance(p.get("cmdline"), str):
+            p["cmdline"] = redact_text(p["cmdline"])

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import LaunchError
 from .options import add_run_options, options_from
@@ -25,8 +25,8 @@ def exit_status(returncode: int | None) -> int:
 class RunCommand:
     """run a command under memscope"""
 
-    name = "run"
-    usage = "memscope run [options] script.py [args] | memscope run [options] -- CMD [args]"
+    name: ClassVar[str] = "run"
+    usage: ClassVar[str | None] = "memscope run [options] script.py [args] | memscope run [options] -- CMD [args]"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         """The run options, --attach, and the command."""

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from typing import ClassVar
 
 from .. import outfile
 from ..fmt import fmt_bytes
@@ -15,8 +16,8 @@ from .options import EXIT_BAD_INPUT
 class SnapshotCommand:
     """read a CUDA memory snapshot (torch.cuda.memory._dump_snapshot, or the one memscope saves at a CUDA OOM)"""
 
-    name = "snapshot"
-    usage = None
+    name: ClassVar[str] = "snapshot"
+    usage: ClassVar[str | None] = None
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         """The file, --json, --html."""

@@ -8,6 +8,7 @@ import argparse
 import os
 import sys
 import time
+from typing import ClassVar
 
 from .options import EXIT_BAD_INPUT, _positive
 
@@ -15,8 +16,8 @@ from .options import EXIT_BAD_INPUT, _positive
 class StacksCommand:
     """every process's Python stacks of a running run"""
 
-    name = "stacks"
-    usage = None
+    name: ClassVar[str] = "stacks"
+    usage: ClassVar[str | None] = None
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         """The run, --record, --timeout."""

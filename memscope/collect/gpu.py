@@ -35,9 +35,10 @@ class Nvml:
         from recorded nvidia-smi captures)."""
         if lib is None:
             try:
-                import pynvml as lib  # nvidia-ml-py: optional
+                import pynvml as found  # nvidia-ml-py: optional
             except Exception:
                 return None
+            lib = found
         pynvml = lib
         try:
             pynvml.nvmlInit()
@@ -194,4 +195,8 @@ def keep_snapshot(path: str, record_path: str) -> str:
     base = record_path[: -len(".sqlite")] if record_path.endswith(".sqlite") else record_path
     dest = f"{base}.{os.path.basename(path)}"
     shutil.move(path, dest)
+    try:
+        os.chmod(dest, 0o600)  # beside the record, as private as it: a snapshot holds stacks and file paths
+    except OSError:
+        pass
     return dest

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Callable
 
 from ..agent.protocol import all_kinds
 
@@ -71,45 +71,59 @@ def validate(msg: dict[str, Any]) -> dict[str, Any]:
     return msg
 
 
+def _int(v: Any, lo: int, hi: int) -> bool:
+    return type(v) is int and lo <= v <= hi
+
+
+def _num(v: Any, lo: float) -> bool:
+    return _int(v, int(max(lo, -INT_MAX)), INT_MAX) or (type(v) is float and math.isfinite(v) and v >= lo)
+
+
+# The scalar field kinds (agent/protocol.py says what each means): a test of the value each.
+_SCALARS: dict[str, Callable[[Any], bool]] = {
+    "pid": lambda v: _int(v, 1, PID_MAX),
+    "int": lambda v: _int(v, -INT_MAX, INT_MAX),
+    "size": lambda v: _int(v, 0, INT_MAX),
+    "num": lambda v: _num(v, -math.inf),
+    "secs": lambda v: _num(v, 0),
+    "bool": lambda v: type(v) is bool,
+    "str": lambda v: type(v) is str and len(v) <= MAX_STR,
+    # argv: as many items as the line (MAX_LINE) holds; a long file list is normal
+    "strs": lambda v: type(v) is list and all(type(s) is str and len(s) <= MAX_STR for s in v),
+    "ints": lambda v: type(v) is list and len(v) <= MAX_ITEMS and all(_int(x, -INT_MAX, INT_MAX) for x in v),
+}
+
+
 def _ok(v: Any, want: Any, depth: int = 0) -> bool:
     """``v`` matches the declared field kind ``want`` (agent/protocol.py says what each kind means)."""
-    if isinstance(want, list):  # [spec]: a list of items that each match spec
-        return (
-            type(v) is list and len(v) <= MAX_ITEMS and depth < MAX_DEPTH and all(_ok(x, want[0], depth + 1) for x in v)
-        )
-    if isinstance(want, tuple):  # (spec, ...): an array of exactly these items
-        return type(v) is list and len(v) == len(want) and all(_ok(x, w, depth + 1) for x, w in zip(v, want))
-    if isinstance(want, dict):  # {name: spec}: an object whose named members match, the others bounded JSON
-        return (
-            type(v) is dict
-            and depth < MAX_DEPTH
-            and _plain(v, depth)
-            and all(name not in v or _ok(v[name], spec, depth + 1) for name, spec in want.items())
-        )
+    if isinstance(want, (list, tuple, dict)):
+        return _ok_shape(v, want, depth)
     if v is None and want.endswith("?"):
         return True
     want = want.rstrip("?")
-    if want == "pid":
-        return type(v) is int and 0 < v <= PID_MAX
-    if want == "int":
-        return type(v) is int and -INT_MAX <= v <= INT_MAX
-    if want == "size":
-        return type(v) is int and 0 <= v <= INT_MAX
-    if want == "num":
-        return (type(v) is int and -INT_MAX <= v <= INT_MAX) or (type(v) is float and math.isfinite(v))
-    if want == "secs":
-        return (type(v) is int and 0 <= v <= INT_MAX) or (type(v) is float and math.isfinite(v) and v >= 0)
-    if want == "bool":
-        return type(v) is bool
-    if want == "str":
-        return type(v) is str and len(v) <= MAX_STR
-    if want == "strs":  # argv: as many items as the line (MAX_LINE) holds; a long file list is normal
-        return type(v) is list and all(type(s) is str and len(s) <= MAX_STR for s in v)
-    if want == "ints":
-        return type(v) is list and len(v) <= MAX_ITEMS and all(type(x) is int and -INT_MAX <= x <= INT_MAX for x in v)
     if want == "any":
         return _plain(v, depth)
-    raise ValueError(f"unknown field kind {want!r}")  # a declaration error in agent/protocol.py
+    test = _SCALARS.get(want)
+    if test is None:
+        raise ValueError(f"unknown field kind {want!r}")  # a declaration error in agent/protocol.py
+    return test(v)
+
+
+def _ok_shape(v: Any, want: list[Any] | tuple[Any, ...] | dict[str, Any], depth: int) -> bool:
+    """``v`` matches a structured kind: [spec] a list of items that each match spec, (spec, ...) an array of
+    exactly these items, {name: spec} an object whose named members match (the others bounded JSON)."""
+    if isinstance(want, list):
+        return (
+            type(v) is list and len(v) <= MAX_ITEMS and depth < MAX_DEPTH and all(_ok(x, want[0], depth + 1) for x in v)
+        )
+    if isinstance(want, tuple):
+        return type(v) is list and len(v) == len(want) and all(_ok(x, w, depth + 1) for x, w in zip(v, want))
+    return (
+        type(v) is dict
+        and depth < MAX_DEPTH
+        and _plain(v, depth)
+        and all(name not in v or _ok(v[name], spec, depth + 1) for name, spec in want.items())
+    )
 
 
 def _plain(v: Any, depth: int) -> bool:

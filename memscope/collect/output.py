@@ -57,7 +57,8 @@ class LineReader:
         self._line = ""  # the current line's visible state, at most max_line characters
         self._dropped = 0  # characters of the current line past max_line, not kept
         self.partial = ""  # the line being written (a progress bar), for live views
-        self.recorded_bytes = 0  # bytes of output whose text went to the record
+        self.recorded_bytes = 0  # bytes of output read before the cap (their text went to the record, lines cut)
+        self.kept_bytes = 0  # of those, the bytes of text the record really holds (a line past max_line is cut)
         self.dropped_bytes = 0  # bytes past the cap: counted (read or skipped), not recorded
         self._last: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)  # lines past the cap
 
@@ -89,10 +90,14 @@ class LineReader:
         while pos < len(text):
             nl = text.find("\n", pos)
             end = nl if nl >= 0 else len(text)
-            kept.append(self._add(text[pos:end]))
+            piece = self._add(text[pos:end])
+            kept.append(piece)
+            if not over and piece:
+                self.kept_bytes += len(piece.encode("utf-8", "surrogateescape"))
             if nl < 0:
                 break
             kept.append(self._end_line())
+            self.kept_bytes += not over
             pos = nl + 1
         if final and (self._line or self._dropped):
             kept.append(self._end_line(newline=False))
@@ -210,7 +215,7 @@ def _punch(path: str, upto: int) -> bool:
     except (OSError, AttributeError):
         return False
     try:
-        return fallocate(fd, _FALLOC_PUNCH, 0, upto) == 0
+        return bool(fallocate(fd, _FALLOC_PUNCH, 0, upto) == 0)
     finally:
         os.close(fd)
 

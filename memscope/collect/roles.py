@@ -135,21 +135,34 @@ def classify(
         children.setdefault(p.ppid, []).append(p.pid)
     for v in children.values():
         v.sort()
-    roles: dict[int, str] = {}
-
-    def subtree(pid: int) -> list[int]:
-        out, stack = [], [pid]
-        while stack:
-            q = stack.pop()
-            out.append(q)
-            stack.extend(children.get(q, ()))
-        return out
-
     # Pass 1: roles told by the process itself, and everything it spawned.
+    roles = _told_roles(procs, children)
+    # Pass 2: the main, breadth-first from the root so the topmost Python running user code wins.
+    main = agent_main if agent_main in procs else None
+    if main is None:
+        script_real = os.path.realpath(script) if script else None
+        candidates: list[int] = []
+        for pid in _breadth_first(procs, children, root):
+            if pid not in roles and _may_be_main(procs, pid, script_real, candidates):
+                candidates.append(pid)
+        main = choose_main(procs, candidates)
+    if main is not None:
+        _main_and_wrappers(procs, children, main, roles)
+    for pid in procs:
+        roles.setdefault(pid, "other")
+    return roles
+
+
+def _told_roles(procs: Mapping[int, ProcInfo], children: dict[int, list[int]]) -> dict[int, str]:
+    """The roles a process's command line or name says: compile workers (with all they spawn), helpers, workers."""
+    roles: dict[int, str] = {}
     for p in procs.values():
         if "torch/_inductor/compile_worker" in _joined(p) or "torch._inductor.compile_worker" in _joined(p):
-            for q in subtree(p.pid):
+            stack = [p.pid]
+            while stack:
+                q = stack.pop()
                 roles.setdefault(q, "compile_worker")
+                stack.extend(children.get(q, ()))
         elif any(h in _joined(p) for h in _HELPER_PATTERNS):
             parent = procs.get(p.ppid)
             if parent is None or parent.cmdline != p.cmdline:
@@ -159,55 +172,57 @@ def classify(
     for p in procs.values():
         if p.name == "pt_data_worker":
             roles[p.pid] = "dataloader_worker"
+    return roles
 
-    # Pass 2: the main, breadth-first from the root so the topmost Python running user code wins.
-    main = agent_main if agent_main in procs else None
-    script_real = os.path.realpath(script) if script else None
-    order, frontier = [], [root] if root in procs else sorted(pid for pid in procs if procs[pid].ppid not in procs)
+
+def _breadth_first(procs: Mapping[int, ProcInfo], children: dict[int, list[int]], root: int) -> list[int]:
+    """The tree's pids, breadth-first from the root (from every process whose parent is not in it, without one)."""
+    order: list[int] = []
+    frontier = [root] if root in procs else sorted(pid for pid in procs if procs[pid].ppid not in procs)
     while frontier:
         order.extend(frontier)
         frontier = [c for pid in frontier for c in children.get(pid, ())]
-    if main is None:
-        candidates: list[int] = []
-        for pid in order:
-            if pid in roles:
-                continue
-            p = procs[pid]
-            t = python_target(p.cmdline)
-            if t is None and p.agent_argv:
-                p = ProcInfo(pid, p.ppid, p.name, p.agent_argv)  # renamed itself: what its interpreter runs
-                t = python_target(p.cmdline)
-            parent = procs.get(p.ppid)
-            # Scalene re-launches itself as a child (to set its environment) and that child runs the script.
-            runs_under_scalene = parent is not None and _is_scalene(p) and _is_scalene(parent)
-            if t is None or t.kind == "repl" or (_is_launcher(t) and not runs_under_scalene):
-                continue
-            if t.kind == "code" and "multiprocessing" in t.value:
-                continue  # spawn-method children: workers, not the main
-            if script_real and t.kind == "script" and os.path.basename(t.value) != os.path.basename(script_real):
-                continue
-            if _has_ancestor(procs, pid, candidates):
-                continue  # under a candidate (its fork, its own subprocess): the topmost runs the user's code
-            candidates.append(pid)
-        main = choose_main(procs, candidates)
-    if main is not None:
-        parent = procs[main].ppid
-        if parent in procs and _is_rank_launcher(procs[parent]):
-            # torchrun: every sibling running the same target is a rank; the launcher is a wrapper.
-            target = python_target(procs[main].cmdline)
-            for sib in children.get(parent, ()):
-                if python_target(procs[sib].cmdline) == target:
-                    roles[sib] = "rank"
-        else:
-            roles[main] = "main"
-        # Every ancestor of the main inside the tree is a wrapper (bash, uv, torchrun, python -m launchers).
-        q = procs[main].ppid
-        while q in procs:
-            roles.setdefault(q, "wrapper")
-            q = procs[q].ppid
-    for pid in procs:
-        roles.setdefault(pid, "other")
-    return roles
+    return order
+
+
+def _may_be_main(procs: Mapping[int, ProcInfo], pid: int, script_real: str | None, candidates: list[int]) -> bool:
+    """Whether ``pid`` runs the user's code (a script, a module, -c code): a candidate for the main."""
+    p = procs[pid]
+    t = python_target(p.cmdline)
+    if t is None and p.agent_argv:
+        p = ProcInfo(pid, p.ppid, p.name, p.agent_argv)  # renamed itself: what its interpreter runs
+        t = python_target(p.cmdline)
+    parent = procs.get(p.ppid)
+    # Scalene re-launches itself as a child (to set its environment) and that child runs the script.
+    runs_under_scalene = parent is not None and _is_scalene(p) and _is_scalene(parent)
+    if t is None or t.kind == "repl" or (_is_launcher(t) and not runs_under_scalene):
+        return False
+    if t.kind == "code" and "multiprocessing" in t.value:
+        return False  # spawn-method children: workers, not the main
+    if script_real and t.kind == "script" and os.path.basename(t.value) != os.path.basename(script_real):
+        return False
+    # under a candidate (its fork, its own subprocess): the topmost runs the user's code
+    return not _has_ancestor(procs, pid, candidates)
+
+
+def _main_and_wrappers(
+    procs: Mapping[int, ProcInfo], children: dict[int, list[int]], main: int, roles: dict[int, str]
+) -> None:
+    """The main's role (or, under torchrun, every rank's), and the wrappers above it."""
+    parent = procs[main].ppid
+    if parent in procs and _is_rank_launcher(procs[parent]):
+        # torchrun: every sibling running the same target is a rank; the launcher is a wrapper.
+        target = python_target(procs[main].cmdline)
+        for sib in children.get(parent, ()):
+            if python_target(procs[sib].cmdline) == target:
+                roles[sib] = "rank"
+    else:
+        roles[main] = "main"
+    # Every ancestor of the main inside the tree is a wrapper (bash, uv, torchrun, python -m launchers).
+    q = procs[main].ppid
+    while q in procs:
+        roles.setdefault(q, "wrapper")
+        q = procs[q].ppid
 
 
 def _has_ancestor(procs: Mapping[int, ProcInfo], pid: int, among: list[int]) -> bool:
@@ -230,7 +245,7 @@ def choose_main(procs: Mapping[int, ProcInfo], candidates: list[int]) -> int | N
     if not candidates:
         return None
 
-    def rank(i_pid: tuple[int, int]) -> tuple:
+    def rank(i_pid: tuple[int, int]) -> tuple[bool, float, bool, bool, int, int]:
         i, pid = i_pid
         p = procs[pid]
         failed = p.failed_at is not None

@@ -80,7 +80,7 @@ def peer_pid(conn: socket.socket) -> int | None:
         )
     except OSError:
         return None
-    return pid
+    return int(pid)
 
 
 def _fd_limit() -> int:
@@ -341,8 +341,10 @@ class AgentServer:
                     self._drop(conn)
                     return
                 self._pending.pop(conn, None)
-                state["pid"] = state["peer"] if state.get("peer") is not None else msg["pid"]
-                self._by_pid[state["pid"]] = conn
+                peer = state.get("peer")
+                pid: int = peer if peer is not None else msg["pid"]
+                state["pid"] = pid
+                self._by_pid[pid] = conn
                 self.connections += 1
             else:
                 try:

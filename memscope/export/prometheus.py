@@ -45,6 +45,7 @@ from ..model import (
     METRIC_PROCESSES,
     METRIC_RUN_INFO,
     Event,
+    ExitInfo,
     HostSample,
     ProcessExited,
     ProcessSeen,
@@ -52,6 +53,7 @@ from ..model import (
     RunEnded,
     TreeSample,
 )
+from ..redact import redact_argv
 
 if TYPE_CHECKING:
     from ..session.run import Run
@@ -144,7 +146,7 @@ class Exporter:
 
         self.run_id = run_id
         self.hostname = hostname or socket.gethostname()
-        self.command = shlex.join([str(a) for a in command])[:COMMAND_MAX]
+        self.command = shlex.join(redact_argv(command))[:COMMAND_MAX]  # a label anyone scraping reads: no secrets
         self.limit_from_flag = limit_from_flag
         self._clock = clock
         self._lock = threading.Lock()
@@ -223,7 +225,7 @@ class Exporter:
                         "reserved": int(rec.data.get("reserved") or 0),
                     }
             elif isinstance(rec, RunEnded):
-                ex = rec.summary.get("exit") or {}
+                ex: ExitInfo | dict[str, Any] = rec.summary.get("exit") or {}
                 self._exit = {"cause": str(ex.get("cause") or "unknown"), "signal": str(ex.get("signal") or "")}
                 self._leak_at, self._leak_dirty = -math.inf, True  # the final fit, at the next scrape or push
         self.record_cpu_s += time.thread_time() - c0
@@ -369,11 +371,13 @@ class Exporter:
                 if not missing:  # a process with no PSS round yet would make the sum too small
                     mem.add_metric(ids + [rank, role, "pss"], pss)
                     mem.add_metric(ids + [rank, role, "private"], private)
-            for key, g in sorted(self._groups.items()):
+            for key, group in sorted(self._groups.items()):
                 # A group whose processes are gone keeps its last verdict, unless it never had one (a process
                 # seen briefly as "other" before its role was known).
-                if key in groups or g.verdict != "insufficient_data":
-                    leak.add_metric(ids + [key[0], key[1], g.verdict], math.nan if g.slope is None else g.slope)
+                if key in groups or group.verdict != "insufficient_data":
+                    leak.add_metric(
+                        ids + [key[0], key[1], group.verdict], math.nan if group.slope is None else group.slope
+                    )
             h = self._host
             if h is not None:
                 avail.add_metric(ids, h.available)

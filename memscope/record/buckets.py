@@ -161,9 +161,9 @@ class Compactor:
         """The rounds of ``kind`` in [a, b) to keep; None when every round there is kept."""
         sums = _SUMS[kind]
         rounds: dict[float, list[Any]] = {}  # t -> tree sums
-        best: dict[tuple, tuple[Any, float]] = {}  # (metric, max?) -> (value, t)
+        best: dict[tuple[Any, ...], tuple[Any, float]] = {}  # (metric, max?) -> (value, t)
 
-        def see(key: tuple, v: Any, t: float, high: bool) -> None:
+        def see(key: tuple[Any, ...], v: Any, t: float, high: bool) -> None:
             if v is None:
                 return
             cur = best.get((key, high))

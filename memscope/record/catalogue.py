@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import fcntl
 import math
 import os
+import re
 import sqlite3
 import stat
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from ..collect.platform import procfs  # /proc on Linux, psutil elsewhere: same start-time clock as the record
 from .reader import RunData
 
-RUNNING, ENDED, UNFINISHED = "running", "ended", "unfinished"
+RUNNING, ENDED, UNFINISHED, ENDING = "running", "ended", "unfinished", "ending"
+# The run row's meta says its writer holds a lock on the record while it writes (writer.LOCK_META): records
+# without it come from a memscope that held none, and nothing proves that one of them is not still being written.
+WRITER_LOCK_META = "writer_lock"
 
 
 @dataclass
@@ -31,6 +37,8 @@ class RunInfo:
     root_pid: int | None = None
     root_start: float | None = None  # when the record saw its root start (epoch s); None before its first round
     ended: bool = False  # the record has its end (ended_at)
+    writer_lock: bool = False  # its writer held a lock on it while writing (memscope from issue 32 on)
+    scalene: bool = False  # the run had a Scalene folder (<run_id>-scalene) made by memscope
 
 
 def default_record_dir() -> str:
@@ -86,15 +94,16 @@ def run_info(path: str) -> RunInfo:
     return info
 
 
-def _info(path: str, r: dict) -> RunInfo:
+def _info(path: str, r: dict[str, Any]) -> RunInfo:
     """A run's line from its row, whose columns are whatever the file holds: valid JSON of another shape (a
     summary that is a list, a peak that is a string) reads as unknown; a row without an id or a command is no
     record (ValueError)."""
     command = r["command"]
     if not isinstance(r["id"], str) or not r["id"] or not isinstance(command, list):
         raise ValueError("its run row has no id or no command")
-    s = r["summary"] if isinstance(r["summary"], dict) else {}
-    peak = s.get("peak") if isinstance(s.get("peak"), dict) else {}
+    s: dict[str, Any] = r["summary"] if isinstance(r["summary"], dict) else {}
+    peak: dict[str, Any] = s["peak"] if isinstance(s.get("peak"), dict) else {}
+    meta: dict[str, Any] = r["meta"] if isinstance(r.get("meta"), dict) else {}
     peak_bytes = next((v for v in (peak.get("tree_pss_bytes"), peak.get("tree_rss_bytes")) if _num(v) and v), None)
     return RunInfo(
         r["id"],
@@ -108,6 +117,8 @@ def _info(path: str, r: dict) -> RunInfo:
         r["root_pid"] if isinstance(r["root_pid"], int) and r["root_pid"] > 0 else None,
         None,
         r["ended_at"] is not None,
+        meta.get(WRITER_LOCK_META) == "flock",
+        bool(meta.get("scalene")),
     )
 
 
@@ -130,6 +141,12 @@ def find_run(record_dir: str, ref: str) -> str:
     """A run's file from its id, a unique id prefix, 'last', or a path."""
     if os.path.isfile(ref):
         return ref
+    try:
+        os.stat(ref)
+    except PermissionError:  # another user's record (0600 in a 0700 directory): say so, not "no run"
+        raise LookupError(f"cannot read {ref}: permission denied (records are their user's only)") from None
+    except OSError:
+        pass
     runs = list_runs(record_dir)
     if ref in ("last", "latest") and runs:
         return runs[-1].path
@@ -151,12 +168,35 @@ _T0_SLACK_S = 0.1
 
 def run_state(info: RunInfo) -> str:
     """``running`` only when proven (the root pid is alive and is the process the record saw start: pids are
-    reused), ``ended`` when the record has its end, else ``unfinished`` (its memscope died before the end)."""
+    reused), ``ended`` when the record has its end, ``ending`` when the root has exited and memscope still writes
+    the record (it holds the record's lock: leftovers being stopped, the summary being made), else ``unfinished``
+    (its memscope died before the end)."""
     if info.ended:
         return ENDED
     if info.root_pid is not None and _root_alive(info):
         return RUNNING
+    if writer_holds(info.path):
+        return ENDING
     return UNFINISHED
+
+
+def writer_holds(path: str) -> bool | None:
+    """Whether a memscope writer holds the record's lock now (True), none does (False), or it cannot be checked
+    (None: the file cannot be opened, a symbolic link or another user's). The writer takes it (flock, exclusive)
+    before the first byte and lets go after the last; the kernel lets go when the writer dies."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # a shared lock taken here goes with the descriptor
+    return False
 
 
 def _root_alive(info: RunInfo) -> bool:
@@ -171,23 +211,48 @@ def _root_alive(info: RunInfo) -> bool:
     return info.t0_epoch is not None and started <= info.t0_epoch + _T0_SLACK_S
 
 
+# The record's own files, beside <name>.sqlite: SQLite's (the write-ahead log, its index, a rollback journal).
+_SQLITE_SIDE = ("-wal", "-shm", "-journal")
+# What memscope writes beside a record it named <run_id>.sqlite: the captured output while a capture-mode run goes,
+# the CUDA snapshots it kept (collect.gpu.keep_snapshot: <run_id>.cuda_snapshot_<pid>_<n>.pickle).
+_RUN_SIDE = re.compile(r"\.(?:stdout|stderr|cuda_snapshot_\d+_\d+\.pickle)")
+
+
 def record_files(info: RunInfo) -> list[str]:
-    """The files of a run beside its record ``<run_id>.sqlite``: ``<run_id>.*`` (the .sqlite, its -wal/-shm, captured output, CUDA
-    snapshots kept beside it) and its ``<run_id>-scalene`` folder. Symbolic links are left out (never followed)."""
+    """The files memscope wrote for this record, by the exact names it gives them: the record and SQLite's files
+    beside it (``<name>.sqlite-wal``, ``-shm``, ``-journal``); when the record still has the name memscope gave it
+    (``<run_id>.sqlite``), the run's files named after its id (captured output, kept CUDA snapshots) and its
+    ``<run_id>-scalene`` folder when the record says the run had one. Nothing else: a record renamed ``best.sqlite``
+    owns none of ``best.pt`` or ``best.d/``. Only regular files (and that one folder), never a symbolic link."""
     d = os.path.dirname(info.path) or "."
-    # Named after the file, not the id in its row: a record copied to another name keeps its id, and its files
-    # are its own, not those of the run it was copied from.
-    stem = os.path.basename(info.path)[: -len(".sqlite")] if info.path.endswith(".sqlite") else info.run_id
+    name = os.path.basename(info.path)
+    # By the file's name, not the id in its row: a record copied to another name keeps its id, and the files named
+    # after that id are the original's, not the copy's.
+    candidates = [name, *(name + side for side in _SQLITE_SIDE)]
+    stem = name[: -len(".sqlite")] if name.endswith(".sqlite") else ""
+    own_name = bool(stem) and stem == info.run_id
+    if own_name:
+        try:
+            names = sorted(os.listdir(d))
+        except OSError:
+            names = []
+        candidates += [n for n in names if n.startswith(stem + ".") and _RUN_SIDE.fullmatch(n[len(stem) :])]
     out = []
-    try:
-        names = sorted(os.listdir(d))
-    except OSError:
-        return [info.path]
-    for name in names:
-        if name.startswith(stem + ".") or name == stem + "-scalene":
-            p = os.path.join(d, name)
-            if not os.path.islink(p):
+    for n in candidates:
+        p = os.path.join(d, n)
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            out.append(p)
+    if own_name and info.scalene:
+        p = os.path.join(d, f"{info.run_id}-scalene")
+        try:
+            if stat.S_ISDIR(os.lstat(p).st_mode):
                 out.append(p)
+        except OSError:
+            pass
     return out
 
 

@@ -224,6 +224,33 @@ def load_job(
         raise ClusterError(str(exc)) from None
     sel = selector(run, job)
     now = time.time() if now is None else now
+    start, end = _when(base, sel, since_s, now, timeout, run, job)
+    step = max(1.0, (end - start) / FINE_POINTS)
+
+    def q(promql: str) -> list[dict[str, Any]]:
+        return query_range(base, promql, start, end, step, timeout)
+
+    w = _window(step)
+    mem = q(f"sum by (hostname, rank, role) ({METRIC_MEMORY}{selector(run, job, {'kind': 'pss'})})")
+    avail = q(f"max by (hostname) ({METRIC_HOST_AVAILABLE}{sel})")
+    limit = q(f"max by (hostname, source) ({METRIC_LIMIT}{sel})")
+    leak = q(f"last_over_time({METRIC_LEAK_SLOPE}{sel}[{w}])")
+    exits = q(f"max by (hostname, run, cause, signal) (last_over_time({METRIC_EXIT_INFO}{sel}[{w}]))")
+    info = q(f"max by (hostname, run, command) (last_over_time({METRIC_RUN_INFO}{sel}[{w}]))")
+
+    t0 = min((t for s in mem + info for t in _points(s)[0]), default=start)
+    panels: dict[tuple[str, str], Panel] = {}
+    _memory(panels, mem, t0)
+    _leaks(panels, leak)
+    _hosts_into(panels, _per_host(avail, limit, exits, info, t0))
+    ordered = sorted(panels.values(), key=lambda p: (p.hostname, _rank_key(p.rank)))
+    return Job(base, sel, t0, end, step, ordered)
+
+
+def _when(
+    base: str, sel: str, since_s: float, now: float, timeout: float, run: str | None, job: str | None
+) -> tuple[float, float]:
+    """When the job ran, within the last ``since_s``; ClusterError when memscope reported nothing then."""
     # Pass 1, coarse: when did the job run? (max_over_time covers each whole step: a short run is not missed.)
     coarse = max(1.0, since_s / COARSE_POINTS)
     found = query_range(
@@ -236,30 +263,23 @@ def load_job(
             f"no memscope data for {what} in Prometheus at {base} over the last "
             f"{_human(since_s)} (is each node's `memscope run --prometheus` scraped?)"
         )
-    start, end = min(times) - coarse, min(now, max(times) + coarse)
-    step = max(1.0, (end - start) / FINE_POINTS)
-    q = lambda promql: query_range(base, promql, start, end, step, timeout)  # noqa: E731
-    w = _window(step)
-    mem = q(f"sum by (hostname, rank, role) ({METRIC_MEMORY}{selector(run, job, {'kind': 'pss'})})")
-    avail = q(f"max by (hostname) ({METRIC_HOST_AVAILABLE}{sel})")
-    limit = q(f"max by (hostname, source) ({METRIC_LIMIT}{sel})")
-    leak = q(f"last_over_time({METRIC_LEAK_SLOPE}{sel}[{w}])")
-    exits = q(f"max by (hostname, run, cause, signal) (last_over_time({METRIC_EXIT_INFO}{sel}[{w}]))")
-    info = q(f"max by (hostname, run, command) (last_over_time({METRIC_RUN_INFO}{sel}[{w}]))")
+    return min(times) - coarse, min(now, max(times) + coarse)
 
-    t0 = min((t for s in mem + info for t in _points(s)[0]), default=start)
-    panels: dict[tuple[str, str], Panel] = {}
 
-    def panel(m: dict[str, str]) -> Panel:
-        key = (m.get("hostname", ""), m.get("rank", ""))
-        if key not in panels:
-            panels[key] = Panel(*key)
-        return panels[key]
+def _panel(panels: dict[tuple[str, str], Panel], m: dict[str, str]) -> Panel:
+    """The panel of a series' hostname and rank (made on first sight)."""
+    key = (m.get("hostname", ""), m.get("rank", ""))
+    if key not in panels:
+        panels[key] = Panel(*key)
+    return panels[key]
 
+
+def _memory(panels: dict[tuple[str, str], Panel], mem: list[dict[str, Any]], t0: float) -> None:
+    """Each panel's PSS by role, on one time axis."""
     raw: dict[tuple[str, str], dict[str, dict[float, float]]] = {}
     for s in mem:
         m = s.get("metric") or {}
-        p = panel(m)
+        p = _panel(panels, m)
         t, y = _points(s)
         raw.setdefault((p.hostname, p.rank), {})[m.get("role", "other")] = dict(zip(t, y))
     for key, by_role in raw.items():
@@ -269,6 +289,16 @@ def load_job(
             role: {"t": [t - t0 for t in grid], "y": [pts.get(t, 0.0) for t in grid]}
             for role, pts in sorted(by_role.items())
         }
+
+
+def _per_host(
+    avail: list[dict[str, Any]],
+    limit: list[dict[str, Any]],
+    exits: list[dict[str, Any]],
+    info: list[dict[str, Any]],
+    t0: float,
+) -> dict[str, dict[str, Any]]:
+    """What each hostname reported: available memory, its limit (and its source), its exit, its run and command."""
     per_host: dict[str, dict[str, Any]] = {}
     for s in avail:
         t, y = _points(s)
@@ -294,13 +324,18 @@ def load_job(
         h = per_host.setdefault(m.get("hostname", ""), {})
         if t and t[-1] >= h.get("info_t", -math.inf):
             h.update(info_t=t[-1], run=m.get("run", ""), command=m.get("command", ""))
+    return per_host
+
+
+def _leaks(panels: dict[tuple[str, str], Panel], leak: list[dict[str, Any]]) -> None:
+    """Each panel's current leak verdict and slope by role."""
     newest: dict[tuple[str, str, str], float] = {}
     for s in leak:
         m = s.get("metric") or {}
         t, y = _points(s)
         if not t:
             continue
-        p = panel(m)
+        p = _panel(panels, m)
         role, k = m.get("role", "other"), (p.hostname, p.rank, m.get("role", "other"))
         # The verdict is a label: when it changed, the series last seen is the current one.
         if t[-1] >= newest.get(k, -math.inf):
@@ -309,18 +344,19 @@ def load_job(
                 "verdict": m.get("verdict", "insufficient_data"),
                 "slope": None if math.isnan(y[-1]) else y[-1],
             }
+
+
+def _hosts_into(panels: dict[tuple[str, str], Panel], per_host: dict[str, dict[str, Any]]) -> None:
+    """Each panel gets its hostname's figures; a node whose memory never reached a scrape still shows its exit."""
     for p in panels.values():
         h = per_host.get(p.hostname, {})
         p.host_available = h.get("available", p.host_available)
         p.limit, p.limit_source = h.get("limit", p.limit), h.get("source")
         p.exit, p.run, p.command = h.get("exit"), h.get("run", ""), h.get("command", "")
-    for host, h in per_host.items():  # a node whose memory never reached a scrape still shows its exit
+    for host, h in per_host.items():
         if "info_t" in h and not any(p.hostname == host for p in panels.values()):
-            panel({"hostname": host, "rank": ""})
-            panels[(host, "")].exit, panels[(host, "")].run = h.get("exit"), h.get("run", "")
-            panels[(host, "")].command = h.get("command", "")
-    ordered = sorted(panels.values(), key=lambda p: (p.hostname, _rank_key(p.rank)))
-    return Job(base, sel, t0, end, step, ordered)
+            p = _panel(panels, {"hostname": host, "rank": ""})
+            p.exit, p.run, p.command = h.get("exit"), h.get("run", ""), h.get("command", "")
 
 
 def _rank_key(rank: str) -> tuple[int, int, str]:

@@ -339,7 +339,7 @@ class RunData:
         ).fetchone()
         return (row[0], row[1]) if row and row[0] is not None else None
 
-    def host_rows(self) -> list[tuple]:
+    def host_rows(self) -> list[tuple[Any, ...]]:
         """Every host sample, in time order, as stored."""
         return self.con.execute(
             "SELECT t, total, available, swap_total, swap_used, lim, cgroup_usage, host_oom, "
@@ -371,15 +371,17 @@ class RunData:
 
     def role_peak_round(self, role: str) -> tuple[float, int, int, int] | None:
         """(t, processes alive, their PSS, their RSS) at the fast round where ``role``'s processes held most."""
-        return self.con.execute(
+        row: tuple[float, int, int, int] | None = self.con.execute(
             "SELECT s.t, COUNT(*) AS n, SUM(s.est_pss), SUM(s.rss) FROM samples s JOIN processes p ON p.pid = s.pid "
             "WHERE s.kind=0 AND p.role=? GROUP BY s.t ORDER BY SUM(s.est_pss) DESC LIMIT 1",
             (role,),
         ).fetchone()
+        return row
 
     def role_count(self, role: str) -> int:
         """How many processes of ``role`` the run ever had."""
-        return self.con.execute("SELECT COUNT(*) FROM processes WHERE role=?", (role,)).fetchone()[0]
+        count: int = self.con.execute("SELECT COUNT(*) FROM processes WHERE role=?", (role,)).fetchone()[0]
+        return count
 
     def role_alive_counts(self, role: str) -> Iterator[int]:
         """How many processes of ``role`` each fast round saw."""
@@ -446,7 +448,7 @@ class RunData:
         takes their data as an object, and one such event made `report` and `ls` fail for the whole record."""
         if kind and kind != "output" and self._events is not None:
             return [{**e, "data": dict(e["data"])} for e in self._events.get(kind, ())]  # the caller's own
-        sql, args = "SELECT t, pid, kind, data FROM events", ()
+        sql, args = "SELECT t, pid, kind, data FROM events", tuple[str, ...]()
         if kind:
             sql, args = sql + " WHERE kind=?", (kind,)
         return _decoded(self.con.execute(sql + " ORDER BY t", args))
@@ -465,7 +467,7 @@ class RunData:
             self._events = held
 
 
-def _decoded(rows: Iterable[tuple]) -> list[dict[str, Any]]:
+def _decoded(rows: Iterable[tuple[Any, ...]]) -> list[dict[str, Any]]:
     out = []
     for t, pid, k, d in rows:
         data = _json_or(d, {}) if isinstance(d, str) else None

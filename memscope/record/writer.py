@@ -3,12 +3,19 @@
 WAL mode with synchronous=FULL and a commit at least every ``flush_s``: if memscope, the kernel or the machine
 dies, the file keeps everything up to the last commit and opens cleanly. The schema is ``reader.SCHEMA``:
 records written by any earlier memscope open with the same reader.
+
+The file is created 0600 (SQLite gives its -wal and -shm the record's mode): command lines, output and stacks are
+this user's only. The writer holds an exclusive ``flock`` on it from before its first byte until after its last
+(the kernel drops it if memscope dies), so that ``prune`` and ``ls`` can tell a record still being written (its
+run's root gone, leftovers being stopped, the summary being made) from one whose writer is gone.
 """
 
 from __future__ import annotations
 
 import collections
+import fcntl
 import json
+import os
 import queue
 import sqlite3
 import threading
@@ -17,6 +24,7 @@ from typing import Any
 
 from ..fmt import stderr_line
 from ..model import KIND_PSS, KIND_RSS, Event, HostSample, ProcessExited, ProcessSeen, Record, RunEnded, TreeSample
+from ..redact import redact_argv, redact_fields
 from . import buckets
 from .reader import SCHEMA, connect
 
@@ -26,7 +34,7 @@ class _Sql:
 
     __slots__ = ("sql", "args")
 
-    def __init__(self, sql: str, args: tuple) -> None:
+    def __init__(self, sql: str, args: tuple[Any, ...]) -> None:
         self.sql, self.args = sql, args
 
 
@@ -46,6 +54,10 @@ _RECORDS = (TreeSample, HostSample, ProcessSeen, ProcessExited, Event, RunEnded)
 # and each kind's highest round, so the peak stays true.
 KEEP_LOST = 100_000
 KEEP_SAMPLES = 20_000
+RECORD_MODE = 0o600  # the record, its -wal and -shm: this user's only
+# In the run row's meta: this record's writer held the lock (catalogue.WRITER_LOCK_META); records without it come
+# from a memscope that held none.
+LOCK_META = ("writer_lock", "flock")
 
 
 class Recorder:
@@ -68,7 +80,12 @@ class Recorder:
         self.path = path
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._flush_s = flush_s
-        self._con = connect(path)
+        self._lock_fd, self.locked = _create_locked(path)
+        try:
+            self._con = connect(path)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
         # One transaction: each statement on its own would be a commit, and each commit an fsync (synchronous=FULL)
         # that the run's start waits on.
         self._con.executescript(f"BEGIN;{SCHEMA}")
@@ -110,12 +127,20 @@ class Recorder:
         root_pid: int,
         meta: dict[str, Any],
     ) -> None:
-        """Write the run's row (once, at the start)."""
+        """Write the run's row (once, at the start); the command with its secrets replaced by *** (redact)."""
         self._q.put(
             _Sql(
                 "INSERT OR REPLACE INTO run (id, command, cwd, started_at, t0_epoch, root_pid, meta) "
                 "VALUES (?,?,?,?,?,?,?)",
-                (run_id, json.dumps(command), cwd, started_at, t0_epoch, root_pid, json.dumps(meta)),
+                (
+                    run_id,
+                    json.dumps(redact_argv(command)),
+                    cwd,
+                    started_at,
+                    t0_epoch,
+                    root_pid,
+                    json.dumps({**meta, LOCK_META[0]: LOCK_META[1]} if self.locked else meta),
+                ),
             )
         )
         # Committed at once, not at the next flush: `memscope ls`, `report` and `stacks` find a run by this row,
@@ -185,6 +210,7 @@ class Recorder:
                     self._con.close()
                 except sqlite3.Error:
                     pass
+                os.close(self._lock_fd)  # after the last write: the record is whole from here on
                 return
             if isinstance(rec, _Barrier):
                 self._commit()
@@ -297,6 +323,22 @@ class Recorder:
             )
 
 
+def _create_locked(path: str) -> tuple[int, bool]:
+    """Create the record (0600, never through a symbolic link) and take its lock: (the descriptor, whether the lock
+    is held). A file system without locks (some network and FUSE mounts) records all the same, unlocked (its run
+    row then says nothing of a lock, and prune keeps it until it has its end). OSError if the file cannot be made,
+    or another writer holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, RECORD_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise
+    except OSError:  # ENOLCK, EOPNOTSUPP, EINVAL: no locks here
+        return fd, False
+    return fd, True
+
+
 def _apply(c: sqlite3.Connection, rec: Any) -> None:
     """Write one record (or one of the recorder's own statements) on ``c``."""
     if isinstance(rec, _Sql):
@@ -340,8 +382,10 @@ def _apply(c: sqlite3.Connection, rec: Any) -> None:
         )
     elif isinstance(rec, Event):
         # Every Event is data, whatever its kind: nothing in one is ever executed or acted on here.
+        # Command lines in it (an agent's argv, the leftovers' cmdline) with their secrets replaced by ***.
+        data = rec.data if rec.kind == "output" else redact_fields(rec.data)
         c.execute(
-            "INSERT INTO events VALUES (?,?,?,?)", (rec.t, rec.pid, str(rec.kind), json.dumps(rec.data, default=repr))
+            "INSERT INTO events VALUES (?,?,?,?)", (rec.t, rec.pid, str(rec.kind), json.dumps(data, default=repr))
         )
     elif isinstance(rec, RunEnded):
         s = rec.summary

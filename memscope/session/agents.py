@@ -18,28 +18,42 @@ from ..collect.server import BUDGET_TEXT, AgentServer
 from ..errors import CensusError
 from ..model import Event
 from .options import AGENT_SITE
+from .sampling import Sampler
+from .scalene import ScaleneSession
+from .stacks import StackTaker
+from .state import RunState
 
 if TYPE_CHECKING:
     from ..analysis.census import Census
 
 # Exceptions that end a process without it failing (a stop asked for, an exit asked for).
 _NOT_FAILURES = ("KeyboardInterrupt", "SystemExit")
-# Parts of a Run take the Run itself, typed Any: run.py imports this module, and a type-only import back would
-# be a circle in the import graph.
-Run = Any
 
 
 class Agents:
     """The agents' side of one run. ``dir`` (0700) holds the socket and the crash files until the run ends."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(
+        self, run: RunState, scalene: ScaleneSession | None, stack_taker: StackTaker, sampler: Sampler
+    ) -> None:
         self.run = run
-        self.server: AgentServer | None = None
+        # The parts a hello concerns: the stacks' handlers, the cgroup the main process lives in, Scalene's pid.
+        self.scalene, self.stack_taker, self.sampler = scalene, stack_taker, sampler
         self.token = secrets.token_hex(16)
-        self.dir = tempfile.mkdtemp(prefix="memscope-")  # 0700: socket and crash files
+        run.agent_dir = tempfile.mkdtemp(prefix="memscope-")  # 0700: socket and crash files
         self._census_waiting: dict[str, tuple[threading.Event, list[Any]]] = {}
         self._last_census: dict[str, Any] | None = None
         self._census_lock = threading.Lock()
+
+    @property
+    def dir(self) -> str:
+        """The run's private directory (0700): the agents' socket, their crash files, the stacks' dumps."""
+        return self.run.agent_dir
+
+    @property
+    def server(self) -> AgentServer | None:
+        """The agents' socket server, once the run's environment is made (None: attached, or --no-agent)."""
+        return self.run.agent_server
 
     def environment(self, env: dict[str, str]) -> None:
         """Start the server and point the run's environment at it (the agent's sitecustomize first on the path)."""
@@ -51,8 +65,8 @@ class Agents:
         public = hasattr(os, "geteuid") and os.geteuid() == 0
         if public:
             os.chmod(self.dir, 0o711)
-        self.server = AgentServer(sock, self.token, self.on_message, public=public)
-        self.server.start()
+        server = self.run.agent_server = AgentServer(sock, self.token, self.on_message, public=public)
+        server.start()
         env.update({protocol.ENV_SOCK: sock, protocol.ENV_TOKEN: self.token, protocol.ENV_DIR: self.dir})
         if run.script:
             env[protocol.ENV_SCRIPT] = run.script
@@ -69,10 +83,10 @@ class Agents:
             # ``pid`` is the kernel's (SO_PEERCRED); the one the message claims is only recorded: in a PID
             # namespace it is not a host pid, and a token holder could name any process.
             argv = msg.get("orig_argv") or msg.get("argv") or []
-            ppid = msg.get("ppid") if isinstance(msg.get("ppid"), int) else 0
+            ppid = msg.get("ppid")
             proof = run.tree.adopt(
                 pid,
-                ppid,
+                ppid if isinstance(ppid, int) else 0,
                 [str(a) for a in argv] if isinstance(argv, list) else [],
                 bool(msg.get("runs_script")) and not msg.get("forked"),
             )
@@ -91,17 +105,17 @@ class Agents:
                 )
                 return
             run.publish(Event(t, pid, "agent_hello", dict(msg, membership=proof)))
-            run.stack_taker.on_hello(pid, msg)
+            self.stack_taker.on_hello(pid, msg)
             if not msg.get("forked"):  # a Python main says hello at once: catch a move before it can be OOM-killed
-                run.sampler.follow_cgroup()
+                self.sampler.follow_cgroup()
         elif kind == "role":
             run.tree.hint_role(pid, str(msg.get("role")))
         elif kind == "exec":
             run.tree.note_exec(pid)
             run.publish(Event(t, pid, "agent_exec", msg))
         elif kind == "scalene":
-            if run.scalene is not None:
-                run.scalene.on_agent_message(pid, dict(msg))
+            if self.scalene is not None:
+                self.scalene.on_agent_message(pid, dict(msg))
             run.publish(Event(t, pid, "scalene", msg))
         elif kind == "mark":
             text = str(msg.get("text", ""))
@@ -135,13 +149,14 @@ class Agents:
 
         run = self.run
         with self._census_lock:  # one at a time: each diff is against the one before
-            if run.ended:
+            if run.is_ended:
                 raise CensusError("the run has ended: a census needs the process alive")
             if self.server is None:
                 raise CensusError("this run has no agent (attached, or started with --no-agent): no census")
             pid = run.main_pid()
             req = secrets.token_hex(4)
-            done, box = threading.Event(), []
+            done = threading.Event()
+            box: list[tuple[float, dict[str, Any]]] = []
             self._census_waiting[req] = (done, box)
             try:
                 if not self.server.request(pid, {"t": "census", "id": req}):

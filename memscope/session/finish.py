@@ -14,13 +14,11 @@ from .. import outfile, supervise
 from ..collect.output import LineReader, follow
 from ..collect.tree import alive
 from ..fmt import decode_wait_status, signal_name
-from ..model import Event, RunEnded
+from ..model import Event, ExitInfo, RunEnded, Summary
 from ..record.reader import RunData
 from ..record.writer import record_health
-
-# Parts of a Run take the Run itself, typed Any: run.py imports this module, and a type-only import back would
-# be a circle in the import graph.
-Run = Any
+from .parts import RunParts
+from .state import RunState
 
 SUMMARY_SYNC_S = 60.0  # how long the end waits for the record writer to catch up before summarizing
 
@@ -34,84 +32,87 @@ def load_analyses() -> None:
     from ..analysis import summary  # noqa: F401  (it imports census, exit_cause, stacks, scalene and the rest)
 
 
-def wait_loop(run: Run) -> None:
+def wait_loop(run: RunParts) -> None:
     """The waiter thread: wait for the root (os.wait4 on a child; polling an attached pid), then finish."""
-    if run._proc is not None:
-        rc, maxrss = supervise.wait_root(run.pid)
+    st = run.state
+    if st.proc is not None:
+        rc, maxrss = supervise.wait_root(st.pid)
         if rc is not None:
-            run.returncode = rc
-            run._proc.returncode = rc  # keep Popen from reaping again
+            st.returncode = rc
+            st.proc.returncode = rc  # keep Popen from reaping again
             # Only a peak above memscope's own says anything of the run's: below it, it may be this process's
             # memory, inherited by the child through fork and exec (a test process or kernel of 337 MiB made a
             # 35 MiB training look near its 300 MiB limit).
-            floor = run._launcher_peak
-            run._maxrss = maxrss if maxrss is not None and (floor is None or maxrss > floor) else None
-        run._root_exited.set()
+            floor = st.launcher_peak
+            st.maxrss = maxrss if maxrss is not None and (floor is None or maxrss > floor) else None
+        st.root_exited.set()
     else:
-        while alive(run.pid) and not run._ended_early.wait(run.options.interval_s):
+        while alive(st.pid) and not st.ended_early.wait(st.options.interval_s):
             pass
-        if not run._detached:
-            run._root_exited.set()
+        if not st.detached:
+            st.root_exited.set()
     finish(run)
 
 
-def finish(run: Run) -> None:
+def finish(run: RunParts) -> None:
     """End the run: every step below, then "ended" whatever happened, then the subscribers and on_end callbacks."""
+    st = run.state
     try:
         _finish_steps(run)
     except Exception as exc:
-        run._summary = run._summary or {
-            "schema": "memscope.summary/1",
-            "run_id": run.run_id,
-            "exit": dict(exit_info(run, "unknown", f"memscope failed while finishing: {exc!r}"), code=run.returncode),
-        }
-        run.exit = run._summary["exit"]
-        if run.options.summary_json:
+        if not st.summary:
+            failed = exit_info(st, "unknown", f"memscope failed while finishing: {exc!r}")
+            failed["code"] = st.returncode
+            st.summary = {"schema": "memscope.summary/1", "run_id": st.run_id, "exit": failed}
+        summary = st.summary
+        st.exit = summary["exit"]
+        if st.options.summary_json:
             try:
-                write_json(run.options.summary_json, run._summary)
+                write_json(st.options.summary_json, summary)
             except OSError as exc:
-                _say_unwritten(run, exc)
+                _say_unwritten(st, exc)
     finally:
         shutil.rmtree(run.agents.dir, ignore_errors=True)  # the socket and crash files, whatever happened
-        _close_kmsg(run)
-        run._output_done.set()
-        run._output_stop.set()  # a detached run writes on: its output stays in its files, nobody reads it now
-        if run._subreaper:
-            run._subreaper = False
+        _close_kmsg(st)
+        st.output_done.set()
+        st.output_stop.set()  # a detached run writes on: its output stays in its files, nobody reads it now
+        if st.subreaper:
+            st.subreaper = False
             supervise.release_subreaper()
-        supervise.forget_launched(run.pid)
-        run.status = "ended"
-        run._ended.set()
-    run._subs.close()
-    for fn in run._on_end:
+        supervise.forget_launched(st.pid)
+        st.status = "ended"
+        st.ended.set()
+    st.subs.close()
+    for fn in st.on_end:
         try:
-            fn(run)
+            fn()
         except Exception:
             pass
 
 
-def _finish_steps(run: Run) -> None:
-    t = run.elapsed()
+def _finish_steps(run: RunParts) -> None:
+    st = run.state
+    t = st.elapsed()
     run.stack_taker.settle()  # a capture under way (a signal can end a blocking call) reaches the record first
-    tree = run.tree
-    if run._proc is not None and run.returncode is not None:
-        code, sig = (None, signal_name(-run.returncode)) if run.returncode < 0 else (run.returncode, None)
-        tree.mark_exited(run.pid, code, sig)
-    if not run._detached:
+    tree = st.tree
+    if st.proc is not None and st.returncode is not None:
+        code, sig = (None, signal_name(-st.returncode)) if st.returncode < 0 else (st.returncode, None)
+        tree.mark_exited(st.pid, code, sig)
+    if not st.detached:
         try:
             tree.pss_round()  # the last PSS of whatever is still alive
         except Exception:
             pass
-        _clean_leftovers(run)
+        _clean_leftovers(st)
     run.sampler.done.set()
-    for th in run._threads:
+    for th in st.threads:
         if th.name in ("memscope-rss", "memscope-pss"):
             th.join(timeout=5)
-    if not run._detached:  # a detached run's processes go on writing to its output files
-        _end_output(run)
+    if not st.detached:  # a detached run's processes go on writing to its output files
+        _end_output(st)
     running = set(tree.unsignalled())  # still alive, and said so: not "exited"
     for pid in tree.alive_pids():
-        if run._detached:
+        if st.detached:
             break
         if pid not in running or not supervise.same_process(pid, tree.procs[pid].start):
             tree.mark_exited(pid, None, None)
@@ -121,51 +122,51 @@ def _finish_steps(run: Run) -> None:
         pass
     run.agents.collect_crash_files()
     run.agents.close()
-    if run._kmsg is not None:  # whom the OOM killer took: the cgroup's counter counts its other processes too
-        victims = run._kmsg.victims()
-        _close_kmsg(run)
+    if st.kmsg is not None:  # whom the OOM killer took: the cgroup's counter counts its other processes too
+        victims = st.kmsg.victims()
+        _close_kmsg(st)
         oom = [{"pid": p, "name": n} for p, n in (victims or [])[-100:]]
-        run.publish(Event(t, None, "kernel_log", {"readable": victims is not None, "oom_victims": oom}))
+        st.publish(Event(t, None, "kernel_log", {"readable": victims is not None, "oom_victims": oom}))
     tree.settle()  # the main weighed with everything known at the end (failures recorded inside processes)
-    run.publish(
+    st.publish(
         Event(
             t,
-            run.pid,
+            st.pid,
             "exit_status",
             {
-                "returncode": run.returncode,
-                "maxrss_bytes": run._maxrss,
-                "stop_requested": run._stop_requested,
-                "detached": run._detached,
+                "returncode": st.returncode,
+                "maxrss_bytes": st.maxrss,
+                "stop_requested": st.stop_requested,
+                "detached": st.detached,
             },
         )
     )
-    summary = summarize_record(run)
-    if run._detached:
-        summary["exit"] = exit_info(run, "detached", f"memscope stopped watching; pid {run.pid} is still running.")
+    summary = summarize_record(st)
+    if st.detached:
+        summary["exit"] = exit_info(st, "detached", f"memscope stopped watching; pid {st.pid} is still running.")
     summary["duration_s"] = round(t, 3)
-    run._summary, run.exit = summary, summary["exit"]
-    run.publish(RunEnded(t, summary))
-    run._recorder.close()
-    if run.options.summary_json:
+    st.summary, st.exit = summary, summary["exit"]
+    st.publish(RunEnded(t, summary))
+    st.recorder.close()
+    if st.options.summary_json:
         try:
-            write_json(run.options.summary_json, summary)
+            write_json(st.options.summary_json, summary)
         except OSError as exc:  # the run's own summary is still returned; the user is told once
-            _say_unwritten(run, exc)
+            _say_unwritten(st, exc)
 
 
-def _clean_leftovers(run: Run) -> None:
+def _clean_leftovers(st: RunState) -> None:
     """Once the root is gone, no process of the tree may outlive the run."""
-    if run._detached or run.attached:
+    if st.detached or st.attached:
         return
-    tree = run.tree
+    tree = st.tree
     tree.all_marked()  # one last full discovery: escapees, orphans re-parented to memscope
-    left = run._sup.clean_leftovers(
-        {p: st for p, st in tree.members().items() if p != run.pid},
-        run._stop_requested,
-        lambda pids: run.publish(
+    left = st.sup.clean_leftovers(
+        {p: start for p, start in tree.members().items() if p != st.pid},
+        st.stop_requested,
+        lambda pids: st.publish(
             Event(
-                run.elapsed(),
+                st.elapsed(),
                 None,
                 "leftovers",
                 {
@@ -185,11 +186,11 @@ def _clean_leftovers(run: Run) -> None:
     )
     for pid, status in left.items():
         tree.mark_exited(pid, *decode_wait_status(status))
-    kept = [p for p in tree.unsignalled() if p != run.pid]
+    kept = [p for p in tree.unsignalled() if p != st.pid]
     if kept:
-        run.publish(
+        st.publish(
             Event(
-                run.elapsed(),
+                st.elapsed(),
                 None,
                 "left_running",
                 {
@@ -200,21 +201,21 @@ def _clean_leftovers(run: Run) -> None:
         )
 
 
-def summarize_record(run: Run) -> dict[str, Any]:
+def summarize_record(st: RunState) -> Summary:
     """The summary as the record says it now. Everything published so far is flushed first: a summary read
     from a record its writer has not caught up with would judge a shorter run than the one that ran, so the
     wait is long (a loaded machine can put the writer seconds behind), and a summary that had to go without
     says so in ``record_errors``."""
     from ..analysis.summary import summarize  # loaded while the run goes (finish.load_analyses)
 
-    synced = run._recorder.sync(SUMMARY_SYNC_S)
+    synced = st.recorder.sync(SUMMARY_SYNC_S)
     # A record the disk refused in part: the summary reads it as memscope knows it (file + memory).
-    rd = RunData(run.record_path, run._recorder.memory_copy() if run._recorder.lost_records else None)
+    rd = RunData(st.record_path, st.recorder.memory_copy() if st.recorder.lost_records else None)
     try:
         s = summarize(rd)
     finally:
         rd.close()
-    health = record_health(run._recorder, run.agents.server)
+    health = record_health(st.recorder, st.agent_server)
     if not synced:
         health = dict(
             health or {},
@@ -226,83 +227,86 @@ def summarize_record(run: Run) -> dict[str, Any]:
     return s
 
 
-def exit_info(run: Run, cause: str, message: str) -> dict[str, Any]:
+def exit_info(st: RunState, cause: str, message: str) -> ExitInfo:
     """An ``exit`` object for the states the record cannot tell: running, detached, memscope failed."""
-    return {"cause": cause, "code": None, "signal": None, "pid": run.pid, "message": message, "traceback": None}
+    return {"cause": cause, "code": None, "signal": None, "pid": st.pid, "message": message, "traceback": None}
 
 
-def read_output(run: Run, path: str, name: str) -> None:
+def read_output(run: RunParts, path: str, name: str) -> None:
     """A reader thread (capture mode): the run's output file ``path`` as "output" events and the live tail."""
+    st = run.state
 
     def on_text(text: str) -> None:
-        run.stack_taker.last_output_t = run.elapsed()  # the stall watch: printing is progress
-        run.publish(Event(run.elapsed(), run.pid, "output", {"stream": name, "text": text}))
+        run.stack_taker.last_output_t = st.elapsed()  # the stall watch: printing is progress
+        st.publish(Event(st.elapsed(), st.pid, "output", {"stream": name, "text": text}))
 
-    reader = LineReader(on_text, run.output_tail)
-    run._readers[name] = reader
-    follow(path, reader, run._output_done, stop=run._output_stop)
+    reader = LineReader(on_text, st.output_tail)
+    st.readers[name] = reader
+    follow(path, reader, st.output_done, stop=st.output_stop)
 
 
 OUTPUT_JOIN_S = 10.0  # how long the end waits for the readers to reach the end of the output files
 
 
-def _end_output(run: Run) -> None:
+def _end_output(st: RunState) -> None:
     """Once every process of the run is gone: read the output files to their end, then remove them (what they
     held is in the record). A reader that has not finished in OUTPUT_JOIN_S is stopped (what is left is counted,
     not recorded): nothing reads on, or grows, after the run has ended."""
-    run._output_done.set()
-    readers = [th for th in run._threads if th.name in ("memscope-stdout", "memscope-stderr")]
+    st.output_done.set()
+    readers = [th for th in st.threads if th.name in ("memscope-stdout", "memscope-stderr")]
     deadline = time.monotonic() + OUTPUT_JOIN_S
     for th in readers:
         th.join(timeout=max(0.0, deadline - time.monotonic()))
     if any(th.is_alive() for th in readers):
-        run._output_stop.set()
+        st.output_stop.set()
         for th in readers:
             th.join(timeout=5)
-    for name, reader in sorted(run._readers.items()):
+    for name, reader in sorted(st.readers.items()):
         if reader.dropped_bytes:
-            run.publish(
+            st.publish(
                 Event(
-                    run.elapsed(),
+                    st.elapsed(),
                     None,
                     "collector_degraded",
                     {
                         "what": "output",
                         "stream": name,
                         "recorded_bytes": reader.recorded_bytes,
+                        "kept_bytes": reader.kept_bytes,
                         "dropped_bytes": reader.dropped_bytes,
                     },
                 )
             )
-    if run.output_files and not any(th.is_alive() for th in readers):
-        for path in run.output_files:
+    if st.output_files and not any(th.is_alive() for th in readers):
+        for path in st.output_files:
             try:
                 os.unlink(path)
             except OSError:
                 pass
 
 
-def _close_kmsg(run: Run) -> None:
-    if run._kmsg is not None:
-        run._kmsg.close()
-        run._kmsg = None
+def _close_kmsg(st: RunState) -> None:
+    if st.kmsg is not None:
+        st.kmsg.close()
+        st.kmsg = None
 
 
-def abort(run: Run) -> None:
+def abort(run: RunParts) -> None:
     """The run could not start: let go of everything it holds and leave no record behind."""
-    _close_kmsg(run)
+    st = run.state
+    _close_kmsg(st)
     for a in list(run.attachments.values()):
         a.close()
     run.attachments.clear()
-    if run._subreaper:
-        run._subreaper = False
+    if st.subreaper:
+        st.subreaper = False
         supervise.release_subreaper()
     if run.agents.server is not None:
         run.agents.server.close()
-    run._recorder.close()
+    st.recorder.close()
     try:
-        os.unlink(run.record_path)
-        for path in [run.record_path + "-wal", run.record_path + "-shm", *(run.output_files or ())]:
+        os.unlink(st.record_path)
+        for path in [st.record_path + "-wal", st.record_path + "-shm", *(st.output_files or ())]:
             if os.path.exists(path):
                 os.unlink(path)
     except OSError:
@@ -316,6 +320,6 @@ def write_json(path: str, obj: Any) -> None:
     outfile.write_text(path, json.dumps(obj, indent=2) + "\n")
 
 
-def _say_unwritten(run: Run, exc: OSError) -> None:
+def _say_unwritten(st: RunState, exc: OSError) -> None:
     # One line: ENOSPC from a full device, EPIPE from a reader that left, no reader on a FIFO.
-    run.say(f"memscope: cannot write the summary to {run.options.summary_json}: {exc.strerror or exc}")
+    st.say(f"memscope: cannot write the summary to {st.options.summary_json}: {exc.strerror or exc}")

@@ -135,14 +135,14 @@ class Subscribers:
 class _Subscriber:
     def __init__(self, fn: Callable[[Record], None], maxsize: int) -> None:
         self._fn = fn
-        self._q: queue.Queue = queue.Queue(maxsize)
+        self._q: queue.Queue[Record | None] = queue.Queue(maxsize)
         self._thread = threading.Thread(target=self._loop, name="memscope-subscriber", daemon=True)
         self.dropped = 0
 
     def start(self) -> None:
         self._thread.start()
 
-    def put(self, rec: Record) -> None:
+    def put(self, rec: Record | None) -> None:  # None: the end
         while True:
             try:
                 self._q.put_nowait(rec)
@@ -155,7 +155,7 @@ class _Subscriber:
                     pass
 
     def close(self, drain: bool = False) -> None:
-        self.put(None)  # type: ignore[arg-type]
+        self.put(None)
         if drain and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
 

@@ -144,7 +144,7 @@ def resolve_command(argv: Sequence[str], cwd: str | None = None) -> tuple[list[s
 def check_record_dir(path: str) -> None:
     """Create the record directory, or refuse one memscope cannot write to."""
     try:
-        os.makedirs(path, exist_ok=True)
+        os.makedirs(path, mode=0o700, exist_ok=True)  # made here: this user's only (records hold command lines)
     except OSError as exc:
         raise LaunchError(f"cannot create the record directory {path}: {exc.strerror}") from None
     if not os.access(path, os.W_OK | os.X_OK):

@@ -14,31 +14,33 @@ import collections
 import os
 import secrets
 import signal
-import subprocess
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generic, Sequence, TypeVar, overload
 
 from .. import supervise, wiring
+from ..collect.tree import TreeSampler
 from ..errors import LaunchError
 from ..fmt import signal_name, stderr_line
-from ..model import Event, Record
+from ..model import Event, ExitInfo, Limit, Record, Summary
 from ..record.catalogue import default_record_dir
 from ..record.writer import Recorder
 from . import finish as finish_mod
 from . import launch as launch_mod
 from . import scalene as scalene_mod
 from .agents import Agents
-from .live import Snapshot, Subscribers
+from .live import Snapshot
 from .options import Options, attach_target, check_options, check_record_dir, check_summary_path, resolve_command
 from .sampling import Sampler
 from .stacks import StackTaker
+from .state import RunState
 from .verdict import LiveVerdict
 
 if TYPE_CHECKING:
     from ..analysis.census import Census
     from ..analysis.stacks import Stacks
+    from ..collect.server import AgentServer
     from .scalene import ScaleneSnapshot
 
 
@@ -52,8 +54,52 @@ def started_here(record_path: str) -> "Run | None":
     return _started.get(os.path.abspath(record_path))
 
 
+_T = TypeVar("_T")
+
+
+class _Shared(Generic[_T]):
+    """An attribute of ``Run`` that is its state's field of the same name (a leading underscore dropped)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.field = name.lstrip("_")
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> "_Shared[_T]": ...
+    @overload
+    def __get__(self, obj: Run, owner: type) -> _T: ...
+    def __get__(self, obj: Run | None, owner: type) -> "_T | _Shared[_T]":
+        if obj is None:
+            return self
+        return getattr(obj.state, self.field)
+
+    def __set__(self, obj: Run, value: _T) -> None:
+        setattr(obj.state, self.field, value)
+
+
 class Run:
     """A command running under memscope (or a tree it attached to)."""
+
+    # Its state's fields, read and written through (``RunState`` types them; the parts use the state itself).
+    options = _Shared[Options]()
+    say = _Shared[Callable[[str], None]]()  # memscope's own lines about the run: stderr, or the cell's view
+    command = _Shared[list[str]]()
+    script = _Shared[str | None]()
+    attached = _Shared[bool]()
+    record_dir = _Shared[str]()
+    run_id = _Shared[str]()
+    record_path = _Shared[str]()
+    output_files = _Shared[tuple[str, str] | None]()
+    pid = _Shared[int]()
+    status = _Shared[str]()
+    returncode = _Shared[int | None]()
+    exit = _Shared[ExitInfo | None]()
+    snapshot = _Shared[Snapshot]()
+    output_tail = _Shared[collections.deque[str]]()
+    tree = _Shared[TreeSampler]()
+    started_at = _Shared[str]()
+    t0 = _Shared[float]()
+    _sup = _Shared[supervise.Supervisor]()  # the tests reach into these two
+    _root_exited = _Shared[threading.Event]()
 
     def __init__(
         self,
@@ -63,85 +109,73 @@ class Run:
         options: Options | None = None,
         say: Callable[[str], None] | None = None,
     ) -> None:
-        self.options = o = options or Options()
+        o = options or Options()
+        check_options(o)
+        if attach is not None:
+            cmd, script = attach_target(attach), o.script
+        else:
+            cmd, detected = resolve_command(command or [], o.cwd)
+            script = o.script or detected
+        record_dir = os.path.abspath(o.record_dir or default_record_dir())
+        check_record_dir(record_dir)
+        if o.summary_json:
+            check_summary_path(o.summary_json)
+        run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
         # Where memscope's own lines about this run go (warnings, the summary's path, the exporter's word): stderr
         # in a terminal; in a notebook, the view of the cell that started the run (a print from a background
         # thread would land in whichever cell is running then).
-        self.say: Callable[[str], None] = say or stderr_line
-        check_options(o)
-        if attach is not None:
-            self.command, self.script = attach_target(attach), o.script
-        else:
-            self.command, detected = resolve_command(command or [], o.cwd)
-            self.script = o.script or detected
-        self.attached = attach is not None
-        self.record_dir = os.path.abspath(o.record_dir or default_record_dir())
-        check_record_dir(self.record_dir)
-        if o.summary_json:
-            check_summary_path(o.summary_json)
-        self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
-        self.record_path = os.path.join(self.record_dir, f"{self.run_id}.sqlite")
-        self.scalene = scalene_mod.prepare(self)
+        self.state = st = RunState(
+            options=o,
+            say=say or stderr_line,
+            command=cmd,
+            script=script,
+            attached=attach is not None,
+            record_dir=record_dir,
+            run_id=run_id,
+            record_path=os.path.join(record_dir, f"{run_id}.sqlite"),
+        )
+        self.scalene = scalene_mod.prepare(st)
         # Exporters watch from outside; the top of the package registers them (wiring), the run never imports them.
         self.attachments: dict[str, wiring.Attachment] = {}
-        self._attaching = [a for a in (make(self) for make in wiring.RUN_ATTACHMENTS) if a is not None]
+        self.attaching = [a for a in (make(self) for make in wiring.RUN_ATTACHMENTS) if a is not None]
         try:
-            self._recorder = Recorder(self.record_path, warn=self._record_trouble)
+            st.recorder = Recorder(st.record_path, warn=st.record_trouble)
         except Exception as exc:  # sqlite3.Error, OSError
-            raise LaunchError(f"cannot write the record {self.record_path}: {exc}") from None
-        self.pid: int = attach or 0
-        self.status = "starting"
-        self.returncode: int | None = None
-        self.exit: dict[str, Any] | None = None
-        self.snapshot = Snapshot()
-        self.output_tail: collections.deque[str] = collections.deque(maxlen=200)
+            raise LaunchError(f"cannot write the record {st.record_path}: {exc}") from None
+        st.pid = attach or 0
         # Capture mode: the run writes its output to these files beside the record, removed once read at the end.
         # A run that outlives its kernel keeps writing there (no pipe to break), and its output stays findable.
-        base = os.path.join(self.record_dir, self.run_id)
-        self.output_files = (base + ".stdout", base + ".stderr") if o.output == "capture" else None
-        self.agents, self.sampler, self._subs = Agents(self), Sampler(self), Subscribers()
-        self.stack_taker = StackTaker(self)
+        base = os.path.join(record_dir, run_id)
+        st.output_files = (base + ".stdout", base + ".stderr") if o.output == "capture" else None
+        self.stack_taker = StackTaker(st)
+        self.sampler = Sampler(st, self.stack_taker)
+        self.agents = Agents(st, self.scalene, self.stack_taker, self.sampler)
         self.live_verdict = LiveVerdict(self)  # the one live verdict every view reads (session/verdict.py)
-        self._summary: dict[str, Any] | None = None
-        self._ended, self._ended_early, self._output_done = threading.Event(), threading.Event(), threading.Event()
-        self._output_stop = threading.Event()  # the output readers give up on the rest (counted, not recorded)
-        self._stop_requested: str | None = None
-        self._root_exited = threading.Event()  # the root has exited (its status is known): a stop changes no verdict
-        self._stop_lock = threading.Lock()
-        self._detached = self._subreaper = False
-        self._maxrss: int | None = None
-        self._launcher_peak: int | None = None  # this process's peak RSS at the launch (finish.wait_loop)
-        self._kmsg: Any = None  # collect.host.KernelLog: the OOM killer's victims while the run goes
-        self._readers: dict[str, Any] = {}  # stream name -> collect.output.LineReader (capture mode)
-        self._proc: subprocess.Popen | None = None
-        self._sup = supervise.Supervisor(0, self.attached, dict, lambda: True)  # replaced at start()
-        self._threads: list[threading.Thread] = []
-        self._on_end: list[Callable[[Run], None]] = []
-        self.t0 = time.monotonic()
+        st.t0 = time.monotonic()
 
     # -- public API ------------------------------------------------------------------------------------------
     def start(self) -> "Run":
         """Launch the command (or start watching the attached tree); returns at once with the run going."""
         launch_mod.launch(self)
-        _started[os.path.abspath(self.record_path)] = self
+        _started[os.path.abspath(self.state.record_path)] = self
         return self
 
     @property
     def ended(self) -> bool:
         """Whether the run has ended (its summary is final)."""
-        return self._ended.is_set()
+        return self.state.is_ended
 
     def elapsed(self) -> float:
         """Seconds since the run started, on the clock every record's ``t`` uses."""
-        return time.monotonic() - self.t0
+        return self.state.elapsed()
 
     _clock = elapsed  # the name the tests and older callers use
 
-    def wait(self, timeout: float | None = None) -> dict[str, Any] | None:
+    def wait(self, timeout: float | None = None) -> Summary | None:
         """Wait for the run to end; returns the summary, or None on timeout."""
-        if not self._ended.wait(timeout):
+        if not self.state.ended.wait(timeout):
             return None
-        return self._summary
+        return self.state.summary
 
     def stop(self, grace_s: float | None = None, wait: bool = True) -> None:
         """Stop the whole tree gracefully: SIGINT (as Ctrl-C would), SIGTERM after a grace period, then SIGKILL."""
@@ -153,101 +187,101 @@ class Run:
         self._stop("terminate", grace_s, signal.SIGTERM, wait)
 
     def _stop(self, how: str, grace_s: float | None, first_sig: int | None, wait: bool) -> None:
-        grace = self.options.grace_s if grace_s is None else grace_s
-        with self._stop_lock:
+        st = self.state
+        grace = st.options.grace_s if grace_s is None else grace_s
+        with st.stop_lock:
             after_end = self._root_has_exited()
-            first = not (self._ended.is_set() or self._stop_requested or after_end)
+            first = not (st.ended.is_set() or st.stop_requested or after_end)
             if first:
-                self._stop_requested = how
+                st.stop_requested = how
         if after_end:
             self._stop_leftovers(how, signal.SIGTERM)
         elif first:
             self.publish(Event(self.elapsed(), None, "stop_requested", {"how": how, "grace_s": grace}))
             kw = {} if first_sig is None else {"first": first_sig}
-            self._spawn(lambda: self._sup.stop_sequence(grace, self._root_gone, **kw), "memscope-stopper")
+            st.spawn(lambda: st.sup.stop_sequence(grace, self._root_gone, **kw), "memscope-stopper")
         if wait:
-            self._ended.wait()
+            st.ended.wait()
 
     def kill(self, wait: bool = True) -> None:
         """SIGKILL every process of the tree now."""
-        with self._stop_lock:
+        st = self.state
+        with st.stop_lock:
             after_end = self._root_has_exited()
             if not after_end:
-                self._stop_requested = "kill"
+                st.stop_requested = "kill"
         if after_end:
             self._stop_leftovers("kill", signal.SIGKILL)
         else:
             self.publish(Event(self.elapsed(), None, "stop_requested", {"how": "kill"}))
-            self._sup.signal_run(signal.SIGKILL)
+            st.sup.signal_run(signal.SIGKILL)
         if wait:
-            self._ended.wait()
+            st.ended.wait()
 
     def _root_has_exited(self) -> bool:
         # The waiter sets _root_exited once wait4 returns; a zombie root has exited too (the waiter is on its way).
-        if self._root_exited.is_set():
+        st = self.state
+        if st.root_exited.is_set():
             return True
-        return self._proc is not None and self.pid > 1 and supervise.exited(self.pid)
+        return st.proc is not None and st.pid > 1 and supervise.exited(st.pid)
 
     def _stop_leftovers(self, how: str, sig: int) -> None:
         # The root has exited: how the run ended is settled (a crash stays a crash; a Ctrl-C pressed while memscope
         # waits on a leftover used to turn it into stopped_by_user). The stop only hurries the leftovers along.
-        if self._ended.is_set():
+        if self.state.ended.is_set():
             return
         self.publish(Event(self.elapsed(), None, "stop_after_end", {"how": how}))
-        self._sup.signal_run(sig)
+        self.state.sup.signal_run(sig)
 
     def forward(self, sig: int) -> None:
         """Pass a signal memscope received on to the run, as a terminal would to its foreground group (SIGHUP),
         and to each member that left the group."""
-        if self._ended.is_set():
+        if self.state.ended.is_set():
             return
         self.publish(Event(self.elapsed(), None, "signal_forwarded", {"signal": signal_name(sig)}))
-        self._sup.signal_run(sig)
+        self.state.sup.signal_run(sig)
 
     def suspend(self) -> None:
         """Ctrl-Z: stop every process of the run (SIGSTOP: the run's group is orphaned, so SIGTSTP could be
         discarded by the kernel)."""
-        if not self._ended.is_set():
+        if not self.state.ended.is_set():
             self.publish(Event(self.elapsed(), None, "suspended", {}))
-            self._sup.signal_run(signal.SIGSTOP)
+            self.state.sup.signal_run(signal.SIGSTOP)
 
     def resume(self) -> None:
         """fg / bg: continue every process of the run."""
-        if not self._ended.is_set():
-            self._sup.signal_run(signal.SIGCONT)
+        if not self.state.ended.is_set():
+            self.state.sup.signal_run(signal.SIGCONT)
             self.publish(Event(self.elapsed(), None, "resumed", {}))
 
     def detach(self) -> None:
         """Stop watching (attach mode): the process goes on; the record ends here."""
         self.publish(Event(self.elapsed(), None, "detached", {}))
-        self._detached = True
-        self._ended_early.set()
+        self.state.detached = True
+        self.state.ended_early.set()
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> Summary:
         """The summary: final once the run ended, else what the record says so far (exit cause "running")."""
-        if self._summary is not None:
-            return self._summary
-        s = finish_mod.summarize_record(self)
-        s["exit"] = finish_mod.exit_info(self, "running", f"The run is still going ({self.elapsed():.0f} s so far).")
+        if self.state.summary is not None:
+            return self.state.summary
+        s = finish_mod.summarize_record(self.state)
+        s["exit"] = finish_mod.exit_info(
+            self.state, "running", f"The run is still going ({self.elapsed():.0f} s so far)."
+        )
         return s
 
     def verdict(self) -> dict[str, Any]:
         """The live leak verdict and its kind of growth, as every view shows it (``session/verdict.py``): held
         against flip-flops, saying what it leans to while not yet sure. After the end, the summary's ``leak``."""
-        leak = self._summary.get("leak") if self._summary is not None else None
+        leak = self.state.summary.get("leak") if self.state.summary is not None else None
         if isinstance(leak, dict):
-            return leak
+            return dict(leak)
         return self.live_verdict.current()
 
-    def limit(self) -> dict[str, Any] | None:
+    def limit(self) -> Limit | None:
         """The limit the run is compared against now, and its source ("flag", "cgroup" or "host"), as the summary's
         ``limit`` says it."""
-        h = self.snapshot.host
-        if self.options.limit_bytes:
-            return {"bytes": self.options.limit_bytes, "source": "flag"}
-        if h is None:
-            return None
-        return {"bytes": h.limit, "source": "cgroup"} if h.limit else {"bytes": h.total, "source": "host"}
+        return self.state.limit()
 
     def scalene_snapshot(self, seconds: float = 10.0) -> "ScaleneSnapshot":
         """Profile the running script with Scalene for ``seconds`` and return that window's hot lines (``.top``)
@@ -256,7 +290,7 @@ class Run:
         Raises ScaleneError (one line) when the run is not under Scalene (``scalene=True``), has ended, or has
         no agent in the profiled process.
         """
-        return scalene_mod.take_snapshot(self, seconds)
+        return scalene_mod.take_snapshot(self.state, self.scalene, seconds)
 
     def census(self, timeout: float = 30.0) -> "Census":
         """Take a tensor census in the main process: torch tensors by device, dtype and shape (count, bytes, how
@@ -281,22 +315,22 @@ class Run:
 
         A slow subscriber never slows the collectors: past ``maxsize`` queued records, the oldest are dropped.
         """
-        return self._subs.add(fn, maxsize)
+        return self.state.subs.add(fn, maxsize)
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until everything published so far is in the record file (False if the writer is still behind)."""
-        return self._recorder.sync(timeout)
+        return self.state.recorder.sync(timeout)
 
     def on_end(self, fn: Callable[["Run"], None]) -> None:
         """Call ``fn(run)`` once the run has ended (at once if it has)."""
-        self._on_end.append(fn)
-        if self._ended.is_set():
+        self.state.on_end.append(lambda: fn(self))
+        if self.state.ended.is_set():
             fn(self)
 
     @property
     def output_partial(self) -> str:
         """The line being written (a progress bar), not yet ended by a newline."""
-        return next((r.partial for r in self._readers.values() if r.partial), "")
+        return next((r.partial for r in self.state.readers.values() if r.partial), "")
 
     @property
     def exporter(self) -> Any:
@@ -312,43 +346,27 @@ class Run:
         cause = f" {self.exit['cause']}" if self.exit else ""
         return f"<memscope.Run {self.run_id} pid={self.pid} {self.status}{cause}>"
 
-    # -- for the parts of the session (sampling, agents, finish, scalene) and the attachments ------------------
+    # -- for the attachments and the tests -------------------------------------------------------------------
     def publish(self, rec: Record) -> None:
         """Record ``rec``, fold it into the snapshot, and pass it to every subscriber."""
-        self._recorder.put(rec)
-        self.snapshot.update(rec, self.pid)
-        self._subs.put(rec)
+        self.state.publish(rec)
 
     def main_pid(self) -> int:
         """The live main process (its role says so), else the root."""
-        return self.snapshot.main_pid(self.pid)
+        return self.state.main_pid()
 
-    _server = property(lambda self: self.agents.server)  # the agents' socket (tests reach into it)
-    _token = property(lambda self: self.agents.token)
+    @property
+    def _server(self) -> "AgentServer | None":  # the agents' socket (tests reach into it)
+        return self.agents.server
 
-    def _spawn(self, target: Callable[[], None], name: str) -> None:
-        th = threading.Thread(target=target, name=name, daemon=True)
-        th.start()
-        self._threads.append(th)
-
-    def _signal_sent(self, sig: int, pids: list[int], to: str = "tree") -> None:
-        # What was really sent, for the verdict's words (SIGINT alone often ends a run).
-        self.publish(
-            Event(self.elapsed(), None, "signal_sent", {"signal": signal_name(sig), "to": to, "pids": list(pids)})
-        )
+    @property
+    def _token(self) -> str:
+        return self.agents.token
 
     def _root_gone(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.returncode is not None or self._ended.is_set():
+            if self.state.returncode is not None or self.state.ended.is_set():
                 return True
             time.sleep(0.05)
         return False
-
-    def _record_trouble(self, line: str) -> None:
-        """The recorder's one warning (a full disk): said on stderr, and to the live views as an event."""
-        self.say(line)
-        try:
-            self.publish(Event(self.elapsed(), None, "record_error", {"error": line}))
-        except Exception:
-            pass

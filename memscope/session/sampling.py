@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 from ..collect import host as host_mod
 from ..collect import procfs
 from ..collect.procfs import Unreadable
 from ..model import Event, HostSample, TreeSample
-
-# Parts of a Run take the Run itself, typed Any: run.py imports this module, and a type-only import back would
-# be a circle in the import graph.
-Run = Any
+from .stacks import StackTaker
+from .state import RunState
 
 PSS_CPU_BUDGET = 0.015  # the PSS thread's share of one core at most (benchmarks/collector_cpu.py measures it)
 
@@ -23,8 +20,9 @@ PSS_CPU_BUDGET = 0.015  # the PSS thread's share of one core at most (benchmarks
 class Sampler:
     """The RSS and PSS loops of one run (each on a thread of its own), and the host and cgroup readings."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: RunState, stack_taker: StackTaker) -> None:
         self.run = run
+        self.stack_taker = stack_taker  # its watches look at every RSS round
         self.done = threading.Event()  # set at the end: the loops return
         self.cg: host_mod.Cgroup | None = None
         self._cgf = host_mod.CgroupFollower()
@@ -43,7 +41,7 @@ class Sampler:
                     next_discover = start + o.discover_interval_s
                 sample = run.tree.rss_round()
                 run.tree.settle()
-                run.stack_taker.after_round(sample)
+                self.stack_taker.after_round(sample)
                 self.follow_cgroup()
                 if start >= next_host:
                     if self.cg is None:

@@ -33,18 +33,12 @@ from typing import Any, Callable
 
 from .. import supervise
 from ..collect.platform import procfs
+from ..errors import SCALENE_HOW_TO as HOW_TO
 from ..errors import LaunchError, ScaleneError
 from ..model import Event
-
-# Parts of a Run take the Run itself, typed Any: run.py imports this module, and a type-only import back would
-# be a circle in the import graph.
-Run = Any
+from .state import RunState
 
 MODES = {"cpu": "--cpu-only", "memory": "--memory"}
-HOW_TO = (
-    "start the run under Scalene: %memscope --scalene train.py (memscope run --scalene train.py, "
-    "or memscope.run(cmd, scalene=True)); --scalene=memory adds memory figures"
-)
 
 
 def available() -> bool:
@@ -221,7 +215,8 @@ def _read_json(path: str, timeout: float = 10.0) -> dict[str, Any]:
     while True:
         try:
             with open(path) as f:
-                return json.load(f)
+                profile: dict[str, Any] = json.load(f)
+                return profile
         except (OSError, ValueError) as exc:
             if time.monotonic() > deadline:
                 raise ScaleneError(f"cannot read Scalene's profile {path}: {exc}") from None
@@ -269,7 +264,7 @@ def start_html(json_path: str, python: str = sys.executable) -> str:
 
 
 # -- a Run's Scalene side ------------------------------------------------------------------------------------------
-def prepare(run: Run) -> ScaleneSession | None:
+def prepare(run: RunState) -> ScaleneSession | None:
     """At a run's creation: wrap its command in Scalene when its options ask for it (LaunchError if they cannot)."""
     try:
         mode = mode_of(run.options.scalene)
@@ -290,16 +285,16 @@ def prepare(run: Run) -> ScaleneSession | None:
     return session
 
 
-def take_snapshot(run: Run, seconds: float) -> ScaleneSnapshot:
+def take_snapshot(run: RunState, session: ScaleneSession | None, seconds: float) -> ScaleneSnapshot:
     """``Run.scalene_snapshot``: profile ``seconds`` of the running script, recorded as a "scalene_snapshot" event."""
-    if run.scalene is None:
+    if session is None:
         raise ScaleneError(f"this run is not under Scalene; {HOW_TO}")
-    if run.ended:
+    if run.is_ended:
         raise ScaleneError("the run has ended")
     if not run.options.agent:
         raise ScaleneError("snapshots need memscope's agent in the profiled process (not --no-agent)")
     t = run.elapsed()
-    snap = run.scalene.snapshot(seconds, lambda: run.ended)
+    snap = session.snapshot(seconds, lambda: run.is_ended)
     snap.t_s = round(t, 3)
     run.publish(Event(t, snap.pid, "scalene_snapshot", snap.to_dict()))
     return snap

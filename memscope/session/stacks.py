@@ -23,13 +23,11 @@ from .. import supervise
 from ..collect.platform import procfs
 from ..errors import StacksError
 from ..model import Event, TreeSample
+from .state import RunState
 
 if TYPE_CHECKING:
     from ..analysis.stacks import Stacks
 
-# Parts of a Run take the Run itself, typed Any: run.py imports this module, and a type-only import back would
-# be a circle in the import graph.
-Run = Any
 
 DEADLINE_S = 1.0  # the whole tree's stacks, or what came by then
 QUIET_S = 0.01  # a dump is complete once its file has stopped growing this long (faulthandler writes in µs)
@@ -44,7 +42,7 @@ MAX_DUMP = 1 << 20  # bytes read from one dump at most (faulthandler stops at 10
 class StackTaker:
     """The stacks of one run: the agents' handlers (from their hellos), captures, and the two watches."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: RunState) -> None:
         self.run = run
         self.handlers: dict[int, tuple[int, str]] = {}  # pid (the kernel's) -> (signal, dump file name)
         self.agents: set[int] = set()  # pids whose agent said hello
@@ -78,9 +76,9 @@ class StackTaker:
         from ..analysis.stacks import Stacks  # loaded while the run goes (finish.load_analyses)
 
         run = self.run
-        if run.ended:
+        if run.is_ended:
             raise StacksError("the run has ended: stacks need its processes alive")
-        if run.attached or run.agents.server is None:
+        if run.attached or run.agent_server is None:
             raise StacksError("this run has no agent (attached, or started with --no-agent): no stacks")
         with self._lock:
             if self._closed:
@@ -127,7 +125,7 @@ class StackTaker:
                 row["status"] = "no_handler" if pid in self.agents else "no_agent"
                 continue
             sig, name = h
-            path = os.path.join(run.agents.dir, name)
+            path = os.path.join(run.agent_dir, name)
             before = _size(path)
             if before is None or not supervise.send(pid, start, sig, require_handler=True):
                 row["status"] = "exited" if supervise.exited(pid) else "no_handler"
@@ -156,10 +154,11 @@ class StackTaker:
                 rows[pid].update(status="partial", threads=self._read(path, before, size))
             else:
                 rows[pid]["status"] = "exited" if supervise.exited(pid) else "no_answer"
-        lim = run.limit() or {}
+        lim = run.limit()
+        lim_bytes, lim_source = (lim["bytes"], lim["source"]) if lim else (None, None)
         tree = sum(v for v in last.values() if v)
         cg = run.snapshot.host.cgroup_usage if run.snapshot.host is not None else None
-        used = max(tree, cg or 0) if lim.get("source") == "cgroup" else tree
+        used = max(tree, cg or 0) if lim_source == "cgroup" else tree
         roles: dict[str, int] = {}
         for r in rows.values():
             roles[r["role"]] = roles.get(r["role"], 0) + (r["bytes"] or 0)
@@ -169,9 +168,9 @@ class StackTaker:
             "t_s": round(c0, 3),
             "duration_s": round(time.monotonic() - t0, 4),
             "tree_bytes": tree or None,
-            "limit_bytes": lim.get("bytes"),
-            "limit_source": lim.get("source"),
-            "fraction": round(used / lim["bytes"], 4) if lim.get("bytes") and used else None,
+            "limit_bytes": lim_bytes,
+            "limit_source": lim_source,
+            "fraction": round(used / lim_bytes, 4) if lim_bytes and used else None,
             "roles": roles,
             "grew_fastest": self._grew_fastest(),
             "processes": [rows[p] for p in sorted(rows)],
@@ -231,9 +230,9 @@ class StackTaker:
         self._mem.append((now, {p.pid: (p.est_pss if p.est_pss is not None else p.rss) for p in sample.procs}))
         while self._mem and now - self._mem[0][0] > GROWTH_WINDOW_S:
             self._mem.popleft()
-        if run.attached or run.agents.server is None or self._busy:
+        if run.attached or run.agent_server is None or self._busy:
             return
-        req = _take_request(os.path.join(run.agents.dir, REQUEST))
+        req = _take_request(os.path.join(run.agent_dir, REQUEST))
         if req is not None:
             self._auto("request", {"request": req}, automatic=False)
             return

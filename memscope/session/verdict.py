@@ -16,11 +16,24 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+from ..model import Limit, Record
 
 if TYPE_CHECKING:
     from ..analysis.verdict import Inputs, Judgment
-    from .run import Run
+
+
+class Watched(Protocol):
+    """What the live verdict reads of a run (``session.run.Run`` has it; no import of it here, no cycle)."""
+
+    record_path: str
+
+    def elapsed(self) -> float: ...
+    def limit(self) -> Limit | None: ...
+    def main_pid(self) -> int: ...
+    def publish(self, rec: Record) -> None: ...
+
 
 REFIT_S = 5.0  # the verdict is refitted at most this often (more where a refit costs more: REFIT_CPU_SHARE)
 REFIT_CPU_SHARE = 0.05  # ... never more than this share of one core
@@ -123,7 +136,7 @@ class LiveVerdict:
     """The run's live verdict: ``current()`` refits from the record when REFIT_S has passed, on the caller's
     thread (one refit at a time; the others get the last answer at once)."""
 
-    def __init__(self, run: "Run", clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, run: Watched, clock: Callable[[], float] = time.monotonic) -> None:
         self.run = run
         self.hold = Hold()
         self._clock = clock

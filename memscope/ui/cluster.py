@@ -14,10 +14,10 @@ import threading
 import time
 from typing import Any
 
-from .. import outfile
 from ..errors import ClusterError
 from ..fmt import fmt_bytes
 from ..record.cluster import Job, Panel, load_job
+from .page import Page, render, write
 
 __all__ = ["ClusterView", "cluster", "render_html", "write_html", "job_table", "text_table"]
 
@@ -117,10 +117,10 @@ class ClusterView:
     ) -> None:
         import ipywidgets as w
 
-        self._args = {"run": run, "job": job, "since": since}
+        self._run, self._job, self._since = run, job, since
         self.url = url
         self.refresh_s = refresh_s
-        self.job = first or load_job(url, **self._args)  # raises ClusterError: one line, nothing shown
+        self.job = first or self._load()  # raises ClusterError: one line, nothing shown
         self.status = w.HTML()
         self.table = w.HTML()
         self.charts: dict[tuple[str, str], Any] = {}
@@ -165,7 +165,7 @@ class ClusterView:
                 self.status.value = _status(self.job, f"no new data for {STALE_S / 60:.0f} min: stopped refreshing")
                 return
             try:
-                self._show(load_job(self.url, **self._args))
+                self._show(self._load())
                 if self._t_last() != last_t:
                     last_t, since = self._t_last(), time.monotonic()
             except ClusterError as exc:  # Prometheus restarting: say so, keep the last picture, try again
@@ -173,13 +173,17 @@ class ClusterView:
             except Exception as exc:  # a view must never take the kernel down
                 self.status.value = _status(self.job, f"refresh failed: {exc!r}")
 
+    def _load(self) -> Job:
+        """The job as Prometheus holds it now (ClusterError: one line)."""
+        return load_job(self.url, run=self._run, job=self._job, since=self._since)
+
     def _t_last(self) -> float:
         """Unix time of the job's newest memory point."""
         return self.job.t0 + max((p.chart_data()["t_last"] for p in self.job.panels), default=0.0)
 
     def refresh(self) -> None:
         """Read Prometheus now (the thread does it every ``refresh_s``)."""
-        self._show(load_job(self.url, **self._args))
+        self._show(self._load())
 
     def close(self) -> None:
         """Stop refreshing."""
@@ -201,34 +205,38 @@ def cluster(
     return ClusterView(url, run=run, job=job, since=since, refresh_s=refresh_s)
 
 
+class JobPage:
+    """The job as one standalone page, the table then a chart per hostname/rank: a ``page.Reporter``."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+
+    def page(self) -> Page:
+        """The job's status, commands and table above its charts."""
+        from bokeh.layouts import column
+
+        from .report import memory_figure
+
+        job = self.job
+        figs = []
+        for p in job.panels:
+            fig = memory_figure(p.chart_data(), title=p.title)
+            fig.height = CHART_HEIGHT + 60
+            figs.append(fig)
+        top = (
+            f"<h1>memscope job view</h1>{_status(job)}"
+            f"<div class='memscope-meta'>{_esc(time.strftime('%Y-%m-%d %H:%M:%S %Z', time.localtime(job.t0)))} "
+            f"(0 s on the charts) to {_esc(time.strftime('%H:%M:%S', time.localtime(job.end)))}</div>"
+            + "".join(f"<div class='memscope-cmd'>{_esc(h)}: $ {_esc(_command(job, h))}</div>" for h in job.hostnames)
+            + job_table(job)
+            + "<h2>Memory by hostname and rank (PSS stacked by role)</h2>"
+        )
+        return Page("memscope job view", top, column(*figs, sizing_mode="stretch_width"))
+
+
 def render_html(job: Job) -> str:
     """The job as one standalone page: the table, then a chart per hostname/rank (BokehJS inline)."""
-    from bokeh.embed import file_html
-    from bokeh.layouts import column
-    from bokeh.resources import INLINE
-
-    from .report import _CSS, _TEMPLATE, memory_figure
-
-    figs = []
-    for p in job.panels:
-        fig = memory_figure(p.chart_data(), title=p.title)
-        fig.height = CHART_HEIGHT + 60
-        figs.append(fig)
-    top = (
-        f"<h1>memscope job view</h1>{_status(job)}"
-        f"<div class='memscope-meta'>{_esc(time.strftime('%Y-%m-%d %H:%M:%S %Z', time.localtime(job.t0)))} "
-        f"(0 s on the charts) to {_esc(time.strftime('%H:%M:%S', time.localtime(job.end)))}</div>"
-        + "".join(f"<div class='memscope-cmd'>{_esc(h)}: $ {_esc(_command(job, h))}</div>" for h in job.hostnames)
-        + job_table(job)
-        + "<h2>Memory by hostname and rank (PSS stacked by role)</h2>"
-    )
-    return file_html(
-        column(*figs, sizing_mode="stretch_width"),
-        resources=INLINE,
-        title="memscope job view",
-        template=_TEMPLATE,
-        template_variables={"page_css": _CSS, "page_top": top, "page_bottom": ""},
-    )
+    return render(JobPage(job))
 
 
 def _command(job: Job, hostname: str) -> str:
@@ -237,5 +245,4 @@ def _command(job: Job, hostname: str) -> str:
 
 def write_html(job: Job, out_path: str) -> str:
     """Write the job's standalone page to ``path``; returns the path."""
-    page = render_html(job)
-    return outfile.write_text(out_path, page)  # as `> out_path` would: a FIFO or /dev/stdout is written to
+    return write(JobPage(job), out_path)

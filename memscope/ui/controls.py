@@ -105,7 +105,7 @@ class Controls(anywidget.AnyWidget):
     acked = traitlets.Dict({}).tag(sync=True)  # action -> the last click id the kernel handled
     labels = traitlets.Dict({}).tag(sync=True)  # action -> label override ("stopping…")
     tips = traitlets.Dict({}).tag(sync=True)
-    disabled = traitlets.List([]).tag(sync=True)
+    disabled: traitlets.List[str] = traitlets.List([]).tag(sync=True)  # the actions greyed out
     note = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, on_action: Callable[[str], str | None], **kwargs: Any) -> None:

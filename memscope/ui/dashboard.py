@@ -2,28 +2,29 @@
 verdict card when the run ends.
 
 It owns no data: it subscribes to the run's records (or reads a finished run's record) through RunSeries,
-and pushes at most 4 updates a second to the browser. One updater thread per dashboard, which ends with the run
+and pushes at most 4 updates a second to the browser. The panels with state of their own are ``dashboard_panels``'
+(notes, phases and marks, the live leak verdict, Scalene snapshots, the static copy), the buttons
+``dashboard_buttons``'. One updater thread per dashboard, which ends with the run
 or when the dashboard is closed (re-running a cell closes the dashboard it made before).
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 import uuid
 import weakref
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import ipywidgets as w
 import psutil
 
-from ..analysis import copy_on_read as cor_mod
-from ..analysis import phases as phases_mod
 from ..fmt import fmt_bytes, fmt_elapsed
+from ..redact import redact_argv
 from ..session.run import started_here
 from .chart import MemoryChart, count_points
-from .controls import Controls
+from .dashboard_buttons import SCALENE_SECONDS, Buttons
+from .dashboard_panels import LEAK_PERIOD_S, LiveCopyOnRead, LiveLeak, Notes, PhaseMarks, ScalenePanel, StaticCopy
 from .fragments import (
     CAUSE_COLOR,
     copy_on_read_marks,
@@ -32,7 +33,6 @@ from .fragments import (
     output_tail,
     process_table,
     record_procs,
-    stack_marks,
     stopping_card,
     verdict_card,
     with_gpu,
@@ -40,7 +40,6 @@ from .fragments import (
 from .gpu_chart import GpuSeries
 from .probes import ProbesFeed
 from .series import RunSeries
-from .static_view import static_html
 from .terminal import limit_text
 
 if TYPE_CHECKING:
@@ -56,8 +55,7 @@ FALLBACK_PERIOD_S = 30.0  # the static copy (a saved notebook without its kernel
 # DataLoader workers restarted every epoch would make it hundreds of rows (~150 KiB a push, thousands of DOM
 # nodes) in a day.
 TABLE_EXITED = 10
-LEAK_PERIOD_S = 5.0  # the live copy-on-read finding is recomputed this often
-SCALENE_SECONDS = 10.0  # what the "Scalene snapshot" button profiles
+__all__ = ["LEAK_PERIOD_S", "SCALENE_SECONDS", "Dashboard", "reopen", "show", "view_bundle"]
 _by_cell: dict[str, "Dashboard"] = {}
 last: "Dashboard | None" = None  # the most recent dashboard shown (for tests and for the curious)
 
@@ -85,9 +83,7 @@ class Dashboard:
         self.gpu = gpu or GpuSeries()  # before the subscription below feeds it
         self._gpu_version = -1
         self._record_procs = procs or {}
-        self._phase_events: list[dict[str, Any]] = []
-        self._stacks: list[dict[str, Any]] = []  # the stacks captures seen live (time, reason): the chart's marks
-        self._phase_keys: set[tuple[float, int | None, str]] = set()  # the record and the subscription overlap
+        self.marks = PhaseMarks()
         self._unsubscribe_phases: Callable[[], None] | None = None
         self._release_lock = threading.Lock()
         self._released = False
@@ -97,7 +93,7 @@ class Dashboard:
             self._unsubscribe_phases = run.subscribe(self._on_record)
             series = RunSeries.follow(run)  # the history so far, roles included, then every new record
             for e in _recorded_phases(run.record_path):
-                self._add_phase_event(e)
+                self.marks.add_event(e)
             self.gpu.load(run.record_path)
         self.series = series or RunSeries()
         self._closed = threading.Event()
@@ -105,36 +101,32 @@ class Dashboard:
         # end (its verdict as soon as the processes are gone, not up to a 2 s push period later).
         self._wake = threading.Event()
         self._stopping: dict[str, Any] | None = None  # the stop_requested event's data and time
-        self._cor: dict[str, Any] | None = None  # the live copy-on-read finding (kept once found)
-        self._cor_at = 0.0
+        self.leak = LiveLeak()
+        self.copy_on_read = LiveCopyOnRead()
         self.status = w.HTML()
         self.chart = MemoryChart(title=title, height=300, spread=True)
         self.gpu_chart: MemoryChart | None = None  # made with the run's first GPU data, never before
         self.table = w.HTML()
         self.output = w.HTML()
         self.card = w.HTML()
-        self.notes = w.HTML()  # memscope's own lines about the run (warnings), here and not in another cell
-        self._notes: list[str] = []
+        self.notes = Notes()
         self.census = w.HTML()
         self.stacks = w.HTML()  # the last stacks taken (the Stacks button)
         self.probes = w.HTML()  # NumPy loads, FAISS indexes, glibc heap
         self._probe_feed = ProbesFeed(run)
-        self.scalene = w.HTML()  # Scalene snapshots, newest first
-        self._scalene_snaps: list[dict[str, Any]] = []
-        self.controls = Controls(self._action) if run is not None else None
-        self._working: set[str] = set()  # buttons whose slow work (census, Scalene window) is under way
-        parts: list[w.Widget] = [self.status, self.notes, self.card]
+        self.scalene = ScalenePanel()
+        self.buttons = Buttons(run, self.census, self.stacks, self.scalene) if run is not None else None
+        self.controls = self.buttons.controls if self.buttons is not None else None
+        parts: list[w.Widget] = [self.status, self.notes.widget, self.card]
         if self.controls is not None:
             parts.append(self.controls)
         # The census and the stacks (tall) go below the chart: above it, they pushed the chart off screen.
-        acc = w.Accordion(children=[self.table, self.output, self.scalene, self.probes])
+        acc = w.Accordion(children=[self.table, self.output, self.scalene.widget, self.probes])
         parts += [self.chart, self.census, self.stacks, acc]
         self.widget = w.VBox(parts)
         self.key = uuid.uuid4().hex[:12]
         self.widget.add_class(f"memscope-live-{self.key}")  # pairs the live view with its static copy
-        self._fallback: Any = None  # the static copy's display handle, once displayed
-        self._fallback_at = 0.0
-        self._snap: dict[str, Any] = {}
+        self.copy = StaticCopy(self.key)
         for i, name in enumerate(("Processes", "Output (last 200 lines)", "Scalene snapshots", "Loads and indexes")):
             try:
                 acc.set_title(i, name)
@@ -153,24 +145,27 @@ class Dashboard:
     def _on_record(self, rec: Any) -> None:
         name = type(rec).__name__
         if name == "Event" and rec.kind in ("phase", "epoch"):  # epochs: where the training starts
-            self._add_phase_event({"t": rec.t, "pid": rec.pid, "kind": rec.kind, "data": rec.data})
+            self.marks.add_event({"t": rec.t, "pid": rec.pid, "kind": rec.kind, "data": rec.data})
         elif name == "Event" and rec.kind == "stacks":  # a mark on the chart
-            self._stacks.append({"t_s": rec.t, "reason": rec.data.get("reason")})
+            self.marks.add_stacks(rec.t, rec.data.get("reason"))
         elif name == "Event" and rec.kind == "stop_requested" and self._stopping is None:
             self._stopping = dict(rec.data or {}, t=rec.t)
             self._wake.set()
         self.gpu.add(rec)
 
-    def _add_phase_event(self, e: dict[str, Any]) -> None:
-        key = (round(e["t"], 6), e["pid"], e["kind"])
-        if key not in self._phase_keys:
-            self._phase_keys.add(key)
-            self._phase_events.append(e)
-
     def note(self, line: str) -> None:
         """Show one of memscope's own lines about the run (a warning) under the status line (the last ten)."""
-        self._notes.append(line)
-        self.notes.value = "".join(f"<div style='color:#a15c00'>{esc(x)}</div>" for x in self._notes[-10:])
+        self.notes.add(line)
+
+    @property
+    def _notes(self) -> list[str]:
+        """The notes shown so far (tests and kernels read them)."""
+        return self.notes.lines
+
+    def _action(self, action: str) -> str:
+        """Press a button (``stop``, ``kill``, ``scalene``, ``census``, ``stacks``); returns the controls' line."""
+        assert self.buttons is not None
+        return self.buttons.action(action)
 
     # -- data out --------------------------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -183,7 +178,7 @@ class Dashboard:
             if self.series.changed_since(version) or ended:
                 version = self.series.version
                 try:
-                    points = self._push(final_summary=run.wait(5) if ended else None)
+                    points = self._push(final_summary=cast("dict[str, Any]", run.wait(5)) if ended else None)
                     period = push_period(points)
                 except Exception:
                     pass
@@ -209,19 +204,8 @@ class Dashboard:
         """Send the current window to the widgets; returns how many chart points it held."""
         snap = self.series.snapshot()
         end = (final_summary or {}).get("duration_s") or (self.run.elapsed() if self.run else 0.0)
-        if final_summary and final_summary.get("phases") is not None:
-            snap["phases"] = [
-                {"name": p["name"], "start_s": p["start_s"], "end_s": p["end_s"]} for p in final_summary["phases"]
-            ]
-        else:
-            main, events = self._main_events()
-            # The open phase without an end (the chart draws it to the last point): its end moved at every push,
-            # and the chart's phases, unchanged, are not sent again.
-            snap["phases"] = [
-                {"name": n, "start_s": a, "end_s": b if b < end else None}
-                for n, a, b in phases_mod.intervals(events, end, main)
-            ]
-        snap["marks"] = stack_marks((final_summary or {}).get("stacks") or self._stacks)
+        snap["phases"] = self.marks.phases(final_summary, end, self._procs())
+        snap["marks"] = self.marks.marks(final_summary)
         self.chart.data = snap
         if self.gpu.has_data and self.gpu.version != self._gpu_version:
             self._gpu_version = self.gpu.version
@@ -234,7 +218,11 @@ class Dashboard:
             else:
                 self.gpu_chart.data = data
         procs = with_gpu(self._procs(), self.gpu.per_pid(peak=final_summary is not None))
-        cor = final_summary.get("copy_on_read") if final_summary is not None else self._live_copy_on_read(procs)
+        cor = (
+            final_summary.get("copy_on_read")
+            if final_summary is not None
+            else self.copy_on_read.update(self.run, procs)
+        )
         self.table.value = process_table(  # every process once the run has ended: no push comes after
             copy_on_read_marks(procs, cor),
             max_exited=None if final_summary is not None else TABLE_EXITED,
@@ -243,7 +231,7 @@ class Dashboard:
         if self.run is not None:
             self.output.value = output_tail(list(self.run.output_tail), self.run.output_partial)
         self.status.value = self._status_html(snap, final_summary)
-        self._snap = snap
+        self.copy.snap = snap
         if final_summary is None and self._stopping is not None and self.run is not None:
             self.card.value = stopping_card(self._stopping, self.run.elapsed())
         if final_summary is not None:
@@ -252,41 +240,27 @@ class Dashboard:
                 from .census import census_html
 
                 self.census.value = census_html(final_summary["census"][-1])
-            if final_summary.get("scalene") and not self._scalene_snaps:  # a reopened run
-                from .scalene import snapshots_html
-
-                self.scalene.value = snapshots_html(final_summary["scalene"])
-            if self.controls is not None:  # what the buttons said about the run no longer applies
-                self.controls.disabled = ["stop", "kill", "scalene", "census", "stacks"]
-                self.controls.labels = {}
-                if not self._working:
-                    self.controls.note = ""
-        if final_summary is not None or time.monotonic() - self._fallback_at >= FALLBACK_PERIOD_S:
+            self.scalene.show_recorded(final_summary.get("scalene") or [])  # a reopened run
+            if self.buttons is not None:
+                self.buttons.ended()
+        if final_summary is not None or time.monotonic() - self.copy.at >= FALLBACK_PERIOD_S:
             self._update_fallback()
         return count_points(snap)
 
     # -- the static copy -------------------------------------------------------------------------------------
     def static_html(self) -> str:
         """The dashboard as it is now, as static HTML (what a saved notebook shows without its kernel)."""
-        return static_html(self.key, self.status.value, self.card.value, self.table.value, self._snap)
+        return self.copy.html(self.status.value, self.card.value, self.table.value)
 
     def display(self) -> None:
         """Show the live dashboard and, beside it, its static copy (hidden while the live one is drawn)."""
         from IPython.display import display
 
         display(self.widget)
-        if "google.colab" in sys.modules:  # each output in its own frame there: the CSS pairing cannot hide the copy
-            return
-        self._fallback_at = time.monotonic()
-        self._fallback = display({"text/html": self.static_html(), "text/plain": ""}, raw=True, display_id=True)
+        self.copy.display(self.static_html())
 
     def _update_fallback(self) -> None:
-        self._fallback_at = time.monotonic()
-        if self._fallback is not None:
-            try:
-                self._fallback.update({"text/html": self.static_html(), "text/plain": ""}, raw=True)
-            except Exception:  # never let the copy break the dashboard
-                pass
+        self.copy.update(self.static_html())
 
     def _procs(self) -> dict[int, dict[str, Any]]:
         if self.run is not None:
@@ -310,8 +284,8 @@ class Dashboard:
             state, elapsed = ("stopping" if self._stopping else "running"), run.elapsed()
             cur, peak = s.tree_pss if s.tree_pss is not None else s.tree_rss, s.peak_pss or s.peak_rss
             limit = run.limit()
-            leak = self._live_leak()
-            spikes = []
+            leak = self.leak.update(run)
+            spikes = self.leak.spikes
             note = run.stack_taker.note  # an automatic capture (near the limit, a stall): said where the eye is
         color = CAUSE_COLOR.get(state, "#c62828")
         lim = limit["bytes"] if limit else None
@@ -323,133 +297,6 @@ class Dashboard:
             f"peak {fmt_bytes(peak)} · {esc(head)} · {esc(leak_line(leak, spikes))}"
             + (f" · {esc(note)}" if note else "")
             + "</div>"
-        )
-
-    def _main_events(self) -> tuple[int | None, list[dict[str, Any]]]:
-        """The main process's pid, and the phase and epoch events in time order."""
-        main = next((pid for pid, d in self._procs().items() if d.get("role") == "main"), None)
-        return main, sorted(self._phase_events, key=lambda e: e["t"])
-
-    def _live_leak(self) -> dict[str, Any]:
-        """The run's one live verdict (``Run.verdict()``, session/verdict.py): the same the terminal view and the
-        Prometheus exporter show, held against flip-flops."""
-        assert self.run is not None
-        return self.run.verdict()
-
-    def _live_copy_on_read(self, procs: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
-        """Copy-on-read on the record so far (analysis/copy_on_read.assess), every LEAK_PERIOD_S while DataLoader
-        workers are alive; once found, kept (their copies stay) and brought up to date (its bound, levelled off)."""
-        now = time.monotonic()
-        if self.run is None or now - self._cor_at < LEAK_PERIOD_S:
-            return self._cor
-        self._cor_at = now
-        if not any(d.get("role") == cor_mod.WORKER_ROLE and d.get("alive", True) for d in procs.values()):
-            return self._cor
-        from ..record.reader import RunData
-
-        try:
-            rd = RunData(self.run.record_path)
-            try:
-                found = dict(cor_mod.assess(rd).to_dict())
-                if found["detected"] or not (self._cor or {}).get("detected"):
-                    self._cor = found
-            finally:
-                rd.close()
-        except Exception:  # a record being written can be read half-way: the next period tries again
-            pass
-        return self._cor
-
-    # -- buttons ---------------------------------------------------------------------------------------------
-    def _action(self, action: str) -> str:
-        run = self.run
-        assert run is not None and self.controls is not None
-        if run.ended:
-            return "the run has ended"
-        if action == "stop":
-            run.stop(wait=False)
-            self.controls.labels = {"stop": "stopping…"}
-            return (
-                f"SIGINT sent, as Ctrl-C; if the run is still there {run.options.grace_s:g} s later, SIGTERM, "
-                f"then SIGKILL"
-            )
-        if action == "kill":
-            run.kill(wait=False)
-            self.controls.labels = {"kill": "killing…"}
-            return "SIGKILL sent to every process of the run"
-        if action in self._working:
-            what = {"census": "census", "stacks": "stacks"}.get(action, "Scalene snapshot")
-            return f"the {what} asked for before {'are' if action == 'stacks' else 'is'} still running"
-        if action == "scalene":
-            if run.scalene is None:
-                from ..session.scalene import HOW_TO
-
-                return f"this run is not under Scalene: {HOW_TO}"
-            self.controls.labels = {"scalene": "profiling…"}
-            self._in_background("scalene", "Scalene snapshot", self._take_scalene)
-            return f"profiling {SCALENE_SECONDS:g} s with Scalene…"
-        if action == "census":
-            self.controls.labels = {"census": "counting…"}
-            self._in_background("census", "Tensor census", self._take_census)
-            return "counting the main process's tensors…"
-        if action == "stacks":
-            self.controls.labels = {"stacks": "taking…"}
-            self._in_background("stacks", "Stacks", self._take_stacks)
-            return "taking every process's stacks…"
-        return f"unknown action {action}"
-
-    def _in_background(self, action: str, label: str, work: Callable[[], str]) -> None:
-        """Run a button's slow work (a census, a Scalene window) off the kernel's message thread; its outcome
-        becomes the controls' note, and the button gets its label back."""
-        from ..errors import CensusError, ScaleneError, StacksError
-
-        assert self.controls is not None
-
-        def go() -> None:
-            try:
-                note = work()
-            except (CensusError, ScaleneError, StacksError) as exc:
-                note = f"no {label.lower()}: {exc}"
-            except Exception as exc:  # never let a button break the dashboard
-                note = f"{label} failed: {exc!r}"
-            finally:
-                self._working.discard(action)
-            self.controls.labels = {action: label}
-            self.controls.note = note
-
-        self._working.add(action)
-        threading.Thread(target=go, name=f"memscope-{action}", daemon=True).start()
-
-    def _take_census(self) -> str:
-        from .census import census_html
-
-        assert self.run is not None
-        c = self.run.census()
-        self.census.value = census_html(c.to_dict())
-        return f"census taken in {c.duration_s:.2f} s" + (
-            "" if c.diff.get("since") is not None else "; take another later to see what grows"
-        )
-
-    def _take_stacks(self) -> str:
-        assert self.run is not None
-        s = self.run.stacks()
-        self.stacks.value = s._repr_html_()
-        return f"stacks taken in {s.data.get('duration_s', 0) * 1000:.0f} ms: {len(s.processes)} processes"
-
-    def _take_scalene(self) -> str:
-        from .scalene import snapshots_html
-
-        assert self.run is not None
-        snap = self.run.scalene_snapshot(SCALENE_SECONDS)
-        self._scalene_snaps.append(snap.to_dict())
-        self.scalene.value = snapshots_html(self._scalene_snaps)
-        top = snap.top[0] if snap.top else None
-        return (
-            (
-                f"Scalene snapshot #{snap.index}: hottest line {top['file'].rsplit('/', 1)[-1]}:{top['line']} "
-                f"({top['cpu_percent']:.0f}% CPU); see “Scalene snapshots” below"
-            )
-            if top
-            else f"Scalene snapshot #{snap.index}: no line of the script was busy"
         )
 
     # -- lifecycle -------------------------------------------------------------------------------------------
@@ -519,7 +366,7 @@ def _dashboard_in_cell(run: "Run") -> Dashboard:
     old = _by_cell.pop(cell, None) if cell else None
     if old is not None:
         old.close()
-    d = Dashboard(run, title=" ".join(run.command)[-120:])
+    d = Dashboard(run, title=" ".join(redact_argv(run.command))[-120:])
     d.request = cell_request()[1]
     if cell:
         _by_cell[cell] = d
@@ -577,7 +424,8 @@ def reopen(ref: str, record_dir: str | None = None) -> Dashboard:
     rd = RunData(path)
     try:
         row = rd.run_row()
-        summary = row["summary"] or summarize(rd)
+        # the summary is a plain dict here: its exit is rewritten below for a run going elsewhere
+        summary = cast("dict[str, Any]", row["summary"] or summarize(rd))
         procs = record_procs(rd)
         rows = rd.processes()
     finally:
@@ -605,7 +453,7 @@ def reopen(ref: str, record_dir: str | None = None) -> Dashboard:
         series=RunSeries.from_record(path),
         summary=summary,
         procs=procs,
-        title=" ".join(row["command"])[-120:],
+        title=" ".join(redact_argv(row["command"]))[-120:],
         gpu=GpuSeries.from_record(path),
     )
     d.display()

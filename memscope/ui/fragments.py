@@ -8,6 +8,7 @@ from typing import Any
 
 from ..analysis.exit_cause import fault_signal
 from ..analysis.stacks import text as stacks_text
+from ..analysis.supervision import output_cut_words
 from ..fmt import fmt_bytes
 from .terminal import verdict_text
 
@@ -237,12 +238,11 @@ def output_cut(summary: dict[str, Any]) -> str:
     """The run's output past what the record keeps, per stream (``bounded.output``): how much was not kept."""
     out = ((summary.get("bounded") or {}).get("output")) or {}
     parts = [
-        f"{esc(name)}: the first {fmt_bytes(d.get('recorded_bytes'))} and the last lines recorded, "
-        f"{fmt_bytes(d.get('dropped_bytes'))} more counted, not kept"
+        esc(output_cut_words({**d, "stream": name}))
         for name, d in sorted(out.items())
         if isinstance(d, dict) and d.get("dropped_bytes")
     ]
-    return f"<div style='font-size:11px;color:#a15c00'>output: {'; '.join(parts)}</div>" if parts else ""
+    return f"<div style='font-size:11px;color:#a15c00'>{' '.join(parts)}</div>" if parts else ""
 
 
 def stopping_card(req: dict[str, Any], now_s: float) -> str:

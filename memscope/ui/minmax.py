@@ -54,8 +54,8 @@ class MinMaxSeries:
         self._tmin = self._ymin = self._tmax = self._ymax = self._tlast = self._ylast = 0.0
         self._count = 0  # samples appended
 
-    def append(self, t: float, y: float) -> None:
-        """Add one point (time order)."""
+    def append(self, t: float, y: float | None) -> None:
+        """Add one point (time order); None is no point."""
         if y is None:
             return
         self._count += 1
@@ -204,7 +204,7 @@ class AlignedMinMax:
 
     def append(self, t: float, values: dict[str, float]) -> None:
         """One round: ``values`` maps column name to value; columns left out count as 0 for this round."""
-        row = [0] * (len(self.columns) + 1)
+        row: list[float] = [0] * (len(self.columns) + 1)
         for name, v in values.items():
             j = self.column(name)
             if j >= len(row):

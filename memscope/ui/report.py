@@ -12,10 +12,10 @@ import json
 import re
 from typing import Any, Iterable
 
-from .. import outfile
-from ..analysis.summary import mark_running, summarize
+from ..analysis.summary import mark_running, stored_or_computed
 from ..fmt import fmt_bytes, fmt_elapsed
 from ..record.reader import RunData
+from ..redact import redact_argv
 from .bokeh_format import HOVER_JS as _HOVER_JS
 from .bokeh_format import TICK_JS as _TICK_JS
 from .census import census_html
@@ -31,6 +31,7 @@ from .fragments import (
     with_gpu,
 )
 from .fragments import esc as _esc
+from .page import Page, render, write
 from .probes import any_shown, probes_html
 from .series import RunSeries
 from .terminal import limit_text
@@ -126,7 +127,9 @@ def memory_figure(
 ) -> Any:
     """A Bokeh figure of a ``RunSeries.snapshot()``: tree PSS stacked by role, the lines, phase bands, and a
     vertical mark at each ``marks`` time ({"t_s", "text"}: the stacks captures)."""
-    from bokeh.models import (
+    # Re-exported by bokeh.models at run time, not in its type information: Any here (their own module's stubs
+    # are narrower than what bokeh accepts, e.g. a glyph renderer of a Line in a LegendItem).
+    from bokeh.models import (  # type: ignore[attr-defined]
         BoxAnnotation,
         ColumnDataSource,
         CustomJSHover,
@@ -168,7 +171,7 @@ def memory_figure(
     roles = [r for r in by_role if by_role[r].get("t")]
     if roles:
         t = by_role[roles[0]]["t"]
-        data: dict[str, list] = {"t": list(t)}
+        data: dict[str, list[Any]] = {"t": list(t)}
         for r in roles:
             data[r] = list(by_role[r]["y"])
         src = ColumnDataSource(data)
@@ -193,7 +196,8 @@ def memory_figure(
     # The host's available memory (and a generous limit) can dwarf the run: they start hidden then, so that the
     # run's own curves fill the plot; a click on their legend entry shows them (the y axis follows).
     own = max((v or 0 for k in ("tree_pss", "main_rss", "tree_rss") for v in lines.get(k, {}).get("y", [])), default=0)
-    renderers, hidden = [], []
+    renderers: list[Any] = []  # GlyphRenderers (HoverTool's annotation wants DataRenderer, their base)
+    hidden = []
     for key, label, style in LINES:
         if key not in lines:
             continue
@@ -285,47 +289,15 @@ def hidden_lines(fig: Any) -> list[str]:
     return next((t["hidden"] for t in fig.tags if isinstance(t, dict) and "hidden" in t), [])
 
 
-# -- the page ------------------------------------------------------------------------------------------------
-_CSS = """
-<style>
-  body { font: 14px/1.4 -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; color: #222;
-         padding: 12px 20px 40px; max-width: 1400px; margin: 0 auto; }
-  h1 { font-size: 18px; margin: 4px 0; }
-  h2 { font-size: 15px; margin: 18px 0 6px; border-bottom: 1px solid #eee; padding-bottom: 2px; }
-  .memscope-cmd { font: 12px monospace; color: #444; word-break: break-all; white-space: pre-wrap; }
-  .memscope-meta { font-size: 12px; color: #666; }
-  .memscope-status { margin: 6px 0; }
-  .memscope-procs td, .memscope-procs th { padding: 1px 10px 1px 0; vertical-align: top; }
-  .memscope-output { max-height: 560px !important; }
-  .memscope-chart { min-height: 380px; }
-</style>
-"""
-
-_TEMPLATE = """
-{% from macros import embed %}
-{% block postamble %}{{ page_css }}{% endblock %}
-{% block contents %}
-{{ page_top }}
-<div class="memscope-chart">
-{% for root in roots %}{{ embed(root) }}{% endfor %}
-</div>
-{{ page_bottom }}
-<script>
-  for (const el of document.querySelectorAll(".memscope-output")) el.scrollTop = el.scrollHeight;
-</script>
-{% endblock %}
-"""
-
-
 def _load(record_path: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     rd = RunData(record_path)
     try:
         row = rd.run_row()
-        summary = row["summary"] or summarize(rd)
+        summary, stored = stored_or_computed(rd)
         lines = output_lines(_recorded_output(rd))
     finally:
         rd.close()
-    return row, (summary if row["summary"] else mark_running(record_path, summary)), lines
+    return row, (summary if stored else mark_running(record_path, summary)), lines
 
 
 def _procs(record_path: str, summary: dict[str, Any]) -> dict[int, dict[str, Any]]:
@@ -349,17 +321,29 @@ def gpu_peaks(summary: dict[str, Any]) -> dict[int, int]:
     }
 
 
+class RunReport:
+    """The report of the run recorded at ``record_path``: a ``page.Reporter``."""
+
+    def __init__(self, record_path: str) -> None:
+        self.record_path = record_path
+
+    def page(self) -> Page:
+        """The verdict, the chart, the stacks, census and probes when there are some, the processes, the output."""
+        return _report_page(self.record_path)
+
+
 def render_html(record_path: str) -> str:
     """The report of the run recorded at ``record_path``, as one standalone HTML page (BokehJS inline)."""
-    from bokeh.embed import file_html
-    from bokeh.resources import INLINE
+    return render(RunReport(record_path))
 
+
+def _report_page(record_path: str) -> Page:
     row, summary, lines = _load(record_path)
     snap = RunSeries.from_record(record_path).snapshot()
     phases = summary.get("phases") or []
     ex = summary.get("exit") or {}
     cause = ex.get("cause", "unknown")
-    command = " ".join(str(a) for a in (row.get("command") or summary.get("command") or []))
+    command = " ".join(redact_argv(row.get("command") or summary.get("command") or []))
     peak = summary.get("peak") or {}
     duration = summary.get("duration_s") or 0.0
     status = (
@@ -401,16 +385,9 @@ def render_html(record_path: str) -> str:
             f"hidden at first; click {'their legend entries' if len(hidden) > 1 else 'its legend entry'} "
             f"to show {'them' if len(hidden) > 1 else 'it'}.</div>"
         ) + bottom
-    return file_html(
-        fig,
-        resources=INLINE,
-        title=f"memscope {summary.get('run_id', '')}: {cause}",
-        template=_TEMPLATE,
-        template_variables={"page_css": _CSS, "page_top": top, "page_bottom": bottom},
-    )
+    return Page(f"memscope {summary.get('run_id', '')}: {cause}", top, fig, bottom)
 
 
 def write_html(record_path: str, out_path: str) -> str:
     """Write the report of ``record_path`` to ``out_path`` (one self-contained file); returns ``out_path``."""
-    page = render_html(record_path)
-    return outfile.write_text(out_path, page)  # as `> out_path` would: a FIFO or /dev/stdout is written to
+    return write(RunReport(record_path), out_path)

@@ -275,9 +275,9 @@ class RunSeries:
                 had = {(e["t"], e["pid"], e["kind"]) for e in rs.events}
                 for rec in pending:
                     t = getattr(rec, "t", None)
-                    if isinstance(rec, TreeSample) and t <= (t_pss if rec.kind == "pss" else t_rss):
+                    if isinstance(rec, TreeSample) and rec.t <= (t_pss if rec.kind == "pss" else t_rss):
                         continue
-                    if isinstance(rec, HostSample) and t <= t_host:
+                    if isinstance(rec, HostSample) and rec.t <= t_host:
                         continue
                     if isinstance(rec, Event) and (t, rec.pid, rec.kind) in had:
                         continue
@@ -346,12 +346,12 @@ class RunSeries:
                 for t, avail, lim in rd.host_available():
                     self._host(t, avail, lim)
                 rows = rd.last_events(_EVENTS_KEPT)
-                for t, pid, kind, data in reversed(rows):
+                for t, event_pid, kind, data in reversed(rows):
                     try:
                         d = json.loads(data) if data else {}
                     except ValueError:
                         d = {"text": data}
-                    self._event(t, pid, kind, d)
+                    self._event(t, event_pid, kind, d)
                 self.exited.update(exits)
                 self.ended = rd.ended()
                 self._version += 1

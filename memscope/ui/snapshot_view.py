@@ -12,10 +12,10 @@ from __future__ import annotations
 import html
 from typing import Any, Mapping
 
-from .. import outfile
 from ..analysis import snapshot as snap_mod
 from ..fmt import fmt_bytes
 from .bokeh_format import HOVER_JS, TICK_JS
+from .page import Page, render, write
 
 __all__ = ["render_html", "write_html", "SnapshotView", "open_snapshot", "details_html"]
 
@@ -178,7 +178,8 @@ def details_html(snap: Mapping[str, Any], summary: Mapping[str, Any], bars: bool
 # -- Bokeh figures (the page) -----------------------------------------------------------------------------------
 def timeline_figure(snap: Mapping[str, Any], device: int) -> Any:
     """The allocation timeline (bokeh)."""
-    from bokeh.models import CustomJSHover, CustomJSTickFormatter, DataRange1d, HoverTool, Legend, LegendItem, Span
+    # Re-exported by bokeh.models at run time, not in its type information (see report.memory_figure).
+    from bokeh.models import CustomJSHover, CustomJSTickFormatter, DataRange1d, HoverTool, Legend, LegendItem, Span  # type: ignore[attr-defined]
     from bokeh.models.tickers import AdaptiveTicker
     from bokeh.plotting import figure
 
@@ -228,7 +229,7 @@ def segments_figure(snap: Mapping[str, Any], device: int) -> Any:
 
     layout = snap_mod.segment_layout(snap, device)[:MAX_SEGMENTS]
     frames_by_block = _block_frames(snap, device)
-    data: dict[str, list] = {
+    data: dict[str, list[Any]] = {
         k: [] for k in ("left", "right", "bottom", "top", "color", "state", "size", "seg", "where")
     }
     for i, s in enumerate(layout):
@@ -253,7 +254,7 @@ def segments_figure(snap: Mapping[str, Any], device: int) -> Any:
         name=f"memscope-snapshot-segments-{device}",
         tools="xpan,xwheel_zoom,box_zoom,reset,save",
         toolbar_location="above",
-        y_range=(n - 0.5, -0.5),
+        y_range=(n - 0.5, -0.5),  # type: ignore[arg-type]  # bokeh takes a (start, end) pair for a Range1d
     )
     q = fig.quad(
         left="left",
@@ -272,8 +273,8 @@ def segments_figure(snap: Mapping[str, Any], device: int) -> Any:
     return fig
 
 
-def _block_frames(snap: Mapping[str, Any], device: int) -> dict[tuple, str]:
-    out: dict[tuple, str] = {}
+def _block_frames(snap: Mapping[str, Any], device: int) -> dict[tuple[Any, int], str]:
+    out: dict[tuple[Any, int], str] = {}
     for s in snap.get("segments") or []:
         if int(s.get("device") or 0) != device:
             continue
@@ -282,41 +283,38 @@ def _block_frames(snap: Mapping[str, Any], device: int) -> dict[tuple, str]:
             addr = b.get("address")
             start = int(addr) - int(base) if isinstance(addr, int) and isinstance(base, int) else off
             off = start + int(b.get("size") or 0)
-            fr = snap_mod.user_frames(snap_mod.block_frames(b))
+            fr = snap_mod.user_frames(list[Mapping[str, Any]](snap_mod.block_frames(b)))
             if fr:
                 out[(base, start)] = _frame_text(fr[0])
     return out
 
 
+# The snapshot's tables, beside the page's shared rules (page.CSS).
 _CSS = """
-<style>
-  body { font: 14px/1.4 -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; color: #222;
-         padding: 12px 20px 40px; max-width: 1400px; margin: 0 auto; }
-  h1 { font-size: 18px; margin: 4px 0; } h2 { font-size: 15px; margin: 18px 0 6px; border-bottom: 1px solid #eee; }
-  h3 { font-size: 13px; margin: 14px 0 4px; }
-  .memscope-meta { font-size: 12px; color: #666; }
   .memscope-snap { font-size: 12px; border-collapse: collapse; }
   .memscope-snap td, .memscope-snap th { padding: 2px 12px 2px 0; text-align: left; vertical-align: top; }
   .memscope-snap pre { font-size: 11px; margin: 2px 0; }
-</style>
 """
 
-_TEMPLATE = """
-{% from macros import embed %}
-{% block postamble %}{{ page_css }}{% endblock %}
-{% block contents %}
-{{ page_top }}
-{% for root in roots %}{{ embed(root) }}{% endfor %}
-{{ page_bottom }}
-{% endblock %}
-"""
+
+class SnapshotPage:
+    """A loaded CUDA snapshot as one standalone page: a ``page.Reporter``."""
+
+    def __init__(self, snap: Mapping[str, Any], name: str = "", summary: Mapping[str, Any] | None = None) -> None:
+        self.snap, self.name, self.summary = snap, name, summary
+
+    def page(self) -> Page:
+        """The devices and the advice, a timeline and the segments per device, the largest allocations."""
+        return _snapshot_page(self.snap, self.name, self.summary)
 
 
 def render_html(snap: Mapping[str, Any], name: str = "", summary: Mapping[str, Any] | None = None) -> str:
     """One standalone page (BokehJS inline: no CDN, no server) for a loaded snapshot."""
-    from bokeh.embed import file_html
+    return render(SnapshotPage(snap, name, summary))
+
+
+def _snapshot_page(snap: Mapping[str, Any], name: str, summary: Mapping[str, Any] | None) -> Page:
     from bokeh.layouts import column
-    from bokeh.resources import INLINE
 
     summary = summary or snap_mod.summarize(snap)
     figs = []
@@ -345,13 +343,7 @@ def render_html(snap: Mapping[str, Any], name: str = "", summary: Mapping[str, A
     )
     bottom = "<h2>Largest allocations</h2>" + details_html(snap, summary, bars=False)
     root = column(*figs, sizing_mode="stretch_width") if figs else column()
-    return file_html(
-        root,
-        resources=INLINE,
-        title=f"memscope snapshot {name}",
-        template=_TEMPLATE,
-        template_variables={"page_css": _CSS, "page_top": top, "page_bottom": bottom},
-    )
+    return Page(f"memscope snapshot {name}", top, root, bottom, css=_CSS, roots_class="memscope-snap-charts")
 
 
 def write_html(path: str, out_path: str) -> str:
@@ -359,8 +351,7 @@ def write_html(path: str, out_path: str) -> str:
     import os
 
     snap = snap_mod.load(path)
-    page = render_html(snap, os.path.basename(path))
-    return outfile.write_text(out_path, page)  # as `> out_path` would: a FIFO or /dev/stdout is written to
+    return write(SnapshotPage(snap, os.path.basename(path)), out_path)
 
 
 # -- the notebook -----------------------------------------------------------------------------------------------

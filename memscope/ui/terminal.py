@@ -11,7 +11,7 @@ import io
 import os
 import shutil
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -36,10 +36,14 @@ ROLE_STYLE = {
 }
 
 
-LIMIT_SOURCES = {"flag": "--limit", "cgroup": "the container's cgroup", "host": "the host's memory"}
+LIMIT_SOURCES: dict[str | None, str] = {
+    "flag": "--limit",
+    "cgroup": "the container's cgroup",
+    "host": "the host's memory",
+}
 
 
-def limit_text(limit: dict | None) -> str:
+def limit_text(limit: Mapping[str, Any] | None) -> str:
     """How every view names the limit: its size and where it came from (``summary["limit"]``, ``Run.limit()``)."""
     if not limit or not limit.get("bytes"):
         return "no limit known"
@@ -200,7 +204,7 @@ class TerminalView:
         self._write(f"\x1b7\x1b[r{clear}\x1b8")
 
 
-def print_final(summary: dict, file=None, plain: bool = False) -> None:
+def print_final(summary: Mapping[str, Any], file: TextIO | None = None, plain: bool = False) -> None:
     """The closing lines after a run, for a terminal or a log (``plain``: no colour codes, for a notebook)."""
     import sys
 
@@ -214,7 +218,8 @@ def print_final(summary: dict, file=None, plain: bool = False) -> None:
         highlight=False,
         soft_wrap=True,
         force_jupyter=False,
-        **({"color_system": None, "force_terminal": False} if plain else {}),
+        color_system=None if plain else "auto",  # "auto", None: rich's own defaults
+        force_terminal=False if plain else None,
     )
     style = "green" if ex["cause"] == "ok" else "bold red"
     lw = summary.get("last_words")

@@ -5,28 +5,38 @@ imports the module it watches (``hooks.when_imported``), and none may raise into
 ``every(period_s, fn)`` runs light periodic reports on ONE daemon thread per process, started only when a probe
 asks for it; the reports also run once more at exit so that a short script's final state is not lost.
 """
+from __future__ import annotations
+
 import atexit
 import importlib
 import os
 import threading
 import time
 
-_tasks = []             # [period_s, next_due, fn]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Any, Callable
+
+    from ..channel import Channel
+
+# [period_s, next_due, fn]: a list, next_due updated in place (and read as such by tests/scripts/torch_probe_facts.py)
+_tasks: list[list[Any]] = []
 _tasks_lock = threading.Lock()
-_thread = None
+_thread: threading.Thread | None = None
 _wake = threading.Event()
 _atexit_done = False
 TICK_S = 0.5            # the thread's resolution; each task keeps its own period
 
 
-def _install(name, channel):
+def _install(name: str, channel: Channel) -> None:
     try:
         importlib.import_module(__name__ + "." + name).install(channel)
     except Exception:
         pass  # a probe that cannot attach leaves the run and the other probes alone
 
 
-def install(channel):
+def install(channel: Channel) -> None:
     """Install every probe the registry lists (agent/protocol.PROBES), each on its own guarded line."""
     from ..protocol import PROBES
     for module, _key, _kinds in PROBES:
@@ -39,7 +49,7 @@ def install(channel):
         pass
 
 
-def every(period_s, fn):
+def every(period_s: float, fn: Callable[[], object]) -> None:
     """Call ``fn()`` about every ``period_s`` seconds on the probes' daemon thread (started on first use)."""
     global _thread
     with _tasks_lock:
@@ -48,7 +58,7 @@ def every(period_s, fn):
             _start_thread()
 
 
-def _start_thread():
+def _start_thread() -> None:
     global _thread
     _thread = threading.Thread(target=_loop, name="memscope-probes", daemon=True)
     _thread.start()
@@ -58,7 +68,7 @@ def _start_thread():
         pass
 
 
-def _run_due(force=False):
+def _run_due(force: bool = False) -> None:
     now = time.monotonic()
     with _tasks_lock:
         due = [t for t in _tasks if force or now >= t[1]]
@@ -71,12 +81,12 @@ def _run_due(force=False):
             pass
 
 
-def _loop():
+def _loop() -> None:
     while not _wake.wait(TICK_S):
         _run_due()
 
 
-def _at_exit():
+def _at_exit() -> None:
     global _atexit_done
     if not _atexit_done:
         _atexit_done = True
@@ -91,11 +101,11 @@ class _Anchor:
 _anchor = _Anchor()
 
 
-def _on_multiprocessing(util):
+def _on_multiprocessing(util: ModuleType) -> None:
     util.register_after_fork(_anchor, _mp_child)
 
 
-def _mp_child(_obj):
+def _mp_child(_obj: object) -> None:
     # A multiprocessing child (a DataLoader worker) leaves by os._exit(): atexit never runs there, but
     # multiprocessing's own exit finalizers do (its registry was just cleared for this child).
     try:
@@ -105,7 +115,7 @@ def _mp_child(_obj):
         pass
 
 
-def _after_fork():
+def _after_fork() -> None:
     # The thread does not survive fork(): a DataLoader worker gets its own, reporting its own heap and loads.
     global _thread, _tasks_lock
     try:

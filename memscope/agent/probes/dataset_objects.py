@@ -185,7 +185,7 @@ def _start(mod: Any) -> None:
         return
     _started[0] = True
     _worker[0] = mod
-    every(CHECK_S, _check)  # type: ignore[no-untyped-call]
+    every(CHECK_S, _check)
     os.register_at_fork(after_in_child=_after_fork)
 
 
@@ -198,4 +198,4 @@ def install(channel: Any) -> None:
     global _channel
     _channel = channel
     from ..hooks import when_imported
-    when_imported("torch.utils.data._utils.worker", _start)  # type: ignore[no-untyped-call]
+    when_imported("torch.utils.data._utils.worker", _start)

@@ -12,6 +12,8 @@ deserialize_index. The probe never serializes an index itself: that costs a full
 thread it would race with the user's add(). ``faiss.get_mem_usage_kb()`` is the process RSS, not an index:
 never used here.
 """
+from __future__ import annotations
+
 import atexit
 import os
 import threading
@@ -20,18 +22,32 @@ import weakref
 
 from . import every
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any, Optional, TypedDict
+
+    from ..channel import Channel
+
+    class _Live(TypedDict):
+        ref: weakref.ref[Any]  # the index (a faiss SWIG object)
+        how: str  # what made it: a constructor, index_factory, read_index, ...
+        ptr: Optional[int]  # its C++ pointer
+        at: float  # when it was last reported (monotonic)
+        dirty: bool  # an add() since then was not reported
+        ntotal: Optional[int]  # its size last seen
+
 REPORT_S = 1.0
-_channel = None
+_channel: Channel | None = None
 _lock = threading.Lock()
-_live = {}        # id -> {"ref", "how", "ptr", "sent", "at", "dirty"}
-_by_ptr = {}      # C++ pointer -> id (for serialized sizes and parent/child links)
+_live: dict[str, _Live] = {}  # id -> what is known of the live index
+_by_ptr: dict[int | None, str] = {}  # C++ pointer -> id (for serialized sizes and parent/child links); never None
 _next = [0]
-_faiss = None
+_faiss: Any = None  # the user's faiss module, once imported (Any: faiss has no types; the agent never imports it)
 _inside = threading.local()   # >0 while in a wrapped faiss function: what it makes inside is its result
 _exiting = [False]            # at exit, indexes freed by the interpreter's teardown are not "freed" by the user
 
 
-def _send(msg):
+def _send(msg: dict[str, Any]) -> None:
     ch = _channel
     if ch is not None:
         msg["t"] = "faiss_index"
@@ -39,14 +55,14 @@ def _send(msg):
         ch.send(msg)
 
 
-def _ptr(idx):
+def _ptr(idx: Any) -> int | None:
     try:
         return int(idx.this)
     except Exception:
         return None
 
 
-def _cast(idx):
+def _cast(idx: Any) -> Any:
     f = _faiss
     try:
         if isinstance(idx, f.IndexBinary):
@@ -56,16 +72,16 @@ def _cast(idx):
         return idx
 
 
-def estimate(idx, depth=0):
+def estimate(idx: Any, depth: int = 0) -> tuple[int, list[int]]:
     """(bytes, [child pointers]) of an index: what its own structures hold in RAM, from sizes only."""
     f = _faiss
     if idx is None or depth > 8:
         return 0, []
     idx = _cast(idx)
     n = int(idx.ntotal)
-    kids = []
+    kids: list[int] = []
 
-    def sub(child):
+    def sub(child: Any) -> int:
         p = _ptr(child)
         if p is not None:
             kids.append(p)
@@ -109,7 +125,7 @@ def estimate(idx, depth=0):
         return n * int(idx.d) * 4, kids  # unknown layout: as if flat float32
 
 
-def _state(idx):
+def _state(idx: Any) -> dict[str, Any]:
     c = _cast(idx)
     est, kids = estimate(c)
     return {"type": type(c).__name__, "d": int(c.d), "ntotal": int(c.ntotal), "est_bytes": int(est),
@@ -117,7 +133,7 @@ def _state(idx):
             "gpu": type(c).__name__.startswith("Gpu")}  # faiss-gpu: its data is in GPU memory, not host RAM
 
 
-def _track(idx, how, serialized=None):
+def _track(idx: Any, how: str, serialized: int | None = None) -> None:
     if idx is None or not hasattr(idx, "ntotal"):
         return
     ptr = _ptr(idx)
@@ -125,7 +141,7 @@ def _track(idx, how, serialized=None):
         _next[0] += 1
         lid = "%d-%d" % (os.getpid(), _next[0])
         try:
-            ref = weakref.ref(idx, lambda _r, lid=lid: _freed(lid))
+            ref = weakref.ref(idx, lambda _r, lid=lid: _freed(lid))  # type: ignore[misc]
         except TypeError:
             return
         # at=0: the first add() is reported at once; later ones at most every REPORT_S.
@@ -133,7 +149,7 @@ def _track(idx, how, serialized=None):
         if ptr is not None:
             _by_ptr[ptr] = lid
     try:
-        msg = dict(_state(idx), ev="new", id=lid, how=how, ptr=ptr)
+        msg: dict[str, Any] = dict(_state(idx), ev="new", id=lid, how=how, ptr=ptr)
         _live[lid]["ntotal"] = msg["ntotal"]
     except Exception:
         msg = {"ev": "new", "id": lid, "how": how, "ptr": ptr, "type": type(idx).__name__}
@@ -142,7 +158,7 @@ def _track(idx, how, serialized=None):
     _send(msg)
 
 
-def _freed(lid):
+def _freed(lid: str) -> None:
     try:
         with _lock:
             st = _live.pop(lid, None)
@@ -154,7 +170,7 @@ def _freed(lid):
         pass
 
 
-def _report(lid, st, idx):
+def _report(lid: str, st: _Live, idx: Any) -> None:
     st["at"] = time.monotonic()
     st["dirty"] = False
     state = _state(idx)
@@ -162,12 +178,12 @@ def _report(lid, st, idx):
     _send(dict(state, ev="update", id=lid))
 
 
-def _after_add(idx):
+def _after_add(idx: Any) -> None:
     ptr = _ptr(idx)
     with _lock:
         lid = _by_ptr.get(ptr)
         st = _live.get(lid) if lid else None
-        if st is None:
+        if st is None or lid is None:
             return
         if time.monotonic() - st["at"] < REPORT_S:
             st["dirty"] = True
@@ -176,7 +192,7 @@ def _after_add(idx):
     _report(lid, st, idx)
 
 
-def _tick():
+def _tick() -> None:
     # Adds throttled on the user's thread, and sizes changed where no Python add() ran (a quantizer filled by
     # train(), merge_from, C++ helpers): one ntotal read per live index finds them. Sizes are read, never data.
     with _lock:
@@ -192,16 +208,16 @@ def _tick():
             pass
 
 
-def _serialized(idx, nbytes):
+def _serialized(idx: Any, nbytes: int | None) -> None:
     lid = _by_ptr.get(_ptr(idx))
     if lid is not None and nbytes is not None:
         _send({"ev": "serialized", "id": lid, "serialized_bytes": int(nbytes), "ntotal": int(idx.ntotal)})
 
 
-def _wrap_ctor(cls):
+def _wrap_ctor(cls: Any) -> None:  # a faiss Index class
     original = cls.__init__
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         try:
             if not getattr(_inside, "depth", 0):
@@ -209,14 +225,14 @@ def _wrap_ctor(cls):
         except Exception:
             pass
 
-    __init__.__wrapped__ = original
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
     cls.__init__ = __init__
 
 
-def _wrap_add(cls, name):
+def _wrap_add(cls: Any, name: str) -> None:
     original = cls.__dict__[name]
 
-    def add(self, *args, **kwargs):
+    def add(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, *args, **kwargs)
         try:
             _after_add(self)
@@ -224,11 +240,11 @@ def _wrap_add(cls, name):
             pass
         return result
 
-    add.__wrapped__ = original
+    add.__wrapped__ = original  # type: ignore[attr-defined]
     setattr(cls, name, add)
 
 
-def _size_of_source(args):
+def _size_of_source(args: tuple[Any, ...]) -> int | None:
     try:
         src = args[0]
         if isinstance(src, (str, bytes)) or hasattr(src, "__fspath__"):
@@ -240,12 +256,12 @@ def _size_of_source(args):
     return None
 
 
-def _wrap_fn(mod, name, kind):
+def _wrap_fn(mod: Any, name: str, kind: str) -> None:
     original = getattr(mod, name, None)
     if original is None or getattr(original, "__wrapped__", None) is not None:
         return
 
-    def fn(*args, **kwargs):
+    def fn(*args: Any, **kwargs: Any) -> Any:
         depth = getattr(_inside, "depth", 0)
         if depth:
             return original(*args, **kwargs)  # e.g. deserialize_index calling read_index: one index, seen once
@@ -267,13 +283,13 @@ def _wrap_fn(mod, name, kind):
             pass
         return result
 
-    fn.__wrapped__ = original
+    fn.__wrapped__ = original  # type: ignore[attr-defined]
     fn.__name__ = name
     fn.__doc__ = getattr(original, "__doc__", None)
     setattr(mod, name, fn)
 
 
-def _attach(faiss):
+def _attach(faiss: Any) -> None:
     global _faiss
     _faiss = faiss
     bases = tuple(c for c in (getattr(faiss, "Index", None), getattr(faiss, "IndexBinary", None)) if c)
@@ -302,12 +318,12 @@ def _attach(faiss):
     os.register_at_fork(after_in_child=_after_fork)
 
 
-def _after_fork():
+def _after_fork() -> None:
     global _lock
     _lock = threading.Lock()
 
 
-def install(channel):
+def install(channel: Channel) -> None:
     """Attach to faiss once the user's code imports it."""
     global _channel
     _channel = channel

@@ -7,23 +7,31 @@ could give back from the top of the main arena at least). Only on glibc >= 2.33 
 It attaches when the user's code imports numpy or torch (a process with nothing but the standard library is not
 where memory questions are). A report is sent only when a figure moved by >= 1 MiB, or every 30 s.
 """
+from __future__ import annotations
+
 import os
 
 from . import every
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+    from ..channel import Channel
 
 PERIOD_S = 2.0
 MIN_CHANGE = 1 << 20
 HEARTBEAT_S = 30.0
 
-_channel = None
-_fn = None
+_channel: Channel | None = None
+_fn: Callable[[], Any] | None = None  # libc's mallinfo2, returning a Mallinfo2 structure (made in _load)
 DUTY = 0.002                 # the most of the time the arena locks may be held by these reads
-_last = [None, 0.0]
+_last: list[Any] = [None, 0.0]  # [the figures last sent (dict) or None, when (monotonic)]
 _next_at = [0.0]
 _started = [False]
 
 
-def _load():
+def _load() -> Callable[[], Any] | None:
     import ctypes
     import ctypes.util
 
@@ -33,7 +41,8 @@ def _load():
                      "fordblks", "keepcost")]
 
     libc = ctypes.CDLL(None)
-    fn = getattr(libc, "mallinfo2", None)  # glibc >= 2.33 only; musl and macOS have none
+    # glibc >= 2.33 only; musl and macOS have none
+    fn: ctypes._NamedFuncPointer | None = getattr(libc, "mallinfo2", None)
     if fn is None:
         return None
     fn.restype = Mallinfo2
@@ -41,7 +50,7 @@ def _load():
     return fn
 
 
-def read():
+def read() -> dict[str, int] | None:
     """The heap's figures in bytes, or None where mallinfo2 is not there."""
     fn = _fn
     if fn is None:
@@ -51,7 +60,7 @@ def read():
             "free_held_bytes": m.fordblks, "releasable_bytes": m.keepcost, "free_chunks": m.ordblks}
 
 
-def _report():
+def _report() -> None:
     import time
     now = time.monotonic()
     if now < _next_at[0]:
@@ -74,7 +83,7 @@ def _report():
         ch.send(dict(cur, t="malloc", pid=os.getpid()))
 
 
-def _start(_module=None):
+def _start(_module: object = None) -> None:
     global _fn
     if _started[0]:
         return
@@ -85,11 +94,11 @@ def _start(_module=None):
         os.register_at_fork(after_in_child=_after_fork)
 
 
-def _after_fork():
+def _after_fork() -> None:
     _last[0] = None  # a forked worker has its own heap: its first figures go out at once
 
 
-def install(channel):
+def install(channel: Channel) -> None:
     """Report glibc's heap (mallinfo2) periodically on the probes' thread."""
     global _channel
     if not os.path.exists("/proc/self"):  # glibc is a Linux matter; stay silent elsewhere

@@ -9,6 +9,8 @@ Cheap by design: loads of small files (< SMALL_BYTES) are only counted, with no 
 read from /proc/self/smaps by the probes' thread, only while a memmap from np.load is alive, and backs off so
 that it never takes more than ~0.2% of one core.
 """
+from __future__ import annotations
+
 import os
 import threading
 import time
@@ -16,25 +18,35 @@ import weakref
 
 from . import every
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+    from ..channel import Channel
+
+# numpy is the user's, reached through its module and the objects it hands back: Any here (the agent imports no
+# numpy, not even its types).
+
 SMALL_BYTES = 1 << 20        # loads and member reads below this are counted, not measured one by one
 READ_SEND_S = 1.0            # a member read often is reported at most this often
 RESIDENT_DUTY = 0.002        # the smaps read may take at most this fraction of the thread's time
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
-_channel = None
+_channel: Channel | None = None
 _lock = threading.Lock()
 _next_id = [0]
-_groups = {}                 # (dir, suffix) -> [count, nbytes, duration, dtype]   (small loads)
-_groups_sent = {}            # (dir, suffix) -> count last reported
-_reads = {}                  # (load_id, key) -> state dict (member reads not yet reported)
-_memmaps = {}                # load_id -> (weakref to the memmap, base address, length)
+_groups: dict[tuple[str, str], list[Any]] = {}  # (dir, suffix) -> [count, nbytes, duration, dtype] (small loads)
+_groups_sent: dict[tuple[str, str], int] = {}  # (dir, suffix) -> count last reported
+_reads: dict[tuple[str, str], dict[str, Any]] = {}  # (load_id, key) -> state dict (member reads not yet reported)
+_memmaps: dict[str, tuple[weakref.ref[Any], int, int]] = {}  # load_id -> (weakref to the memmap, base, length)
 _resident_next = [0.0]
 
 
-_statm_fd = [None, None, None]  # (pid, fd, identity): pread on an open fd costs ~2 us, open+read+close ~14 us
+# (pid, fd, identity): pread on an open fd costs ~2 us, open+read+close ~14 us
+_statm_fd: list[Any] = [None, None, None]
 
 
-def _statm():
+def _statm() -> tuple[int, int] | None:
     """(anonymous, file-backed) resident bytes of this process, or None."""
     from .. import fds
 
@@ -58,26 +70,26 @@ def _statm():
     return None
 
 
-def _delta(before, after):
+def _delta(before: tuple[int, int] | None, after: tuple[int, int] | None) -> tuple[int | None, int | None]:
     if before is None or after is None:
         return None, None
     return after[0] - before[0], after[1] - before[1]
 
 
-def _send(msg):
+def _send(msg: dict[str, Any]) -> None:
     ch = _channel
     if ch is not None:
         msg["pid"] = os.getpid()
         ch.send(msg)
 
 
-def _new_id():
+def _new_id() -> str:
     with _lock:
         _next_id[0] += 1
         return "%d-%d" % (os.getpid(), _next_id[0])
 
 
-def _describe(file):
+def _describe(file: Any) -> tuple[str, int | None]:
     """(path for display, size on disk or None) without touching the file's position."""
     try:
         if isinstance(file, (str, bytes)) or hasattr(file, "__fspath__"):
@@ -97,17 +109,17 @@ def _describe(file):
         return "<unknown>", None
 
 
-def _mmap_arg(args, kwargs):
+def _mmap_arg(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     mode = kwargs.get("mmap_mode") if "mmap_mode" in kwargs else (args[1] if len(args) > 1 else None)
     return None if mode is None else str(mode)
 
 
-def _wrap_load(np, original):
+def _wrap_load(np: Any, original: Any) -> Callable[..., Any]:
     NpzFile = _npzfile_class(np)
     memmap = np.memmap
     ndarray = np.ndarray
 
-    def load(*args, **kwargs):
+    def load(*args: Any, **kwargs: Any) -> Any:
         try:
             path, size = _describe(args[0] if args else kwargs.get("file"))
             big = size is None or size >= SMALL_BYTES
@@ -123,18 +135,19 @@ def _wrap_load(np, original):
             pass
         return result
 
-    load.__wrapped__ = original
+    load.__wrapped__ = original  # type: ignore[attr-defined]
     load.__doc__ = original.__doc__
     load.__name__ = getattr(original, "__name__", "load")
     load.__module__ = getattr(original, "__module__", "numpy")
     return load
 
 
-def _after_load(result, args, kwargs, path, big, before, dur, NpzFile, memmap, ndarray):
+def _after_load(result: Any, args: tuple[Any, ...], kwargs: dict[str, Any], path: str, big: bool,
+                before: tuple[int, int] | None, dur: float, NpzFile: Any, memmap: Any, ndarray: Any) -> None:
     requested = _mmap_arg(args, kwargs)
     if isinstance(result, NpzFile):
         load_id = _new_id()
-        members = []
+        members: list[list[Any]] = []
         try:
             for info in result.zip.infolist():
                 members.append([info.filename[:-4] if info.filename.endswith(".npy") else info.filename,
@@ -174,7 +187,7 @@ def _after_load(result, args, kwargs, path, big, before, dur, NpzFile, memmap, n
         _track_memmap(load_id, result)
 
 
-def _track_memmap(load_id, arr):
+def _track_memmap(load_id: str, arr: Any) -> None:
     mm = getattr(arr, "_mmap", None)
     if mm is None:
         return
@@ -186,7 +199,7 @@ def _track_memmap(load_id, arr):
         _memmaps[load_id] = (weakref.ref(arr), base, len(mm))
 
 
-def _resident_report():
+def _resident_report() -> None:
     """Resident bytes of each live memmap's mapping (file-backed vs anonymous, for copy-on-write pages)."""
     now = time.monotonic()
     with _lock:
@@ -222,7 +235,7 @@ def _resident_report():
     _resident_next[0] = time.monotonic() + spent / RESIDENT_DUTY
 
 
-def _npzfile_class(np):
+def _npzfile_class(np: Any) -> Any:
     try:
         return np.lib.npyio.NpzFile
     except Exception:
@@ -230,10 +243,10 @@ def _npzfile_class(np):
         return npyio.NpzFile
 
 
-def _wrap_getitem(NpzFile, ndarray):
+def _wrap_getitem(NpzFile: Any, ndarray: Any) -> Callable[[Any, str], Any]:
     original = NpzFile.__getitem__
 
-    def __getitem__(self, key):
+    def __getitem__(self: Any, key: str) -> Any:
         try:
             info = _member_info(self, key)
             big = info is None or info[0] >= SMALL_BYTES
@@ -248,11 +261,11 @@ def _wrap_getitem(NpzFile, ndarray):
             pass
         return result
 
-    __getitem__.__wrapped__ = original
+    __getitem__.__wrapped__ = original  # type: ignore[attr-defined]
     return __getitem__
 
 
-def _member_info(npz, key):
+def _member_info(npz: Any, key: str) -> tuple[int, bool] | None:
     """(uncompressed size, compressed) of a member, from the zip directory NpzFile has already read."""
     files = getattr(npz, "_files", None)
     if isinstance(files, dict):  # numpy 2.4 (seen): key -> member name
@@ -267,7 +280,8 @@ def _member_info(npz, key):
     return zi.file_size, zi.compress_type != 0  # 0: ZIP_STORED
 
 
-def _after_read(npz, key, result, info, before, dur, ndarray):
+def _after_read(npz: Any, key: str, result: Any, info: tuple[int, bool] | None, before: tuple[int, int] | None,
+                dur: float, ndarray: Any) -> None:
     if not isinstance(result, ndarray):
         return
     meta = npz.__dict__.get("_memscope")
@@ -298,7 +312,7 @@ def _after_read(npz, key, result, info, before, dur, ndarray):
         _send(msg)
 
 
-def _flush():
+def _flush() -> None:
     """Counts not yet reported (member reads since the last message, small loads)."""
     with _lock:
         pending = [{k2: v for k2, v in st.items() if k2 not in ("sent", "at")}
@@ -316,7 +330,7 @@ def _flush():
                "nbytes": nbytes, "duration_s": dur, "dtype": dtype})
 
 
-def _attach(np):
+def _attach(np: Any) -> None:
     NpzFile = _npzfile_class(np)
     if getattr(np.load, "__wrapped__", None) is None:
         np.load = _wrap_load(np, np.load)
@@ -327,7 +341,7 @@ def _attach(np):
     os.register_at_fork(after_in_child=_after_fork)
 
 
-def _after_fork():
+def _after_fork() -> None:
     # A forked worker counts its own reads and loads from zero (the parent reports its own).
     global _lock
     _lock = threading.Lock()
@@ -336,7 +350,7 @@ def _after_fork():
     _groups_sent.clear()
 
 
-def install(channel):
+def install(channel: Channel) -> None:
     """Attach to numpy's load once the user's code imports numpy."""
     global _channel
     _channel = channel

@@ -15,11 +15,19 @@ torch.compile's compilation windows.
 - ``compile`` messages: the start and end of each outermost Dynamo compilation (torch._dynamo's callback handler),
   with inductor's compile_threads, so the collector can tell whether the compile-worker pool outlived compilation.
 """
+from __future__ import annotations
+
 import os
 import sys
 import time
 
 from ..hooks import when_imported
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any, Mapping
+
+    from ..channel import Channel
 
 SAMPLE_S = 2.0
 HISTORY_ENV = "MEMSCOPE_CUDA_HISTORY"   # entries of allocation history to keep; unset or 0: none recorded
@@ -36,25 +44,25 @@ _STAT_KEYS = {               # memory_stats key -> message field (keys documente
     "num_ooms": "ooms",
 }
 
-_channel = None
-_torch = None
+_channel: Channel | None = None
+_torch: Any = None  # the user's torch module, once imported (Any: the agent never imports torch, nor its types)
 _snapshots = [0]
 _history = [False]
 
 
-def _send(msg):
+def _send(msg: dict[str, Any]) -> None:
     ch = _channel
     if ch is not None:
         msg.setdefault("pid", os.getpid())
         ch.send(msg)
 
 
-def cuda_stats(stats):
+def cuda_stats(stats: Mapping[str, Any]) -> dict[str, int]:
     """The fields memscope keeps from a ``torch.cuda.memory_stats()`` dict (missing keys are left out)."""
     return {field: int(stats[key]) for key, field in _STAT_KEYS.items() if key in stats}
 
 
-def _sample_cuda():
+def _sample_cuda() -> None:
     torch = _torch
     cuda = getattr(torch, "cuda", None)
     # is_initialized() is False in a forked child (a DataLoader worker): it never samples its parent's devices.
@@ -66,7 +74,7 @@ def _sample_cuda():
             _send(dict(stats, t="torch_alloc", backend="cuda", device=device))
 
 
-def _sample_mps():
+def _sample_mps() -> None:
     mps = getattr(_torch, "mps", None)
     if mps is None:
         return
@@ -75,17 +83,17 @@ def _sample_mps():
         _send({"t": "torch_alloc", "backend": "mps", "device": 0, "allocated": current, "driver": driver})
 
 
-def _run_dir():
+def _run_dir() -> str | None:
     from ..protocol import ENV_DIR
 
     return os.environ.get(ENV_DIR)
 
 
-def _on_oom(device, alloc, device_total, device_free):
+def _on_oom(device: int, alloc: int, device_total: int, device_free: int) -> None:
     """torch's OOM observer: (device, bytes asked for, device total or the allowed maximum, device free bytes)."""
     try:
         torch = _torch
-        msg = {"t": "cuda_oom", "device": int(device), "alloc_bytes": int(alloc),
+        msg: dict[str, Any] = {"t": "cuda_oom", "device": int(device), "alloc_bytes": int(alloc),
                "device_total": int(device_total), "device_free": int(device_free), "wall": time.time()}
         try:
             msg.update(cuda_stats(torch.cuda.memory_stats(device)))
@@ -106,7 +114,7 @@ def _on_oom(device, alloc, device_total, device_free):
         pass  # the user's OutOfMemoryError follows; nothing of ours may replace it
 
 
-def _save_snapshot(torch, run_dir, oom):
+def _save_snapshot(torch: Any, run_dir: str, oom: Mapping[str, Any]) -> str | None:
     """Pickle the allocator's snapshot, the OOM's numbers added (plain types only, so memscope's safe reader and
     pytorch.org/memory_viz both read it); returns the file's name, or None."""
     try:
@@ -125,7 +133,7 @@ def _save_snapshot(torch, run_dir, oom):
         return None
 
 
-def save_at_exception(message):
+def save_at_exception(message: str | None) -> None:
     """An uncaught CUDA OOM that no OOM observer saw (a PyTorch without one): the snapshot now, from the excepthook.
     The traceback still holds the frames, so their tensors are still allocated."""
     try:
@@ -140,7 +148,7 @@ def save_at_exception(message):
         pass
 
 
-def _on_cuda_init():
+def _on_cuda_init() -> None:
     # Runs inside torch.cuda._lazy_init(): whatever fails here must not reach it (it would become the user's error).
     try:
         torch = _torch
@@ -162,14 +170,14 @@ def _on_cuda_init():
         pass
 
 
-def _env_int(name, default):
+def _env_int(name: str, default: int) -> int:
     try:
         return int(os.environ.get(name, default))
     except ValueError:
         return default
 
 
-def _on_torch(torch):
+def _on_torch(torch: Any) -> None:
     global _torch
     _torch = torch
     cuda = getattr(torch, "cuda", None)
@@ -186,22 +194,22 @@ def _on_torch(torch):
             pass
 
 
-def compile_settings():
+def compile_settings() -> dict[str, Any]:
     """Inductor's compile-pool settings as this process has them (without importing anything)."""
     cfg = sys.modules.get("torch._inductor.config")
-    out = {"env": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")}
+    out: dict[str, Any] = {"env": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")}
     if cfg is not None:
         out["compile_threads"] = getattr(cfg, "compile_threads", None)
         out["worker_start_method"] = getattr(cfg, "worker_start_method", None)
     return out
 
 
-def _on_dynamo_callback(mod):
+def _on_dynamo_callback(mod: Any) -> None:  # torch._dynamo.callback
     # Patch the handler's class, not register callbacks: torch._dynamo.reset() clears registered callbacks.
     cls = mod.CompilationCallbackHandler
     start, end = cls.run_start_callbacks, cls.run_end_callbacks
 
-    def report(state, args):
+    def report(state: str, args: Any) -> None:
         try:
             trigger = getattr(getattr(args, "callback_trigger", None), "name", None)
             _send(dict(compile_settings(), t="compile", state=state, id=str(getattr(args, "compile_id", "")),
@@ -209,29 +217,29 @@ def _on_dynamo_callback(mod):
         except Exception:
             pass
 
-    def run_start_callbacks(self, args):
+    def run_start_callbacks(self: Any, args: Any) -> Any:
         report("start", args)
         return start(self, args)
 
-    def run_end_callbacks(self, args):
+    def run_end_callbacks(self: Any, args: Any) -> Any:
         try:
             return end(self, args)
         finally:
             report("end", args)
 
-    run_start_callbacks.__wrapped__ = start
-    run_end_callbacks.__wrapped__ = end
+    run_start_callbacks.__wrapped__ = start  # type: ignore[attr-defined]
+    run_end_callbacks.__wrapped__ = end  # type: ignore[attr-defined]
     cls.run_start_callbacks = run_start_callbacks
     cls.run_end_callbacks = run_end_callbacks
 
 
-def _on_compile_worker_utils(mod):
+def _on_compile_worker_utils(mod: Any) -> None:  # torch._inductor.compile_worker.utils
     # Every inductor compile worker runs this initializer, whatever the start method (the default sidecar and its
     # forked workers; TORCHINDUCTOR_WORKER_START=fork or spawn, whose workers look like the main or like any
     # multiprocessing child from outside): each tells the collector its role itself.
     original = mod._async_compile_initializer
 
-    def initializer(*args, **kwargs):
+    def initializer(*args: Any, **kwargs: Any) -> Any:
         try:
             _send({"t": "role", "role": "compile_worker"})
         except Exception:
@@ -240,11 +248,11 @@ def _on_compile_worker_utils(mod):
 
     # spawn pickles the initializer by reference: it must be found under the original's name.
     initializer.__module__, initializer.__qualname__ = original.__module__, original.__qualname__
-    initializer.__name__, initializer.__wrapped__ = original.__name__, original
+    initializer.__name__, initializer.__wrapped__ = original.__name__, original  # type: ignore[attr-defined]
     mod._async_compile_initializer = initializer
 
 
-def install(channel):
+def install(channel: Channel) -> None:
     """Attach to torch's allocator and OOM path once the user's code imports torch."""
     global _channel
     _channel = channel

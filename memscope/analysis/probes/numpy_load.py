@@ -18,7 +18,7 @@ def _sum(a: int | None, b: int | None) -> int | None:
 
 
 def _row(path: str, key: str | None, **kw: Any) -> dict[str, Any]:
-    row = {
+    row: dict[str, Any] = {
         "path": path,
         "key": key,
         "shape": None,
@@ -39,10 +39,34 @@ def _row(path: str, key: str | None, **kw: Any) -> dict[str, Any]:
     return row
 
 
+# (path, member key or None) -> the row of that file, or of that .npz member
+_Rows = dict[tuple[str, "str | None"], dict[str, Any]]
+
+
 def summarize_loads(
     load_events: Iterable[dict[str, Any]], read_events: Iterable[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """One row per .npy path, per .npz member read (or per .npz with no member read), per group of small loads."""
+    opens, resident, groups = _index_loads(load_events)
+    rows, read_ids = _member_rows(read_events)
+    for load_id, d in opens.items():
+        if d.get("kind") == "npz":
+            _add_npz(rows, d, load_id in read_ids)
+        else:
+            _add_npy(rows, d, resident.get(load_id))
+    for d in groups.values():
+        _add_group(rows, d)
+    out = list(rows.values())
+    for row in out:
+        row["duration_s"] = round(row["duration_s"], 6)
+        row["advice"] = load_advice(row)
+    return out
+
+
+def _index_loads(
+    load_events: Iterable[dict[str, Any]],
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, int]], dict[tuple[int | None, str], dict[str, Any]]]:
+    """The ``np_load`` events by kind: opens and memmaps' peak residency by load id, small-load groups."""
     opens: dict[str, dict[str, Any]] = {}  # load id -> the open message
     resident: dict[str, dict[str, int]] = {}  # load id -> peak residency of its memmap
     groups: dict[tuple[int | None, str], dict[str, Any]] = {}
@@ -58,22 +82,24 @@ def summarize_loads(
             r["resident_anon_bytes"] = max(r["resident_anon_bytes"], d.get("anon_bytes") or 0)
         elif ev == "group":
             groups[(e["pid"], d["id"])] = d  # counts are cumulative per process: the last one holds
+    return opens, resident, groups
 
+
+def _member_rows(read_events: Iterable[dict[str, Any]]) -> tuple[_Rows, set[Any]]:
+    """The rows of the .npz members read, and the load ids they were read from."""
     # Member reads: each message holds the running count of one (process, load, member); keep the last.
     last_read: dict[tuple[int | None, str, str], dict[str, Any]] = {}
     for e in read_events:
         d = e["data"]
         last_read[(e["pid"], d.get("id"), d.get("key"))] = dict(d, _t=e["t"])
-    rows: dict[tuple[str, str | None], dict[str, Any]] = {}
+    rows: _Rows = {}
     read_ids = set()
     for (pid, load_id, key), d in sorted(last_read.items(), key=lambda kv: kv[1]["_t"]):
         read_ids.add(load_id)
         k = (d.get("path") or "?", key)
         row = rows.get(k)
-        opener = str(load_id or "").split("-")[0]
-        forked_reader = opener.isdigit() and pid is not None and int(opener) != pid
         if row is None:
-            rows[k] = _row(
+            row = rows[k] = _row(
                 k[0],
                 key,
                 shape=d.get("shape"),
@@ -87,84 +113,81 @@ def summarize_loads(
                 anon_delta_bytes=d.get("anon_delta_bytes"),
                 file_delta_bytes=d.get("file_delta_bytes"),
             )
-            row = rows[k]
         else:
             row["reads"] += int(d.get("reads") or 0)
             row["duration_s"] += float(d.get("duration_s") or 0.0)
             row["requested_mmap"] = row["requested_mmap"] or d.get("requested_mmap")
-        if forked_reader:  # an NpzFile opened in one process and read in its forked children
+        opener = str(load_id or "").split("-")[0]
+        if opener.isdigit() and pid is not None and int(opener) != pid:
+            # an NpzFile opened in one process and read in its forked children
             row["shared_after_fork"] = sorted(set(row.get("shared_after_fork") or []) | {pid})
+    return rows, read_ids
 
-    for load_id, d in opens.items():
-        path = d.get("path") or "?"
-        if d.get("kind") == "npz":
-            if load_id in read_ids:
-                continue
-            members = d.get("members") or []
-            k = (path, None)
-            if k in rows:
-                rows[k]["reads"] += 0
-                continue
-            rows[k] = _row(
-                path,
-                None,
-                nbytes=sum(int(m[1]) for m in members) if members else None,
-                compressed=any(bool(m[2]) for m in members) if members else None,
-                requested_mmap=d.get("requested_mmap"),
-                mmapped=False,
-                reads=0,
-                duration_s=float(d.get("duration_s") or 0.0),
-                anon_delta_bytes=d.get("anon_delta_bytes"),
-                file_delta_bytes=d.get("file_delta_bytes"),
-                members=[m[0] for m in members],
-            )
-            continue
-        k = (path, None)
-        row = rows.get(k)
-        if row is None:
-            row = rows[k] = _row(
-                path,
-                None,
-                shape=d.get("shape"),
-                dtype=d.get("dtype"),
-                nbytes=d.get("nbytes"),
-                compressed=False,
-                requested_mmap=d.get("requested_mmap"),
-                mmapped=bool(d.get("mmapped")),
-                reads=0,
-                anon_delta_bytes=d.get("anon_delta_bytes"),
-                file_delta_bytes=d.get("file_delta_bytes"),
-            )
-        row["reads"] += 1
+
+def _add_npz(rows: _Rows, d: dict[str, Any], members_read: bool) -> None:
+    """An .npz opened: its own row when none of its members was read (else the members' rows say it)."""
+    k = (d.get("path") or "?", None)
+    if members_read or k in rows:
+        return
+    members = d.get("members") or []
+    rows[k] = _row(
+        k[0],
+        None,
+        nbytes=sum(int(m[1]) for m in members) if members else None,
+        compressed=any(bool(m[2]) for m in members) if members else None,
+        requested_mmap=d.get("requested_mmap"),
+        mmapped=False,
+        reads=0,
+        duration_s=float(d.get("duration_s") or 0.0),
+        anon_delta_bytes=d.get("anon_delta_bytes"),
+        file_delta_bytes=d.get("file_delta_bytes"),
+        members=[m[0] for m in members],
+    )
+
+
+def _add_npy(rows: _Rows, d: dict[str, Any], resident: dict[str, int] | None) -> None:
+    """An .npy loaded (or memory-mapped, with its peak residency): one read more of its path's row."""
+    k = (d.get("path") or "?", None)
+    row = rows.get(k)
+    if row is None:
+        row = rows[k] = _row(
+            k[0],
+            None,
+            shape=d.get("shape"),
+            dtype=d.get("dtype"),
+            nbytes=d.get("nbytes"),
+            compressed=False,
+            requested_mmap=d.get("requested_mmap"),
+            mmapped=bool(d.get("mmapped")),
+            reads=0,
+            anon_delta_bytes=d.get("anon_delta_bytes"),
+            file_delta_bytes=d.get("file_delta_bytes"),
+        )
+    row["reads"] += 1
+    row["duration_s"] += float(d.get("duration_s") or 0.0)
+    for name, v in (resident or {}).items():
+        row[name] = max(row.get(name) or 0, v)
+
+
+def _add_group(rows: _Rows, d: dict[str, Any]) -> None:
+    """A group of small loads of one process (its last, cumulative count)."""
+    k = (d.get("path") or "?", None)
+    row = rows.get(k)
+    if row is None:
+        rows[k] = _row(
+            k[0],
+            None,
+            dtype=d.get("dtype"),
+            nbytes=int(d.get("nbytes") or 0),
+            compressed=False,
+            reads=int(d.get("count") or 0),
+            duration_s=float(d.get("duration_s") or 0.0),
+            small_files=True,
+        )
+    else:
+        row["reads"] += int(d.get("count") or 0)
+        row["nbytes"] = (row["nbytes"] or 0) + int(d.get("nbytes") or 0)
         row["duration_s"] += float(d.get("duration_s") or 0.0)
-        if load_id in resident:
-            for name, v in resident[load_id].items():
-                row[name] = max(row.get(name) or 0, v)
-
-    for (_pid, _gid), d in groups.items():
-        k = (d.get("path") or "?", None)
-        row = rows.get(k)
-        if row is None:
-            rows[k] = _row(
-                k[0],
-                None,
-                dtype=d.get("dtype"),
-                nbytes=int(d.get("nbytes") or 0),
-                compressed=False,
-                reads=int(d.get("count") or 0),
-                duration_s=float(d.get("duration_s") or 0.0),
-                small_files=True,
-            )
-        else:
-            row["reads"] += int(d.get("count") or 0)
-            row["nbytes"] = (row["nbytes"] or 0) + int(d.get("nbytes") or 0)
-            row["duration_s"] += float(d.get("duration_s") or 0.0)
-
-    out = list(rows.values())
-    for row in out:
-        row["duration_s"] = round(row["duration_s"], 6)
-        row["advice"] = load_advice(row)
-    return out
 
 
 def load_advice(row: dict[str, Any]) -> str | None:
