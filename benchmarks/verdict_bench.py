@@ -693,7 +693,7 @@ def main(argv: list[str] | None = None) -> int:
         make_corpus(ns.corpus, names, ns.loads, ns.repeats, ns.jobs, ns.seconds)
         return 0
     if ns.replay:
-        t0 = time.perf_counter()
+        t0, l0 = time.perf_counter(), _loadavg()
         done = replay(ns.replay, ns.every, ns.workers, ns.only, ns.live)
         if not done:
             print(f"{ns.replay}: no recorded runs (no manifest.json, or its records are gone)", file=sys.stderr)
@@ -702,7 +702,8 @@ def main(argv: list[str] | None = None) -> int:
         md = (
             f"{table(done)}\n\nJudged by {code_judged_by()}. Load: {load_figures(done)} "
             f"Replay: {time.perf_counter() - t0:.1f} s wall with "
-            f"{ns.workers} processes, {cpu:.1f} s of CPU in all (live line every {ns.every:g} s, {ns.live}).\n"
+            f"{ns.workers} processes at a load average of {l0:.1f} -> {_loadavg():.1f}, {cpu:.1f} s of CPU in all "
+            f"({cpu / len(done):.2f} s a run; live line every {ns.every:g} s, {ns.live}).\n"
         )
         print(md)
         if ns.out:
