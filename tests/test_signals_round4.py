@@ -1,0 +1,152 @@
+"""Issue 32's "harms the run" cases, each on the real mechanism: the real `timeout`, a scheduler that signals
+every process of the step, a fork+exec storm under stacks requests, a worker in ``signal.pause()`` under the stall
+watch, an attach cell run twice, a second local user who knows the run id; and issue 30's stall of a wrapped run.
+
+Every signal here goes to a process this test started (by pid), never by name.
+"""
+
+import json
+import os
+import select
+import signal
+import subprocess
+import time
+
+import psutil
+import pytest
+from conftest import PY, script
+
+from memscope.record.reader import RunData
+
+MEMSCOPE = [PY, "-m", "memscope.cli"]
+
+
+def events_of(record, kind):
+    rd = RunData(record)
+    try:
+        return rd.events(kind)
+    finally:
+        rd.close()
+
+
+def _readline(p, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([p.stdout], [], [], 0.2)
+        if r:
+            return p.stdout.readline()
+        if p.poll() is not None:
+            break
+    raise AssertionError(f"no line from {p.args}; stderr: {p.stderr.read() if p.poll() is not None else ''}")
+
+
+def _end(p, timeout=60):
+    """Wait for ``p``; if it hangs, kill it and what it started (by pid) and fail."""
+    try:
+        return p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            kids = psutil.Process(p.pid).children(recursive=True)
+        except psutil.Error:
+            kids = []
+        for k in kids:
+            try:
+                k.kill()
+            except psutil.Error:
+                pass
+        p.kill()
+        p.wait()
+        raise AssertionError(f"{p.args[:4]}… hung: memscope never ended the run") from None
+
+
+# -- point 1: `timeout` sends two copies of one SIGTERM -----------------------------------------------------------
+def _ckpt_run(tmp_path, prefix=(), **kw):
+    ck, sj = tmp_path / "ckpt", tmp_path / "summary.json"
+    p = subprocess.Popen(
+        [*prefix, *MEMSCOPE, "run", "--quiet", "--grace", "5", "--record", str(tmp_path / "runs"),
+         "--summary-json", str(sj), "--", PY, script("ckpt_term.py"), str(ck), "1.0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw,
+    )  # fmt: skip
+    line = _readline(p)
+    assert line.startswith("ready"), line
+    return p, ck, sj, int(line.split()[1])
+
+
+def _one_sigterm_and_the_checkpoint(p, ck, sj, rc_expected):
+    rc = _end(p)
+    err = p.stderr.read()
+    assert ck.exists() and ck.read_text() == "step 42\n", err  # saved: no SIGKILL, no second SIGTERM
+    assert rc == rc_expected, err
+    assert err.count("SIGTERM: passing it on") == 1, err
+    s = json.loads(sj.read_text())
+    sent = [e["data"] for e in events_of(s["record"], "signal_sent")]
+    assert [d["signal"] for d in sent] == ["SIGTERM"], sent  # one copy; no SIGKILL, no SIGCONT nobody sent
+    assert [e["data"]["how"] for e in events_of(s["record"], "stop_requested")] == ["terminate"]
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_the_real_timeout_signalled_costs_no_checkpoint(tmp_path, attempt):
+    # `timeout 60 memscope run -- python ckpt.py`; `kill -TERM <timeout>` once training runs: timeout sends SIGTERM
+    # to memscope, then to its own group (memscope in it), then SIGCONT to both. The copies land ~0.2 ms apart,
+    # while memscope's Python handler for the first may be running: CPython runs it again from inside itself.
+    p, ck, sj, _ = _ckpt_run(tmp_path, prefix=["timeout", "60"])
+    time.sleep(0.3)
+    os.kill(p.pid, signal.SIGTERM)  # p is timeout itself
+    _one_sigterm_and_the_checkpoint(p, ck, sj, 0)  # timeout was signalled, not timed out: the status is the run's
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_a_copy_landing_while_the_handler_runs_is_the_same_press(tmp_path, attempt):
+    # What timeout does, with the second copy sent the moment memscope's handler for the first is seen running (it
+    # writes its line first): CPython runs the handler again from inside itself. The old code counted a second
+    # press (SIGKILL: the checkpoint lost) or deadlocked on the stop lock the outer call held (memscope hung, the
+    # run never got its SIGTERM).
+    p, ck, sj, _ = _ckpt_run(tmp_path, process_group=0)
+    time.sleep(0.3)
+    fd = p.stderr.fileno()
+    os.set_blocking(fd, False)
+    os.kill(p.pid, signal.SIGTERM)
+    got, deadline = b"", time.monotonic() + 30
+    while b"passing it on" not in got and time.monotonic() < deadline:
+        try:
+            got += os.read(fd, 4096)
+        except BlockingIOError:
+            pass
+    os.killpg(p.pid, signal.SIGTERM)  # the group-wide copy, inside the first copy's handling
+    os.set_blocking(fd, True)
+    rc = _end(p)
+    err = got.decode() + p.stderr.read()
+    assert ck.exists() and ck.read_text() == "step 42\n", err  # saved: no SIGKILL, no second SIGTERM
+    assert rc == 0, err
+    s = json.loads(sj.read_text())
+    sent = [e["data"]["signal"] for e in events_of(s["record"], "signal_sent")]
+    assert sent == ["SIGTERM"], sent
+
+
+# The second copy delivered at a fixed point inside the first copy's handling: a real SIGTERM to memscope itself,
+# sent from within Run.terminate (where the first copy's handler is), so CPython runs the handler nested every time.
+NESTED = """
+import os, signal, sys
+from memscope.cli import main
+from memscope.session.run import Run
+
+real = Run.terminate
+def terminate(self, *a, **kw):
+    os.kill(os.getpid(), signal.SIGTERM)  # the group's copy, landing while the first is handled
+    return real(self, *a, **kw)
+Run.terminate = terminate
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_copy_delivered_inside_the_handler_is_the_same_press(tmp_path):
+    ck, sj = tmp_path / "ckpt", tmp_path / "summary.json"
+    p = subprocess.Popen(
+        [PY, "-c", NESTED, "run", "--quiet", "--grace", "5", "--record", str(tmp_path / "runs"), "--summary-json",
+         str(sj), "--", PY, script("ckpt_term.py"), str(ck), "1.0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert _readline(p).startswith("ready")
+    time.sleep(0.3)
+    os.kill(p.pid, signal.SIGTERM)
+    _one_sigterm_and_the_checkpoint(p, ck, sj, 0)
