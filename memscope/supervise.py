@@ -243,6 +243,19 @@ def send(pid: int, start: int | None, sig: int, skip_group: int | None = None, r
             os.close(fd)
 
 
+def scheduler_signals_run(root: int) -> str | None:
+    """The scheduler that signals every process of the run itself, or None: "Slurm" when memscope runs in a Slurm
+    job (SLURM_JOB_ID) and the run's root is in memscope's own cgroup, the step's, which Slurm's time limit,
+    ``scancel`` and srun's Ctrl-C signal process by process (proctrack/cgroup): the training has its own copy."""
+    if not LINUX or not os.environ.get("SLURM_JOB_ID"):
+        return None
+    try:
+        with open("/proc/self/cgroup") as mine, open(f"/proc/{root}/cgroup") as its:
+            return "Slurm" if mine.read() == its.read() else None
+    except OSError:
+        return None
+
+
 # -- reaping ---------------------------------------------------------------------------------------------------
 def reap(pid: int) -> int | None:
     """The wait status of ``pid`` if it is our child and has ended (collected now), else None."""

@@ -39,6 +39,7 @@ class RunCommand:
         # Imported here, not at the top: `memscope ls` or `--help` need none of the engine (the CLI is the top
         # layer, one of the few places that import lazily).
         from .. import supervise
+        from ..model import Event
         from ..session.options import check_summary_path
         from ..session.run import Run
 
@@ -99,6 +100,16 @@ class RunCommand:
             # second Ctrl-C comes later than that.
             if last["sig"] == signum and t < last["end"] + SAME_EVENT_S:
                 return
+            if signum in (signal.SIGINT, signal.SIGTERM) and not run.attached:
+                by = supervise.scheduler_signals_run(run.pid)
+                if by is not None:  # the training has its own copy: a second one is "force quit" to many
+                    last["sig"], last["end"] = signum, time.monotonic()
+                    name = signal.Signals(signum).name
+                    sys.stderr.write(f"\nmemscope: {name}: {by} signals every process of the step; not passed on\n")
+                    run.publish(
+                        Event(run.elapsed(), None, "signal_not_forwarded", {"signal": name, "scheduler": by})
+                    )
+                    return
             last["sig"], last["end"] = signum, float("inf")  # counted now: until its handling ends, any copy is it
             presses["n"] += 1
             try:
