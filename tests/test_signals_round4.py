@@ -220,3 +220,30 @@ def test_a_slurm_stop_gives_the_training_one_sigterm_not_two(tmp_path, attempt):
                 break
             except OSError:
                 time.sleep(0.1)
+
+
+# -- point 3: a stacks capture racing a child's exec ---------------------------------------------------------------
+def test_stacks_requested_during_a_fork_exec_storm_kill_no_child(start):
+    # A handler seen in /proc and the signal sent after it race the child's exec; the old stacks signal
+    # (SIGRTMIN+6) killed by default, so a child that exec'd in between died (5 children over four runs).
+    run = start([script("fork_exec_storm.py"), "10"])
+    deadline = time.monotonic() + 60
+    while not any(x.startswith("ready") for x in run.output_tail) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    captures, asked = 0, 0
+    while not run.ended and time.monotonic() < deadline:
+        try:
+            s = run.stacks()
+        except Exception:
+            break  # the run ended meanwhile
+        captures += 1
+        asked += len(s.processes)
+    s = run.wait(60)
+    out = [x for x in run.output_tail if x.startswith(("storm", "child"))]
+    assert captures >= 5, (captures, out)
+    assert any(x.startswith("storm: 0 of ") for x in out), (
+        out,
+        s["exit"]["message"],
+        s["exit"]["traceback"],
+    )  # no child died of a capture
+    assert s["exit"]["cause"] == "ok", s["exit"]

@@ -38,6 +38,7 @@ def _after_fork():
         channel.after_fork(_hello())
     except Exception:
         pass
+    _serve_in_thread()  # the parent's reader thread did not come through the fork: stacks are asked of it
 
 
 def _check_fds():
@@ -46,9 +47,15 @@ def _check_fds():
 
 
 def _serve():
-    """The agent's reader thread: answers the collector's requests (a tensor census) one at a time."""
+    """The agent's reader thread: answers the collector's requests (a tensor census, stacks) one at a time."""
     for req in channel.requests(idle=phases.flush, idle_s=phases.FLUSH_S):
         kind = req.get("t")
+        if kind == "stacks":  # into the file memscope reads: no reply, and no signal to wake anything
+            try:
+                stacks.dump_now()
+            except Exception:
+                pass
+            continue
         try:
             if kind == "census":
                 from . import census
@@ -59,6 +66,15 @@ def _serve():
         except Exception as exc:  # the census failed: say so, never raise into the process
             reply = {"t": kind or "reply", "id": req.get("id"), "error": repr(exc)}
         channel.send_now(reply)
+
+
+def _serve_in_thread():
+    try:
+        import threading
+
+        threading.Thread(target=_serve, name="memscope-agent", daemon=True).start()
+    except Exception:
+        pass
 
 
 def start():
@@ -92,12 +108,7 @@ def start():
     except Exception:
         pass
     channel.connect(_hello())
-    try:
-        import threading
-
-        threading.Thread(target=_serve, name="memscope-agent", daemon=True).start()
-    except Exception:
-        pass
+    _serve_in_thread()
     try:
         phases.install(channel)
     except Exception:

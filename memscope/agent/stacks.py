@@ -1,32 +1,33 @@
-"""Stacks on request ("last words"): every thread's Python stack, dumped by faulthandler on a real-time signal.
+"""Stacks on request ("last words"): every thread's Python stack, dumped by faulthandler into the run's directory.
 
-faulthandler's handler is C: it walks the thread states and writes with write(2), without the GIL, so it answers
-while the main thread sits in a long C call that holds the GIL (a numpy concatenate, a ctypes call), where a
-Python-level handler would wait for that call to end. The dump goes to a per-process file in the run's private
-directory; memscope (which outlives an OOM kill) reads it from there.
+Two routes, the first without any signal: the agent's reader thread, asked over its connection, calls
+``faulthandler.dump_traceback`` (``dump_now``); a process asleep in a wait (``signal.pause()``, a lock, I/O) is
+not woken by it. Where that thread cannot run (the main thread holds the GIL in a long C call: a numpy
+concatenate, a ctypes call) memscope may send the stacks signal, SIGURG: faulthandler's handler is C, walks the
+thread states and writes with write(2) without the GIL. SIGURG's default action is to ignore it, so a process
+that exec'd away from this agent between memscope's check of its handler and the signal (a fork that execs
+/bin/sleep) is not killed by it, as it was by a real-time signal. The dump goes to a per-process file in the run's
+private directory; memscope (which outlives an OOM kill) reads it from there.
 
-Safety: the signal is one the program does not use (its disposition is SIG_DFL at start, else no handler is
-registered), and never chained: chaining to SIG_DFL would re-raise a real-time signal, which kills. memscope sends
-it only to a proven member of the run whose /proc/PID/status shows a handler for it (exec resets handlers, so a
-process that exec'd away from this agent is never signalled). Nothing runs between captures.
+Safety: the signal is registered only where the program left it at SIG_DFL at start, and never chained.
+memscope sends it only to a proven member of the run, running (not asleep), whose /proc/PID/status shows a
+handler for it. Nothing runs between captures.
 """
 import faulthandler
 import os
 import signal
 
 from . import fds
-from .protocol import STACK_PREFIX, STACKS_SIGNAL_OFFSET
+from .protocol import STACK_PREFIX, STACKS_SIGNAL
 
 _state = {"sig": None, "file": None, "fd": None, "ident": None, "dir": None}
 
 
 def _signal():
-    rtmin = getattr(signal, "SIGRTMIN", None)
-    if rtmin is None or not hasattr(faulthandler, "register"):
-        return None  # no real-time signals (macOS), or faulthandler without user signals (Windows)
-    sig = int(rtmin) + STACKS_SIGNAL_OFFSET
-    if sig > int(signal.SIGRTMAX):
-        return None
+    sig = getattr(signal, STACKS_SIGNAL, None)
+    if sig is None or not hasattr(faulthandler, "register"):
+        return None  # faulthandler without user signals (Windows)
+    sig = int(sig)
     try:
         # Python read each signal's disposition at start: SIG_DFL means neither the program nor a library
         # (through sigaction) has claimed it.
@@ -38,17 +39,16 @@ def _signal():
 
 
 def install(run_dir):
-    """Register the dump on the stacks signal, into ``stack-<pid>.txt`` (appended to: memscope reads from the
-    offset it saw before it signalled). Returns (signal, file name) for the hello, or None."""
+    """Open ``stack-<pid>.txt`` (appended to: memscope reads from the offset it saw before it asked) and register
+    the dump on the stacks signal where the program leaves it free. Returns (signal or None, file name)."""
     sig = _state["sig"] if _state["sig"] is not None else _signal()
-    if sig is None:
-        return None
     name = "%s%d.txt" % (STACK_PREFIX, os.getpid())
     fd = fds.lift(os.open(os.path.join(run_dir, name),
                           os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600))
     f = open(fd, "w", closefd=False)
     try:
-        faulthandler.register(sig, file=f, all_threads=True, chain=False)
+        if sig is not None:
+            faulthandler.register(sig, file=f, all_threads=True, chain=False)
     except Exception:
         fds.close_if_own(fd, fds.identity(fd))
         raise
@@ -64,6 +64,17 @@ def info():
     if _state["fd"] is None:
         return None, None
     return _state["sig"], _state.get("name")
+
+
+def dump_now() -> bool:
+    """Every thread's stack into this process's file, now, from the calling thread (the agent's reader thread, on
+    memscope's request): no signal, so no wait of the program's is woken. Returns whether it was written."""
+    check()
+    f = _state["file"]
+    if _state["fd"] is None or f is None:
+        return False
+    faulthandler.dump_traceback(file=f, all_threads=True)
+    return True
 
 
 def after_fork():

@@ -1,12 +1,17 @@
 """Stacks of every process of the run, taken by memscope: on request, near the limit, and on a stall.
 
-Each Python process's agent registered faulthandler on the stacks signal (agent/stacks.py) and said so in its
-hello. A capture signals each such process that is a proven member of the run (pid + start time, through a pidfd)
-and shows a handler for that signal in /proc/PID/status at that moment (``supervise.send(require_handler=True)``),
-then reads the dumps from the run's private directory: memscope writes the capture, never the process about to
-die. It has a deadline (``DEADLINE_S`` for the whole tree); a process that exits meanwhile is named, not waited
-for. Processes without an agent are named with their state from /proc. Nothing runs between captures: the
-sampling round only compares two numbers (and, with a stall watch, reads each process's CPU time).
+Each Python process's agent keeps a dump file in the run's private directory and said so in its hello. A capture
+asks each proven member's agent, over its connection, to dump every thread from its reader thread: no signal, so
+a wait of the program's (``signal.pause()``, a lock, I/O) is not woken. Where that thread has not answered within
+``ASK_S`` (something holds the GIL: a long C call) the process may get the stacks signal (SIGURG, whose default
+action is to ignore it: a process that exec'd away meanwhile is not killed), if it is a proven member (pid + start
+time, through a pidfd) with a handler for it in /proc/PID/status at that moment
+(``supervise.send(require_handler=True)``); one whose thread could not be asked is signalled only while running,
+never asleep, and the capture says so (``_signal``). memscope
+reads the dumps from the run's private directory: it writes the capture, never the process about to die. It has a
+deadline (``DEADLINE_S`` for the whole tree); a process that exits meanwhile is named, not waited for. Processes
+without an agent are named with their state from /proc. Nothing runs between captures: the sampling round only
+compares two numbers (and, with a stall watch, reads each process's CPU time and bytes written).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ if TYPE_CHECKING:
 Run = Any
 
 DEADLINE_S = 1.0  # the whole tree's stacks, or what came by then
+ASK_S = 0.5  # an agent's reader thread has this long to answer before the process may get the signal
 QUIET_S = 0.01  # a dump is complete once its file has stopped growing this long (faulthandler writes in µs)
 REARM_BELOW = 0.05  # the high-water mark re-arms once the tree is this far (of the limit) below it
 MIN_GAP_S = 5.0  # automatic captures at most this often
@@ -46,7 +52,7 @@ class StackTaker:
 
     def __init__(self, run: Run) -> None:
         self.run = run
-        self.handlers: dict[int, tuple[int, str]] = {}  # pid (the kernel's) -> (signal, dump file name)
+        self.handlers: dict[int, tuple[int | None, str]] = {}  # pid (the kernel's) -> (signal or None, dump file)
         self.agents: set[int] = set()  # pids whose agent said hello
         self._lock = threading.Lock()  # one capture at a time (their dumps share nothing, but the CPU does)
         self._armed = True
@@ -62,11 +68,12 @@ class StackTaker:
 
     # -- the agents ------------------------------------------------------------------------------------------
     def on_hello(self, pid: int, msg: dict[str, Any]) -> None:
-        """An agent's hello: remember its stacks signal and dump file (a bare file name in the run's directory)."""
+        """An agent's hello: remember its dump file (a bare file name in the run's directory) and stacks signal
+        (None where the program has its own use for it: then only its reader thread is asked)."""
         self.agents.add(pid)
         sig, name = msg.get("stacks_signal"), msg.get("stacks_file")
-        if isinstance(sig, int) and isinstance(name, str) and name == os.path.basename(name) and name:
-            self.handlers[pid] = (sig, name)
+        if isinstance(name, str) and name == os.path.basename(name) and name:
+            self.handlers[pid] = (sig if isinstance(sig, int) else None, name)
         else:
             self.handlers.pop(pid, None)  # a fork whose parent's registration did not carry over
 
@@ -109,7 +116,10 @@ class StackTaker:
         except IndexError:
             last = {}
         rows: dict[int, dict[str, Any]] = {}
-        waiting: dict[int, tuple[str, int]] = {}
+        # pid -> [dump path, its size before, start time, signal, asked its thread, signal tried (None: not yet;
+        # "sent", or why not)]
+        waiting: dict[int, list[Any]] = {}
+        server = run.agents.server
         for pid, start in sorted(members.items()):
             t = procs.get(pid)
             st = procfs.read_stat(pid)
@@ -129,14 +139,16 @@ class StackTaker:
             sig, name = h
             path = os.path.join(run.agents.dir, name)
             before = _size(path)
-            if before is None or not supervise.send(pid, start, sig, require_handler=True):
+            if before is None:
                 row["status"] = "exited" if supervise.exited(pid) else "no_handler"
                 continue
-            waiting[pid] = (path, before)
+            asked = server is not None and server.request(pid, {"t": "stacks"}, timeout=0.05)
+            waiting[pid] = [path, before, start, sig, asked, None]
         seen: dict[int, tuple[int, float]] = {}  # pid -> (size, when it was last seen to grow)
         while waiting:
             now = time.monotonic()
-            for pid, (path, before) in list(waiting.items()):
+            for pid, w in list(waiting.items()):
+                path, before = w[0], w[1]
                 size = _size(path) or 0
                 prev = seen.get(pid)
                 if size > before and (prev is None or prev[0] != size):
@@ -147,15 +159,22 @@ class StackTaker:
                 elif size <= before and supervise.exited(pid):
                     rows[pid]["status"] = "exited"
                     del waiting[pid]
+                elif size <= before and w[5] is None and (not w[4] or now - t0 >= ASK_S):
+                    w[5] = _signal(pid, w[2], w[3], w[4])  # its thread did not answer (or it has none): one try
             if not waiting or now - t0 >= deadline_s:
                 break
             time.sleep(0.002)
-        for pid, (path, before) in waiting.items():
+        for pid, w in waiting.items():
+            path, before, tried = w[0], w[1], w[5]
             size = _size(path) or 0
             if size > before:
                 rows[pid].update(status="partial", threads=self._read(path, before, size))
+            elif supervise.exited(pid):
+                rows[pid]["status"] = "exited"
             else:
-                rows[pid]["status"] = "exited" if supervise.exited(pid) else "no_answer"
+                rows[pid]["status"] = "no_answer" if tried in (None, "sent") else tried
+            if tried not in (None, "sent"):
+                rows[pid]["wchan"] = _wchan(pid)  # where it sleeps, in the kernel's words
         lim = run.limit() or {}
         tree = sum(v for v in last.values() if v)
         cg = run.snapshot.host.cgroup_usage if run.snapshot.host is not None else None
@@ -312,6 +331,23 @@ class StackTaker:
         threading.Thread(target=go, name="memscope-stacks", daemon=True).start()
 
 
+def _signal(pid: int, start: int, sig: int | None, asked: bool) -> str:
+    """The stacks signal to ``pid`` whose reader thread did not answer: "sent", or why not.
+
+    A thread that was asked and did not answer could not take the GIL: something holds it (a long C call, running
+    or blocked), so the process is in no Python-level wait such as ``signal.pause()`` (those release the GIL) and
+    the signal is what can reach it. A process whose thread could not be asked (its connection is gone) gets the
+    signal only while running: asleep, it may be in a wait that any caught signal ends early."""
+    st = procfs.read_stat(pid)
+    if st is None or st.state in ("Z", "X"):
+        return "exited"
+    if sig is None or not procfs.catches(pid, sig):
+        return "no_handler"  # the program took the signal, or exec'd away from the agent
+    if st.state != "R" and not asked:
+        return "asleep"
+    return "sent" if supervise.send(pid, start, sig, require_handler=True) else "no_handler"
+
+
 def request(agent_dir: str) -> str:
     """Ask the memscope that supervises a run (another process) for its stacks: leave the request in the run's
     directory; the supervisor takes it at its next sampling round and records a "stacks" event whose
@@ -332,6 +368,14 @@ def _take_request(path: str) -> str | None:
     except OSError:
         return None
     return rid if rid.isalnum() else None
+
+
+def _wchan(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            return f.read(64).strip() or None
+    except OSError:
+        return None
 
 
 def _size(path: str) -> int | None:
