@@ -247,3 +247,19 @@ def test_stacks_requested_during_a_fork_exec_storm_kill_no_child(start):
         s["exit"]["traceback"],
     )  # no child died of a capture
     assert s["exit"]["cause"] == "ok", s["exit"]
+
+
+# -- point 4: a stall capture must not wake a wait ---------------------------------------------------------------
+def test_a_stall_capture_does_not_wake_a_worker_in_signal_pause(start):
+    # --stall-after 5 on a worker in signal.pause() for SIGUSR1 at 12 s: it returned after 5.3 s (the capture's
+    # signal ran a handler, and pause() returns after any). The capture now asks the agent's thread instead.
+    run = start([script("pause_worker.py"), "6"], stall_after_s=2)
+    s = run.wait(60)
+    woke = [x for x in run.output_tail if x.startswith("worker woke")]
+    assert len(woke) == 1 and woke[0].endswith("SIGUSR1: yes"), woke  # not woken before its signal
+    assert float(woke[0].split()[3]) >= 5.5, woke
+    stalls = [c for c in s["stacks"] if c["reason"] == "stall"]
+    assert len(stalls) == 1, s["stacks"]  # the watch did capture: the stacks came without a signal
+    worker = [p for p in stalls[0]["processes"] if p["pid"] != run.pid]
+    assert worker and all(p["status"] == "ok" for p in worker), worker
+    assert any(f["func"] == "<module>" for f in worker[0]["threads"][0]["frames"]), worker
