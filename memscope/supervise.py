@@ -299,7 +299,8 @@ def own_peak_rss() -> int | None:
 
 
 class Supervisor:
-    """Signals for one run: the group while the root is unreaped, then each member checked by start time."""
+    """Signals for one run: the group while the root is unreaped, then each member checked by start time. An
+    attached run (memscope did not start it) is never signalled: watching is all memscope does there."""
 
     def __init__(
         self,
@@ -323,8 +324,8 @@ class Supervisor:
 
     def signal_group(self, sig: int) -> None:
         """What a terminal does (Ctrl-C, hangup): the run's foreground group, as one."""
-        if self.root <= 1:
-            return  # not started: killpg(0) would signal memscope's own group
+        if self.root <= 1 or self.attached:
+            return  # not started (killpg(0) would signal memscope's own group), or not ours to signal
         if not self.attached and not self._root_reaped():
             try:
                 os.killpg(self.root, sig)
@@ -340,7 +341,7 @@ class Supervisor:
 
     def signal_run(self, sig: int) -> list[int]:
         """Every live process of the run (the group, then each member that left it), checked one by one."""
-        if self.root <= 1:
+        if self.root <= 1 or self.attached:
             return []
         group = None
         if not self.attached and not self._root_reaped():
@@ -368,6 +369,8 @@ class Supervisor:
         then SIGKILL (``announce(pids)`` first). Returns pid -> wait status of those memscope could reap (orphans
         re-parented to it are its children now; only these pids are waited for)."""
         ours = list(left)
+        if self.attached:
+            return {}
         if left:
             left = wait_gone(left, 0.0 if stop_requested == "kill" else 2.0)
         if left:

@@ -263,3 +263,40 @@ def test_a_stall_capture_does_not_wake_a_worker_in_signal_pause(start):
     worker = [p for p in stalls[0]["processes"] if p["pid"] != run.pid]
     assert worker and all(p["status"] == "ok" for p in worker), worker
     assert any(f["func"] == "<module>" for f in worker[0]["threads"][0]["frames"]), worker
+
+
+# -- point 5: re-running an attach cell ----------------------------------------------------------------------------
+def test_rerunning_an_attach_cell_never_signals_the_training_it_watches(tmp_path, monkeypatch):
+    # `%memscope --attach PID`, the cell run again: the re-run stopped the previous run of the cell as Stop does,
+    # and the training memscope never started got SIGINT (KeyboardInterrupt, exit -2).
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from memscope import magic
+
+    log = tmp_path / "signals.log"
+    training = subprocess.Popen([PY, script("signal_log.py"), str(log)], stdout=subprocess.PIPE, text=True)
+    runs = []
+    try:
+        assert _readline(training).startswith("ready")
+        ip = InteractiveShell.instance()
+        m = magic.MemscopeMagics(shell=ip)
+        line = f"--record {tmp_path / 'runs'} --interval 0.05 --attach {training.pid}"
+        for request in ("execute-1", "execute-2"):  # the same cell (JupyterLab's cellId), executed twice
+            monkeypatch.setattr(magic, "_cell_request", lambda r=request: ("cell-A", r))
+            runs.append(m.memscope(line))
+            time.sleep(1.0)
+        assert not log.exists() or log.read_text() == "", log.read_text()  # the re-run signalled nothing
+        assert runs[0].wait(20) is not None and runs[0].summary()["exit"]["cause"] == "detached"
+        runs[1].stop()  # the Stop button of an attached run: stop watching, nothing else
+        assert runs[1].wait(20) is not None
+        time.sleep(0.5)
+        assert training.poll() is None  # still running
+        assert not log.exists() or log.read_text() == "", log.read_text()  # and never got a signal
+        for r in runs:
+            assert events_of(r.record_path, "signal_sent") == []
+    finally:
+        for r in runs:
+            if r is not None and not r.ended:
+                r.detach()
+        training.kill()
+        training.wait()

@@ -151,6 +151,11 @@ class Run:
         self._stop("terminate", grace_s, signal.SIGTERM, wait)
 
     def _stop(self, how: str, grace_s: float | None, first_sig: int | None, wait: bool) -> None:
+        if self.attached:  # memscope did not start it: stopping means to stop watching, never a signal
+            self.detach()
+            if wait:
+                self._ended.wait()
+            return
         grace = self.options.grace_s if grace_s is None else grace_s
         with self._stop_lock:
             after_end = self._root_has_exited()
@@ -167,7 +172,12 @@ class Run:
             self._ended.wait()
 
     def kill(self, wait: bool = True) -> None:
-        """SIGKILL every process of the tree now."""
+        """SIGKILL every process of the tree now (an attached run: stop watching it)."""
+        if self.attached:
+            self.detach()
+            if wait:
+                self._ended.wait()
+            return
         with self._stop_lock:
             after_end = self._root_has_exited()
             if not after_end:
@@ -217,6 +227,8 @@ class Run:
 
     def detach(self) -> None:
         """Stop watching (attach mode): the process goes on; the record ends here."""
+        if self._ended.is_set() or self._detached:
+            return
         self.publish(Event(self.elapsed(), None, "detached", {}))
         self._detached = True
         self._ended_early.set()
