@@ -6,7 +6,8 @@ Everything here rests on what the kernel says, never on what a process says abou
 - **membership** (``Membership.proof``): a process belongs to the run if its parent does (the parent's pid *and*
   start time are a member's, read after the child's, and the child is younger: a member's pid reused by a
   stranger proves nothing for the stranger's children), if its session is the
-  run's session (sessions cannot be joined, only left), if its environment carries the run's marker, or if it is
+  run's session (sessions cannot be joined, only left), if its environment carries the run's secret key (never the
+  public run id) and it runs as memscope's user or the root's, or if it is
   an orphan the kernel re-parented to memscope (the CLI is the child subreaper while it supervises a run; a
   library's or notebook's process never is: it would adopt its own strangers).
   A pid an agent *claims* (in a PID namespace it is not even a host pid) is never enough.
@@ -141,6 +142,9 @@ class Membership:
         self.session = session
         self.marker = marker
         self.started_ticks = started_ticks  # the root's start time: an orphan of the run is younger
+        # Whose processes the marker can prove: memscope's user and the root's (a run that switched users
+        # keeps its descendants by parentage and session). The key is secret, this is a second lock.
+        self.uids = {u for u in (os.geteuid(), _uid(root)) if u is not None}
         self.reparented = reparented and LINUX
         self.signal_orphans = _sole_launcher  # whether a re-parented orphan proves enough to be signalled
 
@@ -153,7 +157,7 @@ class Membership:
             return "parent"
         if self.session is not None and st.sid == self.session:
             return "session"
-        if self.marker and procfs.environ_has(pid, self.marker):
+        if self.marker and _uid(pid) in self.uids and procfs.environ_has(pid, self.marker):
             return "marker"
         if self.reparented and st.ppid == os.getpid() and st.sid == pid and self._orphan_of_ours(pid, st):
             return "reparented"  # see signal_orphans: in a kernel it is watched, not signalled
@@ -186,6 +190,14 @@ class Membership:
                 return False  # the pid was reused since: whoever holds it now is not this child's parent
             st = parent
         return False
+
+
+def _uid(pid: int) -> int | None:
+    """The user a process runs as (the owner of /proc/PID), None if unreadable."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
 
 
 # -- signals ---------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import os
 import select
 import signal
 import subprocess
+import tempfile
 import time
 
 import psutil
@@ -300,3 +301,84 @@ def test_rerunning_an_attach_cell_never_signals_the_training_it_watches(tmp_path
                 r.detach()
         training.kill()
         training.wait()
+
+
+# -- point 7: another local user's process that knows the run id --------------------------------------------------
+@pytest.fixture
+def other_user():
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a second user")
+    name = f"mstest{os.getpid() % 100000}"
+    subprocess.run(["userdel", "-r", name], capture_output=True)
+    r = subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"useradd failed: {r.stderr.strip()}")
+    try:
+        yield name
+    finally:
+        subprocess.run(["userdel", name], capture_output=True)
+
+
+def test_another_users_process_with_the_run_id_is_not_adopted_nor_signalled(start, other_user, tmp_path):
+    # The run id is readable by anyone (it names the record); a process of another user started with
+    # MEMSCOPE_RUN_ID=<id> was counted in root's run and got SIGTERM and SIGKILL at its end.
+    run = start([PY, "-c", "import time; print('ready', flush=True); time.sleep(4)"])
+    shared = tempfile.mkdtemp()
+    os.chmod(shared, 0o777)
+    log = os.path.join(shared, "signals.log")
+    trap = f'trap "echo TERM >> {log}" TERM; trap "echo INT >> {log}" INT; echo up; while :; do sleep 0.1; done'
+    env = {"PATH": "/usr/bin:/bin", "MEMSCOPE_RUN_ID": run.run_id}
+    stranger = subprocess.Popen(
+        ["runuser", "-u", other_user, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()], "sh", "-c", trap],
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert _readline(stranger) == "up\n"
+        shells = [p for p in psutil.Process(stranger.pid).children(recursive=True) if p.name() == "sh"]
+        assert shells and shells[0].uids().real != 0
+        s = run.wait(60)
+        pids = {p["pid"] for p in s["processes"]}
+        assert not pids & {stranger.pid, *(p.pid for p in shells)}, s["processes"]  # not counted in the run
+        time.sleep(0.5)
+        assert not os.path.exists(log) or open(log).read() == "", open(log).read()  # never signalled
+        assert all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in shells)
+    finally:
+        for p in psutil.Process(stranger.pid).children(recursive=True):
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        stranger.kill()
+        stranger.wait()
+
+
+ESCAPEE = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        print("escapee", os.getpid(), flush=True)
+        time.sleep(30)
+        os._exit(0)
+    os._exit(0)
+time.sleep(30)
+"""
+
+
+def test_an_escapee_of_the_run_is_still_found_by_its_secret_key(start):
+    # The marker moved from the public run id to a secret key: a double-forked daemon of the run's own (another
+    # session, re-parented away) is still the run's, proven by the key in its environment.
+    run = start([PY, "-c", ESCAPEE])
+    deadline = time.monotonic() + 30
+    while not any(x.startswith("escapee") for x in run.output_tail) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int(next(x for x in run.output_tail if x.startswith("escapee")).split()[1])
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        env = dict(x.split(b"=", 1) for x in f.read().split(b"\0") if b"=" in x)
+    assert env[b"MEMSCOPE_RUN_ID"] == run.run_id.encode() and len(env[b"MEMSCOPE_RUN_KEY"]) == 32
+    while pid not in run.tree.members() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert run.tree.procs[pid].proof == "marker", run.tree.procs[pid]
+    run.kill()
+    run.wait(30)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

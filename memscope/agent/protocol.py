@@ -1,7 +1,9 @@
 """What the agent and the collector agree on: environment variables and message shapes (JSON lines)."""
 ENV_SOCK = "MEMSCOPE_SOCK"      # the collector's Unix socket, in a private 0700 directory
 ENV_TOKEN = "MEMSCOPE_TOKEN"    # per-run secret; the first message of a connection must carry it
-ENV_RUN = "MEMSCOPE_RUN_ID"     # also marks every process of the run, so escapees can be found in /proc
+ENV_RUN = "MEMSCOPE_RUN_ID"     # the run's id, for the program's own use: public (it names the record), proves nothing
+ENV_KEY = "MEMSCOPE_RUN_KEY"    # per-run secret in the environment only: marks every process of the run, so that
+                                # escapees can be found in /proc (environ is readable by the same user and root)
 ENV_DIR = "MEMSCOPE_DIR"        # private directory for per-process crash files
 ENV_SCRIPT = "MEMSCOPE_SCRIPT"  # the user's script, when known
 

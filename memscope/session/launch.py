@@ -4,6 +4,7 @@ subreaper first), the record's first row, the proof of membership, and the threa
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from typing import Any
 
@@ -31,8 +32,12 @@ def launch(run: Run) -> None:
             finish_mod.abort(run)
             raise
     run._kmsg = host_mod.KernelLog()  # before the run: its OOM kill may come at once
+    # The membership marker is a secret, never the run id: the id names the record, which others can list, and a
+    # process of another user started with it was adopted into the run and signalled with it.
+    key = secrets.token_hex(16)
     if not run.attached:
         env[protocol.ENV_RUN] = run.run_id
+        env[protocol.ENV_KEY] = key
         if o.agent:
             run.agents.environment(env)
         if o.output == "capture":
@@ -70,7 +75,7 @@ def launch(run: Run) -> None:
             "stall_after_s": o.stall_after_s,
         },
     )
-    marker = None if run.attached else f"{protocol.ENV_RUN}={run.run_id}".encode()
+    marker = None if run.attached else f"{protocol.ENV_KEY}={key}".encode()
     root_stat = _stat(run.pid)
     # A process we launched owns its session; one we attached to may share its shell's: no session proof then.
     membership = supervise.Membership(
