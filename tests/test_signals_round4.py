@@ -382,3 +382,21 @@ def test_an_escapee_of_the_run_is_still_found_by_its_secret_key(start):
     run.kill()
     run.wait(30)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+# -- issue 30 point 5: a stall is the run's ------------------------------------------------------------------------
+@pytest.mark.parametrize("every,stalls", [(2.0, 0), (0.0, 1)])
+def test_a_wrapped_training_that_writes_its_log_is_not_a_stall(start, tmp_path, every, stalls):
+    # `bash -c 'python train.py; true'`: the training prints to its own file every 2 s with --stall-after 5 (the
+    # issue's 4 s and 60 s, scaled); the old rule saw little CPU and no output memscope captured: "no progress".
+    # A training that sleeps and writes nothing is a stall: one capture, not one per window.
+    log = tmp_path / "train.log"
+    run = start(
+        ["bash", "-c", '"$0" "$@"; true', PY, script("quiet_printer.py"), str(log), str(every), "14"],
+        stall_after_s=5,
+    )
+    s = run.wait(90)
+    got = [c for c in s["stacks"] if c["reason"] == "stall"]
+    assert len(got) == stalls, [(c["t_s"], c.get("cpu_s")) for c in got]
+    if every:
+        assert len(log.read_text().splitlines()) >= 5  # it did write its log

@@ -60,7 +60,12 @@ class StackTaker:
         self._busy = False
         self._closed = False  # settle(): the run is ending
         self._mem: collections.deque[tuple[float, dict[int, int]]] = collections.deque()
-        self._cpu: collections.deque[tuple[float, dict[int, int]]] = collections.deque()
+        # The stall watch: (time, (CPU ticks, bytes written) of the run so far) at each check, over the window;
+        # each process's last reading, keyed by (pid, start time); a capture's own dumps are not progress.
+        self._cpu: collections.deque[tuple[float, tuple[int, int]]] = collections.deque()
+        self._acct: dict[tuple[int, int], tuple[int, int]] = {}
+        self._total = (0, 0)
+        self._rebase = False
         self._stall_taken = False
         self._stall_checked = -1e9
         self.last_output_t = 0.0  # when the run last printed (capture mode): set by the output readers
@@ -283,24 +288,43 @@ class StackTaker:
             self._auto("near_limit", {"high_water": mark})
 
     def _stall(self, sample: TreeSample, now: float) -> None:
+        # A stall is the run's: CPU and bytes written (/proc/PID/io wchar: prints wherever they go, captured or
+        # not) of every process alive in the window, those born in it included (a training under an idle `bash`
+        # or `uv` wrapper started after the window did), summed check by check into running totals.
         after = self.run.options.stall_after_s
-        ticks = {}
+        seen: dict[tuple[int, int], tuple[int, int]] = {}
+        cpu = wrote = 0
         for p in sample.procs:
-            c = procfs.cpu_ticks(p.pid)
-            if c is not None:
-                ticks[p.pid] = c
-        self._cpu.append((now, ticks))
+            st = procfs.read_stat(p.pid)
+            if st is None:
+                continue
+            w = procfs.written(p.pid) or 0
+            key = (p.pid, st.starttime)
+            seen[key] = (st.cpu, w)
+            prev = self._acct.get(key)
+            if prev is not None:
+                cpu, wrote = cpu + max(0, st.cpu - prev[0]), wrote + max(0, w - prev[1])
+            else:  # born (or found) since the last check: all it did is new
+                cpu, wrote = cpu + st.cpu, wrote + w
+        first = not self._acct
+        self._acct = seen
+        if first or self._rebase:  # the first reading, or a capture's own dumps since: a new window from here
+            self._rebase = False
+            self._cpu.clear()
+        else:
+            self._total = (self._total[0] + cpu, self._total[1] + wrote)
+        self._cpu.append((now, self._total))
         while len(self._cpu) > 2 and now - self._cpu[1][0] >= after:
             self._cpu.popleft()
-        t_old, old = self._cpu[0]
-        used = sum(max(0, c - old[p]) for p, c in ticks.items() if p in old) / procfs.CLK_TCK
-        quiet = now - t_old >= after and used <= 0.01 * after and self.last_output_t <= t_old
-        if not quiet:
-            self._stall_taken = False
+        t_old, (cpu_old, wrote_old) = self._cpu[0]
+        used = (self._total[0] - cpu_old) / procfs.CLK_TCK
+        if used > 0.01 * after or self._total[1] > wrote_old or self.last_output_t > t_old:
+            self._stall_taken = False  # it computes or writes: progress
             return
-        if not self._stall_taken:
-            self._stall_taken = True
-            self._auto("stall", {"stall_after_s": after, "cpu_s": round(used, 3)})
+        if now - t_old < after or self._stall_taken:
+            return
+        self._stall_taken = True
+        self._auto("stall", {"stall_after_s": after, "cpu_s": round(used, 3)})
 
     def _auto(self, reason: str, extra: dict[str, Any], automatic: bool = True) -> None:
         if automatic:
@@ -326,6 +350,7 @@ class StackTaker:
                 except Exception:
                     pass
             finally:
+                self._rebase = True  # the dumps just written are the capture's, not the run's progress
                 self._busy = False
 
         threading.Thread(target=go, name="memscope-stacks", daemon=True).start()
