@@ -83,6 +83,8 @@ def _one_sigterm_and_the_checkpoint(p, ck, sj, rc_expected):
     sent = [e["data"] for e in events_of(s["record"], "signal_sent")]
     assert [d["signal"] for d in sent] == ["SIGTERM"], sent  # one copy; no SIGKILL, no SIGCONT nobody sent
     assert [e["data"]["how"] for e in events_of(s["record"], "stop_requested")] == ["terminate"]
+    # the words say what was sent (point 10): no SIGKILL went out
+    assert "(no SIGKILL)" in s["exit"]["message"] and "then SIGKILL" not in s["exit"]["message"], s["exit"]
 
 
 @pytest.mark.parametrize("attempt", range(3))
@@ -400,3 +402,20 @@ def test_a_wrapped_training_that_writes_its_log_is_not_a_stall(start, tmp_path, 
     assert len(got) == stalls, [(c["t_s"], c.get("cpu_s")) for c in got]
     if every:
         assert len(log.read_text().splitlines()) >= 5  # it did write its log
+
+
+def test_a_program_that_handles_the_stacks_signal_itself_is_told_why_and_not_signalled(start):
+    # Point 10: a program with its own handler for the stacks signal was reported as "did not answer".
+    run = start([script("own_sigurg_gil.py")])
+    deadline = time.monotonic() + 30
+    while "calling" not in list(run.output_tail) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    s = run.stacks()
+    main = next(p for p in s.processes if p["pid"] == run.pid)
+    assert main["status"] == "signal_taken", main
+    assert "handles the stacks signal (SIGURG) itself: not signalled" in s.text, s.text
+    time.sleep(0.5)
+    assert "own handler called" not in list(run.output_tail)  # the capture never called the program's handler
+    run.kill()
+    run.wait(30)

@@ -11,6 +11,7 @@ FAULT_PREFIX = "fault-"         # fault-<pid>.txt: faulthandler's dump of every 
 FAULT_ECHO = ".stderr"         # fault-<pid>.stderr.txt: the user asked for the dump on stderr too
 EXC_PREFIX = "exc-"             # exc-<pid>.json: an uncaught exception (type, message, traceback)
 STACK_PREFIX = "stack-"         # stack-<pid>.txt: faulthandler's dumps on the stacks signal (appended to)
+STACKS_TAKEN = ".taken"         # stack-<pid>.txt.taken: the program installed its own handler for that signal
 STACKS_SIGNAL = "SIGURG"       # where the program leaves it at SIG_DFL; its default action is to ignore it
 MAX_LINE = 1 << 20              # longest message accepted from an agent
 MARK_CHARS = 1000               # a mark's text is cut to this (agent and collector both)

@@ -14,13 +14,14 @@ memscope sends it only to a proven member of the run, running (not asleep), whos
 handler for it. Nothing runs between captures.
 """
 import faulthandler
+import functools
 import os
 import signal
 
 from . import fds
-from .protocol import STACK_PREFIX, STACKS_SIGNAL
+from .protocol import STACK_PREFIX, STACKS_SIGNAL, STACKS_TAKEN
 
-_state = {"sig": None, "file": None, "fd": None, "ident": None, "dir": None}
+_state = {"sig": None, "file": None, "fd": None, "ident": None, "dir": None, "taken": False, "watching": False}
 
 
 def _signal():
@@ -47,8 +48,9 @@ def install(run_dir):
                           os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600))
     f = open(fd, "w", closefd=False)
     try:
-        if sig is not None:
+        if sig is not None and not _state["taken"]:  # a fork of a program that took it keeps the program's
             faulthandler.register(sig, file=f, all_threads=True, chain=False)
+            _watch()
     except Exception:
         fds.close_if_own(fd, fds.identity(fd))
         raise
@@ -56,7 +58,39 @@ def install(run_dir):
     _state.update(sig=sig, file=f, fd=fd, ident=fds.identity(fd), dir=run_dir, name=name)
     if old[0] is not None and old[0] != fd:
         fds.close_if_own(*old)  # the parent's file, inherited through fork
+    if _state["taken"]:
+        _mark_taken()
     return sig, name
+
+
+def _watch():
+    """Notice the program installing its own handler for the stacks signal (it replaces faulthandler's): leave
+    the mark memscope checks before it would signal, so that the program's handler is never called by a capture."""
+    if _state["watching"]:
+        return
+    real = signal.signal
+
+    def signal_signal(signalnum, handler):
+        old = real(signalnum, handler)
+        try:
+            if _state["sig"] is not None and int(signalnum) == _state["sig"] and not _state["taken"]:
+                _state["taken"] = True
+                _mark_taken()
+        except Exception:
+            pass
+        return old
+
+    functools.update_wrapper(signal_signal, real)
+    signal.signal = signal_signal
+    _state["watching"] = True
+
+
+def _mark_taken():
+    try:
+        os.close(os.open(os.path.join(_state["dir"], _state["name"] + STACKS_TAKEN),
+                         os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600))
+    except (OSError, TypeError):
+        pass
 
 
 def info():
@@ -100,7 +134,7 @@ def check():
 
 def unregister():
     try:
-        if _state["sig"] is not None:
+        if _state["sig"] is not None and not _state["taken"]:  # unregistering would undo the program's handler
             faulthandler.unregister(_state["sig"])
     except Exception:
         pass

@@ -25,6 +25,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import supervise
+from ..agent.protocol import STACKS_TAKEN
 from ..collect.platform import procfs
 from ..errors import StacksError
 from ..model import Event, TreeSample
@@ -165,7 +166,7 @@ class StackTaker:
                     rows[pid]["status"] = "exited"
                     del waiting[pid]
                 elif size <= before and w[5] is None and (not w[4] or now - t0 >= ASK_S):
-                    w[5] = _signal(pid, w[2], w[3], w[4])  # its thread did not answer (or it has none): one try
+                    w[5] = _signal(pid, w[2], w[3], w[4], w[0])  # its thread did not answer (or it has none): one try
             if not waiting or now - t0 >= deadline_s:
                 break
             time.sleep(0.002)
@@ -356,7 +357,7 @@ class StackTaker:
         threading.Thread(target=go, name="memscope-stacks", daemon=True).start()
 
 
-def _signal(pid: int, start: int, sig: int | None, asked: bool) -> str:
+def _signal(pid: int, start: int, sig: int | None, asked: bool, dump: str) -> str:
     """The stacks signal to ``pid`` whose reader thread did not answer: "sent", or why not.
 
     A thread that was asked and did not answer could not take the GIL: something holds it (a long C call, running
@@ -366,8 +367,10 @@ def _signal(pid: int, start: int, sig: int | None, asked: bool) -> str:
     st = procfs.read_stat(pid)
     if st is None or st.state in ("Z", "X"):
         return "exited"
-    if sig is None or not procfs.catches(pid, sig):
-        return "no_handler"  # the program took the signal, or exec'd away from the agent
+    if sig is None or os.path.exists(dump + STACKS_TAKEN):
+        return "signal_taken"  # the program has its own use for the signal (at its start, or since: the mark)
+    if not procfs.catches(pid, sig):
+        return "no_handler"  # exec'd away from the agent
     if st.state != "R" and not asked:
         return "asleep"
     return "sent" if supervise.send(pid, start, sig, require_handler=True) else "no_handler"
