@@ -68,7 +68,7 @@ def _serve():
         channel.send_now(reply)
 
 
-def _serve_in_thread():
+def _serve_in_thread() -> None:
     try:
         import threading
 

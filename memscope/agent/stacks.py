@@ -17,14 +17,15 @@ import faulthandler
 import functools
 import os
 import signal
+from typing import Any
 
 from . import fds
 from .protocol import STACK_PREFIX, STACKS_SIGNAL, STACKS_TAKEN
 
-_state = {"sig": None, "file": None, "fd": None, "ident": None, "dir": None, "taken": False, "watching": False}
+_state: "dict[str, Any]" = {"sig": None, "file": None, "fd": None, "ident": None, "dir": None, "taken": False, "watching": False}
 
 
-def _signal():
+def _signal() -> "int | None":
     sig = getattr(signal, STACKS_SIGNAL, None)
     if sig is None or not hasattr(faulthandler, "register"):
         return None  # faulthandler without user signals (Windows)
@@ -39,7 +40,7 @@ def _signal():
     return sig
 
 
-def install(run_dir):
+def install(run_dir: str) -> "tuple[int | None, str]":
     """Open ``stack-<pid>.txt`` (appended to: memscope reads from the offset it saw before it asked) and register
     the dump on the stacks signal where the program leaves it free. Returns (signal or None, file name)."""
     sig = _state["sig"] if _state["sig"] is not None else _signal()
@@ -63,15 +64,15 @@ def install(run_dir):
     return sig, name
 
 
-def _watch():
+def _watch() -> None:
     """Notice the program installing its own handler for the stacks signal (it replaces faulthandler's): leave
     the mark memscope checks before it would signal, so that the program's handler is never called by a capture."""
     if _state["watching"]:
         return
     real = signal.signal
 
-    def signal_signal(signalnum, handler):
-        old = real(signalnum, handler)
+    def signal_signal(signalnum: int, handler: object) -> object:
+        old = real(signalnum, handler)  # type: ignore[arg-type]
         try:
             if _state["sig"] is not None and int(signalnum) == _state["sig"] and not _state["taken"]:
                 _state["taken"] = True
@@ -81,11 +82,11 @@ def _watch():
         return old
 
     functools.update_wrapper(signal_signal, real)
-    signal.signal = signal_signal
+    signal.signal = signal_signal  # type: ignore[assignment]
     _state["watching"] = True
 
 
-def _mark_taken():
+def _mark_taken() -> None:
     try:
         os.close(os.open(os.path.join(_state["dir"], _state["name"] + STACKS_TAKEN),
                          os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600))
@@ -93,7 +94,7 @@ def _mark_taken():
         pass
 
 
-def info():
+def info() -> "tuple[int | None, str | None]":
     """(signal, file name) of this process's registration, or (None, None)."""
     if _state["fd"] is None:
         return None, None
@@ -111,7 +112,7 @@ def dump_now() -> bool:
     return True
 
 
-def after_fork():
+def after_fork() -> None:
     """A forked child inherits the handler and the parent's file: give it a file of its own (its own pid)."""
     if _state["dir"] is None:
         return
@@ -121,7 +122,7 @@ def after_fork():
         unregister()
 
 
-def check():
+def check() -> None:
     """The program closed our descriptor (and may have been handed its number): re-register on a new one, or
     unregister, so that a dump never lands in the program's file."""
     if _state["fd"] is None or fds.owns(_state["fd"], _state["ident"]):
@@ -132,7 +133,7 @@ def check():
         unregister()
 
 
-def unregister():
+def unregister() -> None:
     try:
         if _state["sig"] is not None and not _state["taken"]:  # unregistering would undo the program's handler
             faulthandler.unregister(_state["sig"])
