@@ -255,13 +255,24 @@ def send(pid: int, start: int | None, sig: int, skip_group: int | None = None, r
             os.close(fd)
 
 
+_SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "mksh", "tcsh", "csh", "fish"}  # a batch script's interpreter
+
+
 def scheduler_signals_run(root: int) -> str | None:
-    """The scheduler that signals every process of the run itself, or None: "Slurm" when memscope runs in a Slurm
-    job (SLURM_JOB_ID) and the run's root is in memscope's own cgroup, the step's, which Slurm's time limit,
-    ``scancel`` and srun's Ctrl-C signal process by process (proctrack/cgroup): the training has its own copy."""
+    """The scheduler that signals every process of the run itself, or None: "Slurm" when memscope runs as a Slurm
+    step's task (its parent is ``slurmstepd``) or run by a batch script (a shell whose parent is) without a terminal, and
+    the run's root is in memscope's own cgroup, the step's: Slurm's time limit and ``scancel`` signal every process
+    of it (proctrack/cgroup), so the training has its own copy. Under anything else between (``timeout``, an
+    interactive shell whose Ctrl-C reaches memscope's group alone) the signal is memscope's only: None."""
     if not LINUX or not os.environ.get("SLURM_JOB_ID"):
         return None
     try:
+        parent = procfs.read_stat(os.getppid())
+        grand = procfs.read_stat(parent.ppid) if parent is not None and parent.ppid > 1 else None
+        stepd = parent is not None and parent.comm == "slurmstepd"
+        script = parent is not None and parent.comm in _SHELLS and grand is not None and grand.comm == "slurmstepd"
+        if not stepd and not (script and not os.isatty(0)):
+            return None
         with open("/proc/self/cgroup") as mine, open(f"/proc/{root}/cgroup") as its:
             return "Slurm" if mine.read() == its.read() else None
     except OSError:

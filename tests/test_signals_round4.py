@@ -185,6 +185,36 @@ def _slurm_signal(cg, sig):
     return pids
 
 
+def _under_slurm(tmp_path, cg, inner):
+    """memscope as a Slurm step's task: its parent is named slurmstepd (a shell under that name, as comm reads it)
+    and stays outside the step's cgroup, where memscope goes, with Slurm's environment. ``inner``: the shell words
+    that start memscope."""
+    stepd = tmp_path / "slurmstepd"
+    stepd.symlink_to("/bin/sh")
+    env = dict(os.environ, SLURM_JOB_ID="4242", SLURM_STEP_ID="0")
+    return subprocess.Popen(
+        [str(stepd), "-c", f'sh -c \'echo $$ > {cg}/cgroup.procs && exec "$@"\' sh {inner} </dev/null; echo "step done $?"'],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+
+
+def _memscope_words(tmp_path, ck, sj):
+    import shlex
+
+    words = [*MEMSCOPE, "run", "--quiet", "--grace", "5", "--record", str(tmp_path / "runs"), "--summary-json",
+             str(sj), "--", PY, script("ckpt_term.py"), str(ck), "1.0"]  # fmt: skip
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _rmdir_when_empty(cg):
+    for _ in range(100):
+        try:
+            os.rmdir(cg)
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
 @pytest.mark.parametrize("attempt", range(3))
 def test_a_slurm_stop_gives_the_training_one_sigterm_not_two(tmp_path, attempt):
     # Slurm at a time limit (and scancel) signals memscope AND the training. A training whose handler means "second
@@ -193,36 +223,45 @@ def test_a_slurm_stop_gives_the_training_one_sigterm_not_two(tmp_path, attempt):
     if cg is None:
         pytest.skip("no writable cgroup v1 freezer here")
     ck, sj = tmp_path / "ckpt", tmp_path / "summary.json"
-    env = dict(os.environ, SLURM_JOB_ID="4242", SLURM_STEP_ID="0")
-    p = subprocess.Popen(
-        ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$0" "$@"', *MEMSCOPE, "run", "--quiet", "--grace", "5",
-         "--record", str(tmp_path / "runs"), "--summary-json", str(sj), "--", PY, script("ckpt_term.py"), str(ck),
-         "1.0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+    p = _under_slurm(tmp_path, cg, _memscope_words(tmp_path, ck, sj))
     try:
         line = _readline(p)
         assert line.startswith("ready"), line
         time.sleep(0.3)
         pids = _slurm_signal(cg, signal.SIGTERM)
-        assert p.pid in pids and int(line.split()[1]) in pids  # memscope and the training, each signalled
-        rc = _end(p)
+        assert int(line.split()[1]) in pids and len(pids) == 2  # memscope and the training (stepd is outside)
+        assert _readline(p) == "checkpoint saved\n"
+        assert _readline(p) == "step done 0\n"
         err = p.stderr.read()
         assert ck.exists() and ck.read_text() == "step 42\n", err  # one SIGTERM: the checkpoint, not "force quit"
-        assert rc == 0, err
         assert "Slurm signals every process of the step; not passed on" in err, err
         s = json.loads(sj.read_text())
         assert [e["data"]["signal"] for e in events_of(s["record"], "signal_sent")] == [], s["exit"]
         assert [e["data"]["signal"] for e in events_of(s["record"], "signal_not_forwarded")] == ["SIGTERM"]
     finally:
-        if p.poll() is None:
-            _end(p, 1)
-        for _ in range(50):
-            try:
-                os.rmdir(cg)
-                break
-            except OSError:
-                time.sleep(0.1)
+        _end(p)
+        _rmdir_when_empty(cg)
+
+
+def test_timeout_inside_a_slurm_job_is_still_passed_on(tmp_path):
+    # `timeout 60 memscope run …` in a batch script: timeout signals memscope and its group, not the training (in a
+    # session of its own). There the SIGTERM is memscope's alone and must reach the training.
+    cg = _freezer_cgroup()
+    if cg is None:
+        pytest.skip("no writable cgroup v1 freezer here")
+    ck, sj = tmp_path / "ckpt", tmp_path / "summary.json"
+    p = _under_slurm(tmp_path, cg, "timeout 60 " + _memscope_words(tmp_path, ck, sj))
+    try:
+        assert _readline(p).startswith("ready")
+        time.sleep(0.3)
+        tmo = next(c for c in psutil.Process(p.pid).children() if c.name() == "timeout")
+        os.kill(tmo.pid, signal.SIGTERM)
+        assert _readline(p) == "checkpoint saved\n"
+        err = p.stderr.read()
+        assert ck.read_text() == "step 42\n" and "SIGTERM: passing it on" in err, err
+    finally:
+        _end(p)
+        _rmdir_when_empty(cg)
 
 
 # -- point 3: a stacks capture racing a child's exec ---------------------------------------------------------------

@@ -100,7 +100,7 @@ class RunCommand:
             # second Ctrl-C comes later than that.
             if last["sig"] == signum and t < last["end"] + SAME_EVENT_S:
                 return
-            if signum in (signal.SIGINT, signal.SIGTERM) and not run.attached:
+            if signum == signal.SIGTERM and not run.attached:
                 by = supervise.scheduler_signals_run(run.pid)
                 if by is not None:  # the training has its own copy: a second one is "force quit" to many
                     last["sig"], last["end"] = signum, time.monotonic()
