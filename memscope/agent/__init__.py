@@ -38,7 +38,7 @@ def _after_fork():
         channel.after_fork(_hello())
     except Exception:
         pass
-    _serve_in_thread()  # the parent's reader thread did not come through the fork: stacks are asked of it
+    _serve_in_thread(idle=False)  # the parent's reader thread did not come through the fork: stacks are asked of it
 
 
 def _check_fds():
@@ -46,9 +46,12 @@ def _check_fds():
     stacks.check()
 
 
-def _serve():
-    """The agent's reader thread: answers the collector's requests (a tensor census, stacks) one at a time."""
-    for req in channel.requests(idle=phases.flush, idle_s=phases.FLUSH_S):
+def _serve(idle: bool = True) -> None:
+    """The agent's reader thread: answers the collector's requests (a tensor census, stacks) one at a time.
+    ``idle``: it also sends the phases' held-back end (the main's); a forked child's thread only waits for
+    requests, never waking otherwise (a launcher may have a hundred such children)."""
+    wait = {"idle": phases.flush, "idle_s": phases.FLUSH_S} if idle else {"idle": None, "idle_s": 3600.0}
+    for req in channel.requests(**wait):
         kind = req.get("t")
         if kind == "stacks":  # into the file memscope reads: no reply, and no signal to wake anything
             try:
@@ -68,11 +71,11 @@ def _serve():
         channel.send_now(reply)
 
 
-def _serve_in_thread() -> None:
+def _serve_in_thread(idle: bool = True) -> None:
     try:
         import threading
 
-        threading.Thread(target=_serve, name="memscope-agent", daemon=True).start()
+        threading.Thread(target=_serve, args=(idle,), name="memscope-agent", daemon=True).start()
     except Exception:
         pass
 
