@@ -106,9 +106,7 @@ class RunCommand:
                     last["sig"], last["end"] = signum, time.monotonic()
                     name = signal.Signals(signum).name
                     sys.stderr.write(f"\nmemscope: {name}: {by} signals every process of the step; not passed on\n")
-                    run.publish(
-                        Event(run.elapsed(), None, "signal_not_forwarded", {"signal": name, "scheduler": by})
-                    )
+                    run.publish(Event(run.elapsed(), None, "signal_not_forwarded", {"signal": name, "scheduler": by}))
                     return
             last["sig"], last["end"] = signum, float("inf")  # counted now: until its handling ends, any copy is it
             presses["n"] += 1
