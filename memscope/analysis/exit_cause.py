@@ -564,7 +564,7 @@ def _rank_exception(e: ExitEvidence, pid: int, out: Any) -> dict[str, Any]:
 
 def stop_words(e: ExitEvidence) -> str:
     """How a stop went, from the signals memscope really sent (a record without them: what a stop sends)."""
-    # SIGCONT (timeout sends one after its SIGTERM, and memscope passes it on), SIGSTOP, SIGTSTP: job control,
+    # SIGCONT (timeout sends one after its SIGTERM; records made before 32.1 show it passed on), SIGSTOP, SIGTSTP: job control,
     # not a step of the stop.
     sent = [d for d in e.signals_sent if d.get("to") != "leftovers" and d.get("signal") not in JOB_CONTROL]
     left = [d for d in e.signals_sent if d.get("to") == "leftovers"]
