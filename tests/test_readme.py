@@ -128,6 +128,21 @@ def test_the_verdict_table_explains_every_growth_kind():
     )
 
 
+def test_the_verdict_table_quotes_words_the_code_says():
+    """Each quoted phrase of the table, cut at its figures and "…", is in memscope's source: words reworded there
+    (a view's verdict line, the card's advice) fail here until the table says them too."""
+    source = "\n".join(p.read_text() for p in sorted((ROOT / "memscope").rglob("*")) if p.suffix in (".py", ".js"))
+    section = README.read_text().split("## What the verdict words mean", 1)[1].split("\n## ", 1)[0]
+    stale = []
+    for kind, said in re.findall(r"^\| (`\w+`|\(none yet\)) \| (.*?) \|", section, re.M):
+        for quote in re.findall(r'"([^"]+)"', said):
+            for part in re.split(r"\d+(?:\.\d+)?\s*(?:[KMG]iB|B|s)?(?:/\w+)?|…|;|:|\(|\)", quote):
+                part = part.strip(" ,.")
+                if len(part.split()) >= 2 and part not in source:
+                    stale.append(f"{kind}: {part!r}")
+    assert not stale, "the verdict table quotes words memscope no longer says: " + "; ".join(stale)
+
+
 def test_the_sections_others_link_to_are_there():
     heads = anchors(README)
     assert "grafana-and-alerts" in heads  # the alert rules' runbook links point into it
