@@ -60,7 +60,7 @@ def handler_cost(threads: int = 4, depth: int = 30, n: int = 200) -> float:
     import signal
     import threading
 
-    sig = int(signal.SIGRTMIN) + 6
+    sig = int(signal.SIGURG)  # the stacks signal (agent/protocol.py)
     stop = threading.Event()
 
     def deep(k: int) -> None:

@@ -11,7 +11,8 @@
     ...cell body runs as a script in the background...      (the run: memscope.last_run())
 
 The cell returns at once; the dashboard follows the run. Bad input prints one line, never a traceback.
-Re-running a cell that started a run stops that run first (a person re-running a cell means "restart").
+Re-running a cell that started a run stops that run first (a person re-running a cell means "restart"); an attached
+one is only no longer watched: memscope never signals a process it did not start.
 """
 
 from __future__ import annotations
@@ -149,6 +150,11 @@ def stop_previous(cell: str | None, request: str | None, say: Callable[[str], No
     for ref in refs:
         old = ref()
         if old is None or old.ended:
+            continue
+        if old.attached:  # a process memscope did not start is never signalled: stop watching it, no more
+            old.detach()
+            old.wait(10)
+            say(f"memscope: stopped watching pid {old.pid} ({old.run_id}), which goes on")
             continue
         grace = old.options.grace_s
         old.stop(wait=False)

@@ -6,7 +6,8 @@ Everything here rests on what the kernel says, never on what a process says abou
 - **membership** (``Membership.proof``): a process belongs to the run if its parent does (the parent's pid *and*
   start time are a member's, read after the child's, and the child is younger: a member's pid reused by a
   stranger proves nothing for the stranger's children), if its session is the
-  run's session (sessions cannot be joined, only left), if its environment carries the run's marker, or if it is
+  run's session (sessions cannot be joined, only left), if its environment carries the run's secret key (never the
+  public run id) and it runs as memscope's user or the root's, or if it is
   an orphan the kernel re-parented to memscope (the CLI is the child subreaper while it supervises a run; a
   library's or notebook's process never is: it would adopt its own strangers).
   A pid an agent *claims* (in a PID namespace it is not even a host pid) is never enough.
@@ -141,6 +142,9 @@ class Membership:
         self.session = session
         self.marker = marker
         self.started_ticks = started_ticks  # the root's start time: an orphan of the run is younger
+        # Whose processes the marker can prove: memscope's user and the root's (a run that switched users
+        # keeps its descendants by parentage and session). The key is secret, this is a second lock.
+        self.uids = {u for u in (os.geteuid(), _uid(root)) if u is not None}
         self.reparented = reparented and LINUX
         self.signal_orphans = _sole_launcher  # whether a re-parented orphan proves enough to be signalled
 
@@ -153,7 +157,7 @@ class Membership:
             return "parent"
         if self.session is not None and st.sid == self.session:
             return "session"
-        if self.marker and procfs.environ_has(pid, self.marker):
+        if self.marker and _uid(pid) in self.uids and procfs.environ_has(pid, self.marker):
             return "marker"
         if self.reparented and st.ppid == os.getpid() and st.sid == pid and self._orphan_of_ours(pid, st):
             return "reparented"  # see signal_orphans: in a kernel it is watched, not signalled
@@ -186,6 +190,14 @@ class Membership:
                 return False  # the pid was reused since: whoever holds it now is not this child's parent
             st = parent
         return False
+
+
+def _uid(pid: int) -> int | None:
+    """The user a process runs as (the owner of /proc/PID), None if unreadable."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
 
 
 # -- signals ---------------------------------------------------------------------------------------------------
@@ -243,6 +255,30 @@ def send(pid: int, start: int | None, sig: int, skip_group: int | None = None, r
             os.close(fd)
 
 
+_SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "mksh", "tcsh", "csh", "fish"}  # a batch script's interpreter
+
+
+def scheduler_signals_run(root: int) -> str | None:
+    """The scheduler that signals every process of the run itself, or None: "Slurm" when memscope runs as a Slurm
+    step's task (its parent is ``slurmstepd``) or run by a batch script (a shell whose parent is) without a terminal, and
+    the run's root is in memscope's own cgroup, the step's: Slurm's time limit and ``scancel`` signal every process
+    of it (proctrack/cgroup), so the training has its own copy. Under anything else between (``timeout``, an
+    interactive shell whose Ctrl-C reaches memscope's group alone) the signal is memscope's only: None."""
+    if not LINUX or not os.environ.get("SLURM_JOB_ID"):
+        return None
+    try:
+        parent = procfs.read_stat(os.getppid())
+        grand = procfs.read_stat(parent.ppid) if parent is not None and parent.ppid > 1 else None
+        stepd = parent is not None and parent.comm == "slurmstepd"
+        script = parent is not None and parent.comm in _SHELLS and grand is not None and grand.comm == "slurmstepd"
+        if not stepd and not (script and not os.isatty(0)):
+            return None
+        with open("/proc/self/cgroup") as mine, open(f"/proc/{root}/cgroup") as its:
+            return "Slurm" if mine.read() == its.read() else None
+    except OSError:
+        return None
+
+
 # -- reaping ---------------------------------------------------------------------------------------------------
 def reap(pid: int) -> int | None:
     """The wait status of ``pid`` if it is our child and has ended (collected now), else None."""
@@ -286,7 +322,8 @@ def own_peak_rss() -> int | None:
 
 
 class Supervisor:
-    """Signals for one run: the group while the root is unreaped, then each member checked by start time."""
+    """Signals for one run: the group while the root is unreaped, then each member checked by start time. An
+    attached run (memscope did not start it) is never signalled: watching is all memscope does there."""
 
     def __init__(
         self,
@@ -310,8 +347,8 @@ class Supervisor:
 
     def signal_group(self, sig: int) -> None:
         """What a terminal does (Ctrl-C, hangup): the run's foreground group, as one."""
-        if self.root <= 1:
-            return  # not started: killpg(0) would signal memscope's own group
+        if self.root <= 1 or self.attached:
+            return  # not started (killpg(0) would signal memscope's own group), or not ours to signal
         if not self.attached and not self._root_reaped():
             try:
                 os.killpg(self.root, sig)
@@ -327,7 +364,7 @@ class Supervisor:
 
     def signal_run(self, sig: int) -> list[int]:
         """Every live process of the run (the group, then each member that left it), checked one by one."""
-        if self.root <= 1:
+        if self.root <= 1 or self.attached:
             return []
         group = None
         if not self.attached and not self._root_reaped():
@@ -355,6 +392,8 @@ class Supervisor:
         then SIGKILL (``announce(pids)`` first). Returns pid -> wait status of those memscope could reap (orphans
         re-parented to it are its children now; only these pids are waited for)."""
         ours = list(left)
+        if self.attached:
+            return {}
         if left:
             left = wait_gone(left, 0.0 if stop_requested == "kill" else 2.0)
         if left:

@@ -109,3 +109,19 @@ def chart_lines_from_iopub(msgs: list) -> dict:
         if data.get("method") == "custom" and content.get("type") == "memscope-data":
             lines, seq = apply_chart_message(lines, seq, content, m.get("buffers") or [])
     return lines
+
+
+CG_ROOT = "/sys/fs/cgroup/memory"
+
+
+def make_memory_cgroup(limit: int, tag: str = "test") -> str | None:
+    """A cgroup v1 memory group with this limit, made by the test (None where the controller is not writable):
+    the kernel's OOM killer for real. The caller removes it (os.rmdir) once its processes are gone."""
+    path = os.path.join(CG_ROOT, f"memscope-{tag}-{os.getpid()}")
+    try:
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "memory.limit_in_bytes"), "w") as f:
+            f.write(str(limit))
+    except OSError:
+        return None
+    return path

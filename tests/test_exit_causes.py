@@ -7,7 +7,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import PY, alive, has_torch, script, wait_for_output
+from conftest import PY, alive, has_torch, make_memory_cgroup, script, wait_for_output
 
 
 def roles(summary):
@@ -125,18 +125,8 @@ def test_sigkill_near_a_budget_is_not_oom_when_its_cgroup_counter_did_not_move(s
     assert s["limit_bytes"] == 100 << 20
 
 
-CG_ROOT = "/sys/fs/cgroup/memory"
-
-
 def _make_memory_cgroup(limit):
-    path = os.path.join(CG_ROOT, f"memscope-test-{os.getpid()}")
-    try:
-        os.makedirs(path, exist_ok=True)
-        with open(os.path.join(path, "memory.limit_in_bytes"), "w") as f:
-            f.write(str(limit))
-    except OSError:
-        return None
-    return path
+    return make_memory_cgroup(limit, "test")
 
 
 @pytest.fixture(params=["kmsg", "no_kmsg"])

@@ -48,7 +48,7 @@ def test_a_sigpipe_from_head_is_called_a_closed_pipe(tmp_path):
 
 
 def test_timeouts_sigcont_is_no_step_of_the_stop(tmp_path):
-    # timeout -s INT sends SIGINT then SIGCONT (to memscope and to its group); memscope passes SIGCONT on.
+    # timeout -s INT sends SIGINT then SIGCONT (to memscope and to its group); memscope no longer passes SIGCONT on.
     p, sj = _run(tmp_path, script("sleeper.py"), "8", prefix=["timeout", "-s", "INT", "3"])
     try:
         assert p.stdout.readline().startswith("ready")

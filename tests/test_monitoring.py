@@ -24,7 +24,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
-from conftest import PY, script
+from conftest import PY, make_memory_cgroup, script
 
 from memscope.export import monitoring
 from memscope.export.monitoring import dashboard as dash
@@ -373,20 +373,6 @@ def test_promtool_check_metrics_on_a_real_page(tmp_path):
         p.wait(60)
 
 
-CG_ROOT = "/sys/fs/cgroup/memory"
-
-
-def _memory_cgroup(limit: int) -> str | None:
-    path = os.path.join(CG_ROOT, f"memscope-monitoring-{os.getpid()}")
-    try:
-        os.makedirs(path, exist_ok=True)
-        with open(os.path.join(path, "memory.limit_in_bytes"), "w") as f:
-            f.write(str(limit))
-    except OSError:
-        return None
-    return path
-
-
 def _api(url: str, path: str, **q: str):
     doc = json.load(urllib.request.urlopen(f"{url}{path}?{urllib.parse.urlencode(q)}", timeout=10))
     assert doc["status"] == "success", doc
@@ -402,7 +388,7 @@ def observed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("monitoring")
     names = ("leak", "spikes", "segfault", "down", "oom")
     ports = {n: free_port() for n in names}
-    cg = _memory_cgroup(256 << 20)
+    cg = make_memory_cgroup(256 << 20, "monitoring")
     procs: dict[str, subprocess.Popen] = {}
     prom = None
     try:

@@ -205,7 +205,7 @@ spid, cpid = map(int, stranger.stdout.readline().split())
 deadline = time.monotonic() + 20
 while time.monotonic() < deadline and f"{cpid} ready" not in open(log).read():
     time.sleep(0.05)
-os.kill(cli.pid, signal.SIGCONT)  # memscope goes on: it passes SIGCONT on to the run
+os.kill(cli.pid, signal.SIGCONT)  # memscope goes on (the run, which it did not stop, gets no SIGCONT)
 time.sleep(1.5)  # discovery rounds after the stall
 os.kill(cli.pid, signal.SIGTERM)  # and SIGTERM to every process of the run
 cli.wait(60)

@@ -44,6 +44,7 @@ def _after_fork() -> None:
             channel.after_fork(_hello())
     except Exception:
         pass
+    _serve_in_thread(idle=False)  # the parent's reader thread did not come through the fork: stacks are asked of it
 
 
 def _check_fds() -> None:
@@ -51,13 +52,22 @@ def _check_fds() -> None:
     stacks.check()
 
 
-def _serve() -> None:
-    """The agent's reader thread: answers the collector's requests (a tensor census) one at a time."""
+def _serve(idle: bool = True) -> None:
+    """The agent's reader thread: answers the collector's requests (a tensor census, stacks) one at a time.
+    ``idle``: it also sends the phases' held-back end (the main's); a forked child's thread only waits for
+    requests, never waking otherwise (a launcher may have a hundred such children)."""
     ch = channel  # start() made it before it started this thread
     if ch is None:
         return
-    for req in ch.requests(idle=phases.flush, idle_s=phases.FLUSH_S):
+    reqs = ch.requests(idle=phases.flush, idle_s=phases.FLUSH_S) if idle else ch.requests(idle=None, idle_s=3600.0)
+    for req in reqs:
         kind = req.get("t")
+        if kind == "stacks":  # into the file memscope reads: no reply, and no signal to wake anything
+            try:
+                stacks.dump_now()
+            except Exception:
+                pass
+            continue
         try:
             if kind == "census":
                 from . import census
@@ -68,6 +78,15 @@ def _serve() -> None:
         except Exception as exc:  # the census failed: say so, never raise into the process
             reply = {"t": kind or "reply", "id": req.get("id"), "error": repr(exc)}
         ch.send_now(reply)
+
+
+def _serve_in_thread(idle: bool = True) -> None:
+    try:
+        import threading
+
+        threading.Thread(target=_serve, args=(idle,), name="memscope-agent", daemon=True).start()
+    except Exception:
+        pass
 
 
 def start() -> None:
@@ -101,12 +120,7 @@ def start() -> None:
     except Exception:
         pass
     channel.connect(_hello())
-    try:
-        import threading
-
-        threading.Thread(target=_serve, name="memscope-agent", daemon=True).start()
-    except Exception:
-        pass
+    _serve_in_thread()
     try:
         phases.install(channel)
     except Exception:

@@ -13,7 +13,9 @@ if TYPE_CHECKING:
     Message = Mapping[str, Any]
 ENV_SOCK = "MEMSCOPE_SOCK"      # the collector's Unix socket, in a private 0700 directory
 ENV_TOKEN = "MEMSCOPE_TOKEN"    # per-run secret; the first message of a connection must carry it
-ENV_RUN = "MEMSCOPE_RUN_ID"     # also marks every process of the run, so escapees can be found in /proc
+ENV_RUN = "MEMSCOPE_RUN_ID"     # the run's id, for the program's own use: public (it names the record), proves nothing
+ENV_KEY = "MEMSCOPE_RUN_KEY"    # per-run secret in the environment only: marks every process of the run, so that
+                                # escapees can be found in /proc (environ is readable by the same user and root)
 ENV_DIR = "MEMSCOPE_DIR"        # private directory for per-process crash files
 ENV_SCRIPT = "MEMSCOPE_SCRIPT"  # the user's script, when known
 
@@ -21,7 +23,8 @@ FAULT_PREFIX = "fault-"         # fault-<pid>.txt: faulthandler's dump of every 
 FAULT_ECHO = ".stderr"         # fault-<pid>.stderr.txt: the user asked for the dump on stderr too
 EXC_PREFIX = "exc-"             # exc-<pid>.json: an uncaught exception (type, message, traceback)
 STACK_PREFIX = "stack-"         # stack-<pid>.txt: faulthandler's dumps on the stacks signal (appended to)
-STACKS_SIGNAL_OFFSET = 6        # the stacks signal is SIGRTMIN+6, where the program leaves it at SIG_DFL
+STACKS_TAKEN = ".taken"         # stack-<pid>.txt.taken: the program installed its own handler for that signal
+STACKS_SIGNAL = "SIGURG"       # where the program leaves it at SIG_DFL; its default action is to ignore it
 MAX_LINE = 1 << 20              # longest message accepted from an agent
 MARK_CHARS = 1000               # a mark's text is cut to this (agent and collector both)
 NAME_CHARS = 200                # a phase's name is cut to this

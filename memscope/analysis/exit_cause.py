@@ -291,10 +291,18 @@ def _stopped_by_user(f: _Facts) -> ExitInfo | None:
     if not e.stop_requested:
         return None
     if e.stop_requested == "terminate":
+        # What was really sent: SIGKILL only where something outlived the grace period (a record without the
+        # signals: the sequence as it would go).
+        names = [d.get("signal") for d in e.signals_sent if d.get("signal") not in JOB_CONTROL]
+        kill = (
+            "then SIGKILL to what was left after the grace period"
+            if "SIGKILL" in names or not e.signals_sent
+            else "and the run ended within the grace period (no SIGKILL)"
+        )
         return f.out(
             "stopped_by_user",
-            "memscope was asked to stop (SIGTERM) and passed SIGTERM on to the run, "
-            "then SIGKILL to what was left after the grace period; no process of the run is left.",
+            f"memscope was asked to stop (SIGTERM) and passed SIGTERM on to the run, {kill}; "
+            "no process of the run is left.",
             sig=f.main_sig,
         )
     return f.out("stopped_by_user", f"Stopped by you ({stop_words(e)}); no process of the run is left.", sig=f.main_sig)
@@ -556,7 +564,7 @@ def _rank_exception(e: ExitEvidence, pid: int, out: Callable[..., ExitInfo]) -> 
 
 def stop_words(e: ExitEvidence) -> str:
     """How a stop went, from the signals memscope really sent (a record without them: what a stop sends)."""
-    # SIGCONT (timeout sends one after its SIGTERM, and memscope passes it on), SIGSTOP, SIGTSTP: job control,
+    # SIGCONT (timeout sends one after its SIGTERM; records made before 32.1 show it passed on), SIGSTOP, SIGTSTP: job control,
     # not a step of the stop.
     sent = [d for d in e.signals_sent if d.get("to") != "leftovers" and d.get("signal") not in JOB_CONTROL]
     left = [d for d in e.signals_sent if d.get("to") == "leftovers"]

@@ -31,9 +31,13 @@ STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "
 # Why a process has no stack in a capture.
 STATUS_WORDS = {
     "no_agent": "no memscope agent (not Python, or started with python -I/-S)",
-    "no_handler": "no stacks handler (the program uses that signal, or exec'd away from the agent)",
+    "no_handler": "no stacks handler (the program uses that signal, or exec'd away from the agent): not signalled",
     "exited": "exited during the capture",
-    "no_answer": "did not answer before the capture's deadline",
+    "signal_taken": "its agent could not answer (the GIL held) and the program handles the stacks signal (SIGURG) "
+    "itself: not signalled",
+    "asleep": "asleep in a wait while its agent could not answer: not signalled, so as not to wake it",
+    "no_answer": "answered neither its agent's request nor the stacks signal before the deadline (busy in C code "
+    "holding the interpreter lock, or the program handles SIGURG itself)",
     "partial": "answered in part before the deadline",
 }
 _MP_BOOT = "multiprocessing/process.py"

@@ -39,6 +39,7 @@ class RunCommand:
         # Imported here, not at the top: `memscope ls` or `--help` need none of the engine (the CLI is the top
         # layer, one of the few places that import lazily).
         from .. import supervise
+        from ..model import Event
         from ..session.options import check_summary_path
         from ..session.run import Run
 
@@ -55,12 +56,33 @@ class RunCommand:
         supervise.declare_sole_launcher()  # this process starts nothing but the run: its orphans are the run's
         run = Run(argv or None, attach=attach, options=options_from(ns))
         presses = {"n": 0}
-        last = {"sig": 0, "t": 0.0}  # the last press counted: its signal, and when its handling ended
+        # The last press counted: its signal, and when its handling ended (a copy that arrived before then, or
+        # within SAME_EVENT_S after, is the same event).
+        last = {"sig": 0, "end": -1e9}
         view: Any = None  # the live status line (ui.terminal.TerminalView), once the run is going
+        suspended = {"by_us": False}  # Ctrl-Z stopped the run: only then does a SIGCONT continue it
 
         pending: list[int] = []
+        arrived: list[tuple[int, float]] = []  # signals received, in order, with when they came
+        busy = {"on": False}
 
         def on_signal(signum: int, _frame: object) -> None:
+            # CPython runs this handler again from inside itself when another signal lands while it runs (`timeout`
+            # sends its two copies ~0.2 ms apart). The nested call only notes the arrival: the outer call acts on
+            # it once done with the first, in order, so no state is seen half-updated and no lock the outer call
+            # holds is taken again (that deadlocked: the run got no signal at all and memscope hung).
+            arrived.append((signum, time.monotonic()))
+            if busy["on"]:
+                return
+            busy["on"] = True
+            try:
+                while arrived:
+                    sig, t = arrived.pop(0)
+                    act(sig, t)
+            finally:
+                busy["on"] = False
+
+        def act(signum: int, t: float) -> None:
             # Like systemd and docker: SIGTERM is passed on (a training may checkpoint on it), SIGKILL only after the
             # grace period; Ctrl-C stops gracefully; a second SIGINT or SIGTERM kills.
             if run.status == "starting":
@@ -73,13 +95,27 @@ class RunCommand:
                     run.forward(signal.SIGHUP)  # a hangup reaches the foreground group: the run's, not only memscope
                 return
             # One event, one press: `timeout` (and kill -TERM -PGID) sends SIGTERM to memscope and again to its
-            # process group, which memscope is in: two copies microseconds apart. Counted twice, they killed the run
-            # before its checkpoint. A second copy of the same signal within SAME_EVENT_S of the last one handled is
-            # the same event; a person's second Ctrl-C comes later than that.
-            now = time.monotonic()
-            if last["sig"] == signum and now - last["t"] < SAME_EVENT_S:
+            # process group, which memscope is in: two copies microseconds apart. A copy of the signal last counted
+            # that arrived while it was being handled, or within SAME_EVENT_S after, is the same event; a person's
+            # second Ctrl-C comes later than that.
+            if last["sig"] == signum and t < last["end"] + SAME_EVENT_S:
                 return
+            if signum == signal.SIGTERM and not run.attached:
+                by = supervise.scheduler_signals_run(run.pid)
+                if by is not None:  # the training has its own copy: a second one is "force quit" to many
+                    last["sig"], last["end"] = signum, time.monotonic()
+                    name = signal.Signals(signum).name
+                    sys.stderr.write(f"\nmemscope: {name}: {by} signals every process of the step; not passed on\n")
+                    run.publish(Event(run.elapsed(), None, "signal_not_forwarded", {"signal": name, "scheduler": by}))
+                    return
+            last["sig"], last["end"] = signum, float("inf")  # counted now: until its handling ends, any copy is it
             presses["n"] += 1
+            try:
+                press(signum)
+            finally:
+                last["end"] = time.monotonic()  # from the end: a slow handler does not widen a gap
+
+        def press(signum: int) -> None:
             if run.attached:
                 run.detach()
             elif presses["n"] == 1 and signum == signal.SIGINT:
@@ -93,17 +129,20 @@ class RunCommand:
                 run.terminate(wait=False)
             else:
                 run.kill(wait=False)
-            last["sig"], last["t"] = signum, time.monotonic()  # from the end: a slow handler does not widen a gap
 
         def on_tstp(_signum: int, _frame: object) -> None:
             # Ctrl-Z: the run is in a session of its own, so the terminal's SIGTSTP reached memscope alone. Stop
             # the run, then memscope itself (the shell's job control sees memscope stopped and says so).
             if run.status != "starting" and not run.attached:
+                suspended["by_us"] = True
                 run.suspend()
             os.kill(os.getpid(), signal.SIGSTOP)
 
         def on_cont(_signum: int, _frame: object) -> None:
-            if run.status != "starting" and not run.attached:
+            # Only a run memscope stopped (Ctrl-Z) is continued: `timeout` sends SIGCONT after each SIGTERM, and
+            # passing that on was a signal nobody sent the run.
+            if suspended["by_us"] and run.status != "starting" and not run.attached:
+                suspended["by_us"] = False
                 run.resume()
 
         # Handlers first: a Ctrl-C must never leave the run behind, not even during start-up. A SIGHUP that was

@@ -96,3 +96,11 @@ def cpu_ticks(pid: int) -> int | None:
     except psutil.Error:
         return None
     return int(t.user + t.system)  # CLK_TCK is 1 here
+
+
+def written(pid: int) -> int | None:
+    try:
+        io = psutil.Process(pid).io_counters()
+    except (psutil.Error, AttributeError):
+        return None
+    return int(getattr(io, "write_chars", io.write_bytes))

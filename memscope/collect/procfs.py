@@ -205,3 +205,18 @@ def cpu_ticks(pid: int) -> int | None:
     """utime + stime of ``pid`` in clock ticks, None when it is gone."""
     st = read_stat(pid)
     return st.cpu if st is not None else None
+
+
+def written(pid: int) -> int | None:
+    """Bytes ``pid`` has passed to write(2) and its kin (/proc/PID/io ``wchar``: to files, pipes, terminals and
+    sockets alike), None when unreadable. A training's prints count wherever they go, captured or not."""
+    data = _read(f"/proc/{pid}/io", 1024)
+    if not data:
+        return None
+    for line in data.split(b"\n"):
+        if line.startswith(b"wchar:"):
+            try:
+                return int(line.split()[1])
+            except (IndexError, ValueError):
+                return None
+    return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import secrets
 import time
 from typing import Any
 
@@ -31,8 +32,12 @@ def launch(run: RunParts) -> None:
             finish_mod.abort(run)
             raise
     st.kmsg = host_mod.KernelLog()  # before the run: its OOM kill may come at once
+    # The membership marker is a secret, never the run id: the id names the record, which others can list, and a
+    # process of another user started with it was adopted into the run and signalled with it.
+    key = secrets.token_hex(16)
     if not st.attached:
         env[protocol.ENV_RUN] = st.run_id
+        env[protocol.ENV_KEY] = key
         if o.agent:
             run.agents.environment(env)
         if o.output == "capture":
@@ -70,7 +75,7 @@ def launch(run: RunParts) -> None:
             "stall_after_s": o.stall_after_s,
         },
     )
-    marker = None if st.attached else f"{protocol.ENV_RUN}={st.run_id}".encode()
+    marker = None if st.attached else f"{protocol.ENV_KEY}={key}".encode()
     root_stat = _stat(st.pid)
     # A process we launched owns its session; one we attached to may share its shell's: no session proof then.
     membership = supervise.Membership(

@@ -188,6 +188,11 @@ class Run:
 
     def _stop(self, how: str, grace_s: float | None, first_sig: int | None, wait: bool) -> None:
         st = self.state
+        if st.attached:  # memscope did not start it: stopping means to stop watching, never a signal
+            self.detach()
+            if wait:
+                st.ended.wait()
+            return
         grace = st.options.grace_s if grace_s is None else grace_s
         with st.stop_lock:
             after_end = self._root_has_exited()
@@ -204,8 +209,13 @@ class Run:
             st.ended.wait()
 
     def kill(self, wait: bool = True) -> None:
-        """SIGKILL every process of the tree now."""
+        """SIGKILL every process of the tree now (an attached run: stop watching it)."""
         st = self.state
+        if st.attached:
+            self.detach()
+            if wait:
+                st.ended.wait()
+            return
         with st.stop_lock:
             after_end = self._root_has_exited()
             if not after_end:
@@ -256,6 +266,8 @@ class Run:
 
     def detach(self) -> None:
         """Stop watching (attach mode): the process goes on; the record ends here."""
+        if self.state.ended.is_set() or self.state.detached:
+            return
         self.publish(Event(self.elapsed(), None, "detached", {}))
         self.state.detached = True
         self.state.ended_early.set()

@@ -1,12 +1,17 @@
 """Stacks of every process of the run, taken by memscope: on request, near the limit, and on a stall.
 
-Each Python process's agent registered faulthandler on the stacks signal (agent/stacks.py) and said so in its
-hello. A capture signals each such process that is a proven member of the run (pid + start time, through a pidfd)
-and shows a handler for that signal in /proc/PID/status at that moment (``supervise.send(require_handler=True)``),
-then reads the dumps from the run's private directory: memscope writes the capture, never the process about to
-die. It has a deadline (``DEADLINE_S`` for the whole tree); a process that exits meanwhile is named, not waited
-for. Processes without an agent are named with their state from /proc. Nothing runs between captures: the
-sampling round only compares two numbers (and, with a stall watch, reads each process's CPU time).
+Each Python process's agent keeps a dump file in the run's private directory and said so in its hello. A capture
+asks each proven member's agent, over its connection, to dump every thread from its reader thread: no signal, so
+a wait of the program's (``signal.pause()``, a lock, I/O) is not woken. Where that thread has not answered within
+``ASK_S`` (something holds the GIL: a long C call) the process may get the stacks signal (SIGURG, whose default
+action is to ignore it: a process that exec'd away meanwhile is not killed), if it is a proven member (pid + start
+time, through a pidfd) with a handler for it in /proc/PID/status at that moment
+(``supervise.send(require_handler=True)``); one whose thread could not be asked is signalled only while running,
+never asleep, and the capture says so (``_signal``). memscope
+reads the dumps from the run's private directory: it writes the capture, never the process about to die. It has a
+deadline (``DEADLINE_S`` for the whole tree); a process that exits meanwhile is named, not waited for. Processes
+without an agent are named with their state from /proc. Nothing runs between captures: the sampling round only
+compares two numbers (and, with a stall watch, reads each process's CPU time and bytes written).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import supervise
+from ..agent.protocol import STACKS_TAKEN
 from ..collect.platform import procfs
 from ..errors import StacksError
 from ..model import Event, TreeSample
@@ -30,6 +36,7 @@ if TYPE_CHECKING:
 
 
 DEADLINE_S = 1.0  # the whole tree's stacks, or what came by then
+ASK_S = 0.5  # an agent's reader thread has this long to answer before the process may get the signal
 QUIET_S = 0.01  # a dump is complete once its file has stopped growing this long (faulthandler writes in µs)
 REARM_BELOW = 0.05  # the high-water mark re-arms once the tree is this far (of the limit) below it
 MIN_GAP_S = 5.0  # automatic captures at most this often
@@ -44,7 +51,7 @@ class StackTaker:
 
     def __init__(self, run: RunState) -> None:
         self.run = run
-        self.handlers: dict[int, tuple[int, str]] = {}  # pid (the kernel's) -> (signal, dump file name)
+        self.handlers: dict[int, tuple[int | None, str]] = {}  # pid (the kernel's) -> (signal or None, dump file)
         self.agents: set[int] = set()  # pids whose agent said hello
         self._lock = threading.Lock()  # one capture at a time (their dumps share nothing, but the CPU does)
         self._armed = True
@@ -52,7 +59,12 @@ class StackTaker:
         self._busy = False
         self._closed = False  # settle(): the run is ending
         self._mem: collections.deque[tuple[float, dict[int, int]]] = collections.deque()
-        self._cpu: collections.deque[tuple[float, dict[int, int]]] = collections.deque()
+        # The stall watch: (time, (CPU ticks, bytes written) of the run so far) at each check, over the window;
+        # each process's last reading, keyed by (pid, start time); a capture's own dumps are not progress.
+        self._cpu: collections.deque[tuple[float, tuple[int, int]]] = collections.deque()
+        self._acct: dict[tuple[int, int], tuple[int, int]] = {}
+        self._total = (0, 0)
+        self._rebase = False
         self._stall_taken = False
         self._stall_checked = -1e9
         self.last_output_t = 0.0  # when the run last printed (capture mode): set by the output readers
@@ -60,11 +72,12 @@ class StackTaker:
 
     # -- the agents ------------------------------------------------------------------------------------------
     def on_hello(self, pid: int, msg: dict[str, Any]) -> None:
-        """An agent's hello: remember its stacks signal and dump file (a bare file name in the run's directory)."""
+        """An agent's hello: remember its dump file (a bare file name in the run's directory) and stacks signal
+        (None where the program has its own use for it: then only its reader thread is asked)."""
         self.agents.add(pid)
         sig, name = msg.get("stacks_signal"), msg.get("stacks_file")
-        if isinstance(sig, int) and isinstance(name, str) and name == os.path.basename(name) and name:
-            self.handlers[pid] = (sig, name)
+        if isinstance(name, str) and name == os.path.basename(name) and name:
+            self.handlers[pid] = (sig if isinstance(sig, int) else None, name)
         else:
             self.handlers.pop(pid, None)  # a fork whose parent's registration did not carry over
 
@@ -107,7 +120,10 @@ class StackTaker:
         except IndexError:
             last = {}
         rows: dict[int, dict[str, Any]] = {}
-        waiting: dict[int, tuple[str, int]] = {}
+        # pid -> [dump path, its size before, start time, signal, asked its thread, signal tried (None: not yet;
+        # "sent", or why not)]
+        waiting: dict[int, list[Any]] = {}
+        server = run.agent_server
         for pid, start in sorted(members.items()):
             t = procs.get(pid)
             st = procfs.read_stat(pid)
@@ -127,14 +143,16 @@ class StackTaker:
             sig, name = h
             path = os.path.join(run.agent_dir, name)
             before = _size(path)
-            if before is None or not supervise.send(pid, start, sig, require_handler=True):
+            if before is None:
                 row["status"] = "exited" if supervise.exited(pid) else "no_handler"
                 continue
-            waiting[pid] = (path, before)
+            asked = server is not None and server.request(pid, {"t": "stacks"}, timeout=0.05)
+            waiting[pid] = [path, before, start, sig, asked, None]
         seen: dict[int, tuple[int, float]] = {}  # pid -> (size, when it was last seen to grow)
         while waiting:
             now = time.monotonic()
-            for pid, (path, before) in list(waiting.items()):
+            for pid, w in list(waiting.items()):
+                path, before = w[0], w[1]
                 size = _size(path) or 0
                 prev = seen.get(pid)
                 if size > before and (prev is None or prev[0] != size):
@@ -145,15 +163,22 @@ class StackTaker:
                 elif size <= before and supervise.exited(pid):
                     rows[pid]["status"] = "exited"
                     del waiting[pid]
+                elif size <= before and w[5] is None and (not w[4] or now - t0 >= ASK_S):
+                    w[5] = _signal(pid, w[2], w[3], w[4], w[0])  # its thread did not answer (or it has none): one try
             if not waiting or now - t0 >= deadline_s:
                 break
             time.sleep(0.002)
-        for pid, (path, before) in waiting.items():
+        for pid, w in waiting.items():
+            path, before, tried = w[0], w[1], w[5]
             size = _size(path) or 0
             if size > before:
                 rows[pid].update(status="partial", threads=self._read(path, before, size))
+            elif supervise.exited(pid):
+                rows[pid]["status"] = "exited"
             else:
-                rows[pid]["status"] = "exited" if supervise.exited(pid) else "no_answer"
+                rows[pid]["status"] = "no_answer" if tried in (None, "sent") else tried
+            if tried not in (None, "sent"):
+                rows[pid]["wchan"] = _wchan(pid)  # where it sleeps, in the kernel's words
         lim = run.limit()
         lim_bytes, lim_source = (lim["bytes"], lim["source"]) if lim else (None, None)
         tree = sum(v for v in last.values() if v)
@@ -263,24 +288,43 @@ class StackTaker:
             self._auto("near_limit", {"high_water": mark})
 
     def _stall(self, sample: TreeSample, now: float) -> None:
+        # A stall is the run's: CPU and bytes written (/proc/PID/io wchar: prints wherever they go, captured or
+        # not) of every process alive in the window, those born in it included (a training under an idle `bash`
+        # or `uv` wrapper started after the window did), summed check by check into running totals.
         after = self.run.options.stall_after_s
-        ticks = {}
+        seen: dict[tuple[int, int], tuple[int, int]] = {}
+        cpu = wrote = 0
         for p in sample.procs:
-            c = procfs.cpu_ticks(p.pid)
-            if c is not None:
-                ticks[p.pid] = c
-        self._cpu.append((now, ticks))
+            st = procfs.read_stat(p.pid)
+            if st is None:
+                continue
+            w = procfs.written(p.pid) or 0
+            key = (p.pid, st.starttime)
+            seen[key] = (st.cpu, w)
+            prev = self._acct.get(key)
+            if prev is not None:
+                cpu, wrote = cpu + max(0, st.cpu - prev[0]), wrote + max(0, w - prev[1])
+            else:  # born (or found) since the last check: all it did is new
+                cpu, wrote = cpu + st.cpu, wrote + w
+        first = not self._acct
+        self._acct = seen
+        if first or self._rebase:  # the first reading, or a capture's own dumps since: a new window from here
+            self._rebase = False
+            self._cpu.clear()
+        else:
+            self._total = (self._total[0] + cpu, self._total[1] + wrote)
+        self._cpu.append((now, self._total))
         while len(self._cpu) > 2 and now - self._cpu[1][0] >= after:
             self._cpu.popleft()
-        t_old, old = self._cpu[0]
-        used = sum(max(0, c - old[p]) for p, c in ticks.items() if p in old) / procfs.CLK_TCK
-        quiet = now - t_old >= after and used <= 0.01 * after and self.last_output_t <= t_old
-        if not quiet:
-            self._stall_taken = False
+        t_old, (cpu_old, wrote_old) = self._cpu[0]
+        used = (self._total[0] - cpu_old) / procfs.CLK_TCK
+        if used > 0.01 * after or self._total[1] > wrote_old or self.last_output_t > t_old:
+            self._stall_taken = False  # it computes or writes: progress
             return
-        if not self._stall_taken:
-            self._stall_taken = True
-            self._auto("stall", {"stall_after_s": after, "cpu_s": round(used, 3)})
+        if now - t_old < after or self._stall_taken:
+            return
+        self._stall_taken = True
+        self._auto("stall", {"stall_after_s": after, "cpu_s": round(used, 3)})
 
     def _auto(self, reason: str, extra: dict[str, Any], automatic: bool = True) -> None:
         if automatic:
@@ -306,9 +350,29 @@ class StackTaker:
                 except Exception:
                     pass
             finally:
+                self._rebase = True  # the dumps just written are the capture's, not the run's progress
                 self._busy = False
 
         threading.Thread(target=go, name="memscope-stacks", daemon=True).start()
+
+
+def _signal(pid: int, start: int, sig: int | None, asked: bool, dump: str) -> str:
+    """The stacks signal to ``pid`` whose reader thread did not answer: "sent", or why not.
+
+    A thread that was asked and did not answer could not take the GIL: something holds it (a long C call, running
+    or blocked), so the process is in no Python-level wait such as ``signal.pause()`` (those release the GIL) and
+    the signal is what can reach it. A process whose thread could not be asked (its connection is gone) gets the
+    signal only while running: asleep, it may be in a wait that any caught signal ends early."""
+    st = procfs.read_stat(pid)
+    if st is None or st.state in ("Z", "X"):
+        return "exited"
+    if sig is None or os.path.exists(dump + STACKS_TAKEN):
+        return "signal_taken"  # the program has its own use for the signal (at its start, or since: the mark)
+    if not procfs.catches(pid, sig):
+        return "no_handler"  # exec'd away from the agent
+    if st.state != "R" and not asked:
+        return "asleep"
+    return "sent" if supervise.send(pid, start, sig, require_handler=True) else "no_handler"
 
 
 def request(agent_dir: str) -> str:
@@ -331,6 +395,14 @@ def _take_request(path: str) -> str | None:
     except OSError:
         return None
     return rid if rid.isalnum() else None
+
+
+def _wchan(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            return f.read(64).strip() or None
+    except OSError:
+        return None
 
 
 def _size(path: str) -> int | None:
