@@ -185,6 +185,17 @@ BENCHES = [
         "under memscope, on a quiet machine and with both cores kept busy (numpy leaks and spikes, Lightning, "
         "the Hugging Face Trainer).",
     ),
+    Bench(
+        "verdict",
+        "verdict_bench.py",
+        "The verdict as an instrument",
+        ["--replay", "/work/corpus"],
+        ["--quick"],
+        "Real scenarios (`benchmarks/scenarios/`: plain torch, Lightning, the HF Trainer, torch.compile's pool "
+        "behind bash and uv, copy-on-read) recorded under `memscope run`, quiet and with both cores busy, 3 times "
+        "each (`verdict_bench.py --run`, ~60 min), then re-judged by this checkout's code: the final verdict and "
+        "growth kind, the live line over time. The smoke records one short scenario and replays it.",
+    ),
 ]
 
 

@@ -193,6 +193,36 @@ class ProcessRow(TypedDict):
     end: str | None
 
 
+class GrowthInfo(TypedDict, total=False):
+    """What the memory is doing (analysis/growth.py): one of GROWTH_KINDS, its words, and the figures they say."""
+
+    kind: str  # one of GROWTH_KINDS
+    words: str  # the kind in one line, as the card and the dashboard say it
+    where: list[str]  # leak: the leaking parts (roles), main first
+    rate_bytes_per_s: float  # leak: its pace
+    rise_bytes: int  # step / more_processes: how much the floor rose
+    step_name: str  # a staircase: "evaluation" or "epoch"
+    steps: int  # ... how many
+    per_step_bytes: int  # ... what each kept
+    spike_bytes: int  # the highest excursion above the floor, where material
+    processes_before: int  # more_processes: alive at the floor's start
+    processes_after: int  # ... and at its end
+    bound_bytes: int  # copy_on_read: where the tree levels off
+    workers: int  # copy_on_read: the workers that copy ...
+    each_bytes: int  # ... what each copied so far
+    attribute: str  # ... the Dataset attribute they read, where the workers named it
+
+
+class LiveInfo(TypedDict, total=False):
+    """The live verdict's last answer before the end (session/verdict.py), where the run had one."""
+
+    verdict: str
+    kind: str | None
+    words: str
+    t_s: float
+    changes: int  # how many times its answer changed during the run
+
+
 class LeakInfo(TypedDict, total=False):
     """The leak verdict (analysis/leak.py's LeakVerdict as a dict), per role too."""
 
@@ -210,6 +240,10 @@ class LeakInfo(TypedDict, total=False):
     advice: str | None
     parts: str | None  # "processes" / "parts": the verdict is its parts' (analysis/leak.reconcile)
     per_process: dict[str, dict[str, Any]]  # each role's per-process floor's verdict; "main": its own memory
+    # What the memory is doing (analysis/growth.py); None while the verdict is insufficient_data. Records written
+    # before memscope named the kinds have no such key: views say so, never guess.
+    growth: GrowthInfo | None
+    live: LiveInfo  # the live line's last answer, where it differed from this one: what changed it is said
 
 
 class CopyOnReadInfo(TypedDict, total=False):

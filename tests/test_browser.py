@@ -458,7 +458,7 @@ def test_live_leak_verdict_before_the_run_ends(tmp_path):
             # Not yet: the line says what it still needs.
             wait_text(page, ".memscope-status", "running", "not yet known", "a verdict needs 20 s", timeout=60_000)
             # Then the verdict, while the run is still running (it lasts 60 s).
-            wait_text(page, ".memscope-status", "running", "memory grows steadily", timeout=75_000)
+            wait_text(page, ".memscope-status", "running", "Leak in the main process", timeout=75_000)
             status = page.locator(".memscope-status").first.inner_text()
             m = re.search(r"● running (\d+):(\d+):(\d+)", status)
             assert m and int(m.group(2)) * 60 + int(m.group(3)) < 60, status

@@ -36,8 +36,10 @@ def test_validation_spikes_are_not_a_leak_but_a_growing_list_is(start):
     assert s_leaky["leak"]["time_to_limit_s"] > 0
     assert any(sp["phase"] == "validation" for sp in s_spiky["spikes"])
     # Each verdict carries one line to act on.
-    assert s_spiky["leak"]["advice"].startswith("No leak: the floor is flat; ")
+    assert s_spiky["leak"]["growth"]["kind"] == "spikes", s_spiky["leak"]["growth"]
+    assert s_spiky["leak"]["advice"].startswith("Only spikes: the floor is flat; "), s_spiky["leak"]["advice"]
     assert "the highest during 'validation'" in s_spiky["leak"]["advice"]
+    assert s_leaky["leak"]["growth"]["kind"] == "leak" and s_leaky["leak"]["growth"]["where"][0] == "main"
     assert "in the main process" in s_leaky["leak"]["advice"] and "census" in s_leaky["leak"]["advice"]
     # The way every view has (a terminal has no button): run.census() on the run's handle.
     assert "run.census()" in s_leaky["leak"]["advice"] and "(the Tensor census button" not in s_leaky["leak"]["advice"]
@@ -57,38 +59,12 @@ def test_phase_and_mark_are_no_ops_outside_memscope():
 
 
 def _live_lines(record):
-    """The dashboard's live leak line, replayed every second of a recorded run: the same fit (run_verdict over the
-    phase and epoch events seen by then) on the same data (the record's series up to then)."""
-    from bisect import bisect_right
-
-    from memscope.analysis.leak import fit_plan, run_verdict
-    from memscope.analysis.summary import main_pid
-    from memscope.record.reader import RunData
+    """The live leak line every view shows (Run.verdict, session/verdict.py), replayed every second of a recorded
+    run: the same fit on the record's series up to then, through the same hold."""
+    from memscope.session.verdict import replay
     from memscope.ui.terminal import verdict_text
 
-    rd = RunData(record)
-    try:
-        tree = rd.fast_totals(private=True)
-        own = rd.role_fast_totals(column="private").get("main")
-        procs = rd.process_fast_floors(0.2)
-        main = main_pid(rd.processes(), rd.run_row()["root_pid"])
-        events = sorted(rd.events("epoch") + rd.events("phase"), key=lambda e: e["t"])
-    finally:
-        rd.close()
-
-    def cut(t, *ys):
-        k = bisect_right(t, end)
-        return (t[:k], *(y[:k] for y in ys))
-
-    t, y = [r[0] for r in tree], [r[1] for r in tree]
-    out, end = [], 1.0
-    while end <= t[-1]:
-        plan = fit_plan([e for e in events if e["t"] <= end], end, main)
-        parts = {p: (r, *cut(pt, py)) for p, (r, pt, py) in procs.items()}
-        v, _ = run_verdict(plan, cut(t, y), cut(*own) if own else None, parts)
-        out.append((end, v.to_dict(), verdict_text(v.to_dict())))
-        end += 1.0
-    return out
+    return [(t, v, verdict_text(v)) for t, v in replay(record, 1.0)]
 
 
 def test_the_final_card_never_says_less_than_the_live_line(start):
@@ -109,7 +85,12 @@ def test_the_final_card_never_says_less_than_the_live_line(start):
     if said:  # a verdict the user saw live, the card keeps (the final fit has as much data or more)
         assert s["leak"]["verdict"] != "insufficient_data", (said[0], s["leak"])
     # What it waits for, in plain words: 20 s of samples until the training starts, then 20 s of training.
-    waits = {re.sub(r"\d+", "N", text) for _, v, text in lines if v["verdict"] == "insufficient_data"}
+    # (What it leans to while not yet sure is said beside: "leaning to ...", never a wait of the fit's own.)
+    waits = {
+        re.sub(r"\d+", "N", text)
+        for _, v, text in lines
+        if v["verdict"] == "insufficient_data" and "leaning to" not in text
+    }
     assert len(waits) <= 2, waits
     assert not any("half" in w or "points" in w for w in waits), waits
     assert "leak or spikes: not yet known (a verdict needs N s of training; N s so far)" in waits, waits

@@ -310,3 +310,30 @@ def _phase_at(index: PhaseIndex, x: float) -> str | None:
     if i >= 0 and x < ends[i]:
         return names[i]
     return None
+
+
+STARTUP_CALM_S = 3.0  # the program's start-up ends where its memory first holds this long ...
+STARTUP_MAX_SHARE = 1 / 3  # ... within this first share of the series
+
+
+def _startup_end(t: list[float], y: list[float]) -> int:
+    """Index where a series' start-up ends: its first sample from which memory rises less than the growth a
+    verdict calls material (2%, 2 MiB at least) over the next STARTUP_CALM_S. A program's imports and its model's
+    construction climb steeply and once; fitted as training, they read as a leak or as a one-time step (plain
+    torch announces no training start: a sawtooth's 16 s of imports, 1 -> 283 MiB, read "a slow leak"). A series
+    that holds still only late (spikes every 2 s from the start), or that did not climb first, has no start-up to
+    cut (0)."""
+    n = len(t)
+    j = 0
+    for i in range(n):
+        j = max(j, i)
+        while j + 1 < n and t[j + 1] - t[i] <= STARTUP_CALM_S:
+            j += 1
+        if t[j] - t[i] < STARTUP_CALM_S * 0.8:
+            break  # too close to the end to tell
+        if t[i] - t[0] > STARTUP_MAX_SHARE * (t[-1] - t[0]):
+            break  # a start-up is the run's beginning, never a calm moment found late between spikes
+        tol = max(2 * 1024 * 1024, MIN_GROWTH_FRACTION * abs(y[i]))
+        if max(y[i : j + 1]) - y[i] <= tol:
+            return i if y[i] - min(y[: i + 1]) > tol else 0  # it climbed to get there: else nothing to cut
+    return 0

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model import AdviceLine, ExitInfo, LeakInfo, Summary
-from .leak import excursion_words, floor_words
+from ..model import AdviceLine, ExitInfo, GrowthInfo, LeakInfo, Summary
+from .leak import floor_words
 from .probes import summary_keys
+from .spikes import excursion_words
 
 # The summary keys whose rows carry an ``advice`` line, in the order the advice lists them.
 ADVICE_KEYS = ("loads", "faiss", "compile_pool", "cuda_oom", "allocator", "malloc", "gpu")
@@ -95,7 +96,56 @@ def _exit_line(ex: ExitInfo | dict[str, Any]) -> str | None:
 _VALIDATION_WORDS = ("eval", "valid", "val", "test")
 
 
+def _growth_line(leak: LeakInfo, growth: GrowthInfo, spikes: list[dict[str, Any]]) -> str | None:
+    """The advice for a kind of growth (``leak.growth``): its words first, then what to do about it."""
+    kind, words = growth.get("kind"), growth.get("words") or ""
+    if kind == "leak":
+        where = growth.get("where") or []
+        ttl = leak.get("time_to_limit_s")
+        eta = f", reaching the limit in about {ttl / 60:.0f} min" if ttl else ""
+        if growth.get("step_name") == "evaluation":
+            what = (
+                "each evaluation keeps memory: look for outputs, logits or losses kept across it with their graph "
+                "(.detach().cpu(), torch.no_grad(), a metric that accumulates); two tensor censuses, one before "
+                "and one after an evaluation (run.census()), show what stays"
+            )
+        elif where == ["dataloader_worker"]:
+            what = (
+                "workers usually grow by touching Python objects of the Dataset (copy-on-write): keep per-sample "
+                "data in numpy arrays, not lists of Python objects"
+            )
+        else:
+            what = (
+                "take two tensor censuses a minute apart to see what accumulates: run.census() on the handle of "
+                "memscope.run([...]) in Python (a notebook's dashboard has a Tensor census button for it)"
+            )
+        return f"{words}{eta}: {what}."
+    if kind == "more_processes":
+        return f"{words}. Budget for the processes alive together (the peak), not a leak."
+    if kind == "step":
+        return f"{words}. Budget for the new level (a cache, a buffer, a model loaded), not a leak."
+    if kind == "spikes" and spikes:
+        top = max(spikes, key=lambda s: s.get("height_bytes") or 0)
+        phase = top.get("phase")
+        ph = f", the highest during '{phase}'" if phase else ""
+        return f"{words} ({excursion_words(spikes)}{ph}). Budget for the spike, not a leak: {_spike_fix(phase)}."
+    if kind == "copy_on_read":
+        return f"{words}."
+    return None
+
+
+def _spike_fix(phase: str | None) -> str:
+    if phase and any(w in phase.lower() for w in _VALIDATION_WORDS):
+        return "a smaller validation batch, or torch.no_grad() around validation, lowers it"
+    if not phase:
+        return 'label the step that makes it (with memscope.phase("name"): ...) to see which one it is'
+    return f"it comes with '{phase}'"
+
+
 def _leak_line(leak: LeakInfo, spikes: list[dict[str, Any]]) -> str | None:
+    growth = leak.get("growth")
+    if isinstance(growth, dict) and growth.get("kind"):
+        return _growth_line(leak, growth, spikes)
     v = leak.get("verdict")
     by_role = leak.get("by_role") or {}
     if v == "leak":

@@ -45,9 +45,11 @@ from ._stats import (  # noqa: F401 (MIN_GROWTH_FRACTION: a tunable named here t
     _phase_index,
     _prepare,
     _runs,
+    _startup_end,
     _theil_sen,
     _window_minima,
 )
+from .spikes import PLATEAU_S, Spike, baseline, excursion_words, find_spikes  # noqa: F401 (their old home)
 
 __all__ = [
     "Spike",
@@ -70,32 +72,18 @@ LEAK_CONFIDENCE = 0.99  # Mann-Kendall one-sided confidence required for "leak"
 HALF_CONFIDENCE = 0.90  # each half of the run must also rise on its own
 HALF_SLOPE_RATIO = 0.4  # ... at no less than 40% of the overall slope
 MIN_BASELINE_POINTS = 10
+COARSE_WINDOWS = 16  # the coarse floor (a long run whose floor between excursions is too thin): its windows
 MIN_HALF_POINTS = 4
 MIN_DURATION_S = 20.0  # a verdict needs this much of the run (the fast series has ~100 points by then)
 SLOW_BYTES_PER_S = 1024 * 1024  # a leak below 1 MiB/s is "slow"; above, memory plainly grows
 
 _FINE_POINTS = 8192  # downsampled resolution for assess_leak (bounds cost on 1M points)
-_SPIKE_FINE_POINTS = 50_000  # find_spikes needs finer time resolution (edges refined)
 # For the floor only: a wobble smaller than the growth a verdict calls material (MIN_GROWTH_FRACTION) is floor, not
 # an excursion. statm moves in exact steps, so between allocations most successive differences are zero and so is
 # the noise estimate; every 1-4 MiB allocator wobble of a 310 MiB main then counted as an excursion, and a clean
 # staircase kept 2 floor points of 106 (HF Trainer, busy machine).
 _STAIR_FRACTION = 0.005  # each stair of a staircase rises by more than this share of the floor
 _SEED = 0x5EED  # pair subsampling is seeded: same input, same verdict
-
-
-@dataclass(frozen=True)
-class Spike:
-    """A transient excursion above the memory floor."""
-
-    start_s: float
-    end_s: float
-    height_bytes: int  # peak above the local floor
-    phase: str | None  # phase overlapping most of the spike, if phases were given
-
-    def to_dict(self) -> dict[str, Any]:
-        """The spike as the summary's dict."""
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -153,8 +141,8 @@ def fit_span(
 ) -> tuple[list[float], list[float]]:
     """The stretch of a series the leak verdict is fitted on: from the training's start (``start_s``, the first
     DataLoader epoch or train/eval switch: imports and set-up grow memory once, and on a short run that growth
-    reads as a leak) to the end, without an ended run's teardown (``trim_teardown``). Without ``start_s`` the
-    whole series.
+    reads as a leak) to the end, without an ended run's teardown (``trim_teardown``). Without ``start_s``, from
+    the end of the series' own start-up (``_stats._startup_end``: its first 3 s without material growth).
 
     A known start is kept even when less than MIN_DURATION_S of training follows it: the fit then waits for the
     training ("needs 20 s of training") rather than fitting the imports (01-quickstart's live line said "memory
@@ -163,6 +151,9 @@ def fit_span(
     tl, yl = _prepare(t, y)
     if start_s is not None and tl:
         i = bisect_left(tl, start_s)
+        tl, yl = tl[i:], yl[i:]
+    elif tl:  # no training start announced: from the end of the program's start-up (its imports)
+        i = _startup_end(tl, yl)
         tl, yl = tl[i:], yl[i:]
     if ended and tl:
         ct, cy = trim_teardown(tl, yl)
@@ -240,19 +231,6 @@ def trim_teardown(
     return tl[:cut], yl[:cut]
 
 
-def baseline(t: Sequence[float], y: Sequence[float], window_s: float) -> tuple[list[float], list[float]]:
-    """Rolling floor: the minimum of ``y`` in each consecutive ``window_s`` window.
-
-    Returns ``(times, floor)`` where each time is that of the minimum sample, so every
-    floor point is a real sample and a line through them never rises above the data.
-    """
-    if window_s <= 0:
-        raise ValueError("window_s must be positive")
-    tl, yl = _prepare(t, y)
-    idx = _window_minima(tl, yl, float(window_s), float(window_s), end_anchored=False)
-    return [float(tl[i]) for i in idx], [float(yl[i]) for i in idx]
-
-
 def assess_leak(
     t: Sequence[float],
     y: Sequence[float],
@@ -271,80 +249,151 @@ def assess_leak(
     have = tl[-1] - tl[0] if len(tl) >= 2 else 0.0
     if len(tl) < 3 or have < min_duration_s:
         return _insufficient(f"a verdict needs {min_duration_s:g} s of samples; {have:.0f} s so far")
-    t0, t1 = float(tl[0]), float(tl[-1])
-    span = t1 - t0
-    ft, fy, _, _ = _chunks(tl, yl, _FINE_POINTS)
-
-    # Split downsampled points by phase type (None = outside any phase).
-    by_phase: dict[str | None, tuple[list[float], list[float]]] = {}
+    span = float(tl[-1]) - float(tl[0])
     index = _phase_index(phases) if phases else None
-    if index is not None:
-        for x, v in zip(ft, fy):
-            g = by_phase.setdefault(_phase_at(index, x), ([], []))
-            g[0].append(x)
-            g[1].append(v)
-    else:
-        by_phase[None] = (ft, fy)
-
-    groups: dict[str | None, tuple[list[float], list[float]]] = {}
-    weight: dict[str | None, int] = {}
-    for name, (gt_, gy) in by_phase.items():
-        # A phase type seen only in one short stretch (e.g. a final eval) says nothing
-        # about growth across the run; its pairs would only add within-phase noise.
-        if len(gt_) < 3 or gt_[-1] - gt_[0] < 0.5 * span:
-            continue
-        bt, by = _floor_points(gt_, gy)
-        if len(bt) >= 3:
-            groups[name] = (bt, by)
-            weight[name] = len(gt_)
-    n_points = sum(len(g[0]) for g in groups.values())
+    ft, fy, _, _ = _chunks(tl, yl, _FINE_POINTS)
+    by_phase = _split_by_phase(ft, fy, index)
+    groups, weight = _floor_groups(by_phase, span)
+    if _points(groups) < MIN_BASELINE_POINTS and span >= 2 * min_duration_s:
+        groups, weight = _floor_groups(by_phase, span, coarse=True)
+    n_points = _points(groups)
     if n_points < MIN_BASELINE_POINTS:
         return _insufficient(
             WAIT_FLOOR.format(span),
             f"the floor between spikes has {n_points} points over {span:.0f} s; a verdict needs {MIN_BASELINE_POINTS}",
         )
-
     rng = random.Random(_SEED)
     fit = _theil_sen(list(groups.values()), rng)
     if fit is None:
         return _insufficient(WAIT_FLOOR.format(span), "the floor's points all share one time: no slope yet")
+    fits = _half_fits(groups, rng)
+    if isinstance(fits, LeakVerdict):
+        return replace(fits, reason=WAIT_FLOOR.format(span))
+    # The phase type covering most samples, among those with a floor of their own (3 floor points under long
+    # evaluations on a loaded machine gave no rise of their own to tell, while the training had 147).
+    dominant = max(weight, key=lambda k: (len(groups[k][0]) >= 6, weight[k]))
+    stairs = index is not None and _staircase(*by_phase[dominant], index, dominant)
+    sustained = stairs or _sustained(fit, fits) or _dominant_sustained(groups, dominant, rng)
+    start_level, end_level, material = _levels(*groups[dominant], float(tl[0]), float(tl[-1]), fit.slope, sustained)
+    least = max(MIN_GROWTH_BYTES, MIN_GROWTH_FRACTION * abs(end_level))
+    is_leak = fit.slope > 0 and fit.confidence >= LEAK_CONFIDENCE and sustained
+    is_leak = is_leak and (stairs or material) and fit.slope * span > least
+    return LeakVerdict(
+        verdict="leak" if is_leak else "no_leak",
+        slope_bytes_per_s=float(fit.slope),
+        baseline_start_bytes=int(round(start_level)),
+        baseline_end_bytes=int(round(end_level)),
+        confidence=float(fit.confidence),
+        time_to_limit_s=_time_to_limit(limit_bytes, end_level, fit.slope) if is_leak else None,
+    )
 
-    # Halves: a leak rises in both; a one-time step rises in at most one. Halves of the stretch the fit covers
-    # (with phases, the time before the first one - imports, set-up - is not in any group).
+
+def _sustained(fit: Any, fits: list[Any]) -> bool:
+    """Each half of the run rises on its own, confidently, at no less than HALF_SLOPE_RATIO of the whole's slope."""
+    return all(
+        f.slope > 0 and f.slope >= HALF_SLOPE_RATIO * fit.slope and f.confidence >= HALF_CONFIDENCE for f in fits
+    )
+
+
+def _dominant_sustained(groups: _Groups, dominant: str | None, rng: random.Random) -> bool:
+    """With phases: the dominant phase type (the training) rises in each half on its own, confidently. Long
+    evaluations on a loaded machine (a 1 GiB validation took 13 s to fill) leave the other type's floor points
+    on their ramps, and their pairs sank the halves test of a main keeping 0.7 MiB/s."""
+    if len(groups) < 2:
+        return False
+    own = {dominant: groups[dominant]}
+    fit = _theil_sen(list(own.values()), rng)
+    fits = _half_fits(own, rng)
+    return fit is not None and fit.confidence >= LEAK_CONFIDENCE and isinstance(fits, list) and _sustained(fit, fits)
+
+
+def _time_to_limit(limit_bytes: int | None, level: float, slope: float) -> float | None:
+    return None if limit_bytes is None or slope <= 0 else max(0.0, (float(limit_bytes) - level) / slope)
+
+
+_Groups = dict[str | None, tuple[list[float], list[float]]]
+
+
+def _points(groups: _Groups) -> int:
+    return sum(len(g[0]) for g in groups.values())
+
+
+def _split_by_phase(ft: list[float], fy: list[float], index: Any) -> _Groups:
+    """The downsampled points by phase type (None: outside any phase)."""
+    if index is None:
+        return {None: (ft, fy)}
+    by_phase: _Groups = {}
+    for x, v in zip(ft, fy):
+        g = by_phase.setdefault(_phase_at(index, x), ([], []))
+        g[0].append(x)
+        g[1].append(v)
+    return by_phase
+
+
+def _floor_groups(by_phase: _Groups, span: float, coarse: bool = False) -> tuple[_Groups, dict[str | None, int]]:
+    """Each phase type's floor points, and how many samples the type covers (its weight). A phase type seen only
+    in one short stretch (e.g. a final eval) says nothing about growth across the run: its pairs would only add
+    within-phase noise. ``coarse``: the lowest point of each COARSE_WINDOWS-th of the span, for a run twice as
+    long as a verdict needs whose floor wobbles by more than a wobble (a main whose own memory moved 216 -> 227
+    -> 218 MiB in steps read every stretch above a later fall as an excursion: 7 floor points in 60 s, "not yet
+    known" at the end)."""
+    groups: _Groups = {}
+    weight: dict[str | None, int] = {}
+    for name, (gt_, gy) in by_phase.items():
+        if len(gt_) < 3 or gt_[-1] - gt_[0] < 0.5 * span:
+            continue
+        if coarse:
+            w = span / COARSE_WINDOWS
+            idx = _window_minima(gt_, gy, w, w, end_anchored=False)
+            bt, by = [gt_[i] for i in idx], [gy[i] for i in idx]
+        else:
+            bt, by = _floor_points(gt_, gy)
+        if len(bt) >= 3:
+            groups[name] = (bt, by)
+            weight[name] = len(gt_)
+    return groups, weight
+
+
+def _half_fits(groups: _Groups, rng: random.Random) -> "list[Any] | LeakVerdict":
+    """The fits of each half of the stretch the groups cover: a leak rises in both; a one-time step rises in at
+    most one. With phases, the time before the first one (imports, set-up) is in no group."""
     g0 = min(g[0][0] for g in groups.values())
     g1 = max(g[0][-1] for g in groups.values())
     mid = g0 + (g1 - g0) / 2.0
-    halves: list[dict[str | None, tuple[list[float], list[float]]]] = [{}, {}]
+    halves: list[_Groups] = [{}, {}]
     for name, (bt, by) in groups.items():
         k = bisect_left(bt, mid)
         halves[0][name] = (bt[:k], by[:k])
         halves[1][name] = (bt[k:], by[k:])
     if any(sum(len(g[0]) for g in h.values()) < MIN_HALF_POINTS for h in halves):
         return _insufficient(
-            WAIT_FLOOR.format(span),
+            "",
             f"each half of the run needs {MIN_HALF_POINTS} floor points between spikes to tell a leak from a "
             "one-time step; one half has fewer so far",
         )
     fits = [_theil_sen(list(h.values()), rng) for h in halves]
     if fits[0] is None or fits[1] is None:
-        return _insufficient(WAIT_FLOOR.format(span), "one half of the run has no slope yet")
+        return _insufficient("", "one half of the run has no slope yet")
+    return fits
 
-    slope = fit.slope
-    confidence = fit.confidence
-    dominant = max(weight, key=lambda k: weight[k])
-    bt, by = groups[dominant]
-    stairs = index is not None and _staircase(*by_phase[dominant], index, dominant)
-    sustained = stairs or all(
-        f is not None and f.slope > 0 and f.slope >= HALF_SLOPE_RATIO * slope and f.confidence >= HALF_CONFIDENCE
-        for f in fits
-    )
 
-    # Levels from the dominant phase type (the one covering most samples): the median
-    # of its floor points in the first/last fifth of the run. Local medians (not a
-    # line's intercept) keep a step visible as two levels; they are moved to the ends
-    # along the slope only when the trend is real (sustained), never for an artefact.
-    # At least three points each where there are six; with fewer (a phase whose floor is mostly excursions,
-    # seen: a busy HF Trainer's training with 3), the first points and the last, never one set shared.
+def _levels(
+    bt: list[float], by: list[float], t0: float, t1: float, slope: float, sustained: bool
+) -> tuple[float, float, bool]:
+    """The floor's start and end levels, from the dominant phase type (the one covering most samples), and whether
+    its own rise is material.
+
+    The levels are the median of its floor points in the first/last fifth of the run. Local medians (not a line's
+    intercept) keep a step visible as two levels; they are moved to the ends along the slope only when the trend
+    is real (sustained), never for an artefact. At least three points each where there are six; with fewer (a
+    phase whose floor is mostly excursions, seen: a busy HF Trainer's training with 3), the first points and the
+    last, never one set shared.
+
+    Material: the floor's own rise from its first fifth to its last, carried to the whole span (a slope fitted over
+    a ramp at the training's start can exceed what the floor gained). Fewer than six floor points tell no rise of
+    their own (one of three may be the warm-up, before the first optimizer step: seen on a HF Trainer without a
+    leak); a staircase's material growth is its own rule's."""
+    span = t1 - t0
     edge = span / 5.0
     n = len(bt)
     k0 = max(min(3, n // 2), bisect_left(bt, t0 + edge))
@@ -352,28 +401,10 @@ def assess_leak(
     trend = slope if sustained else 0.0
     start_level = _median([v - trend * (x - t0) for x, v in zip(bt[:k0], by[:k0])])
     end_level = _median([v - trend * (x - t1) for x, v in zip(bt[k1:], by[k1:])])
-
-    # Material: the fitted growth over the run, and the floor's own rise from its first fifth to its last, carried
-    # to the whole span (a slope fitted over a ramp at the training's start can exceed what the floor gained).
-    # Fewer than six floor points tell no rise of their own (one of three may be the warm-up, before the first
-    # optimizer step: seen on a HF Trainer without a leak); a staircase's material growth is its own rule's.
     least = max(MIN_GROWTH_BYTES, MIN_GROWTH_FRACTION * abs(end_level))
     apart = _median(bt[k1:]) - _median(bt[:k0])
     rise = (_median(by[k1:]) - _median(by[:k0])) * (span / apart if apart > 0 else 1.0)
-    material = slope * span > least and (stairs or (n >= 6 and rise > least))
-    is_leak = slope > 0 and confidence >= LEAK_CONFIDENCE and material and sustained
-
-    ttl = None
-    if is_leak and limit_bytes is not None:
-        ttl = max(0.0, (float(limit_bytes) - end_level) / slope)
-    return LeakVerdict(
-        verdict="leak" if is_leak else "no_leak",
-        slope_bytes_per_s=float(slope),
-        baseline_start_bytes=int(round(start_level)),
-        baseline_end_bytes=int(round(end_level)),
-        confidence=float(confidence),
-        time_to_limit_s=ttl,
-    )
+    return start_level, end_level, n >= 6 and rise > least
 
 
 def reconcile(tree: LeakVerdict, parts: Mapping[str, LeakVerdict]) -> LeakVerdict:
@@ -442,18 +473,6 @@ def run_verdict(
     return reconcile(plan.verdict(*tree, limit_bytes), parts), parts
 
 
-PLATEAU_S = 10.0  # an excursion above the floor that lasts longer than this is a plateau (an evaluation), no spike
-
-
-def excursion_words(spikes: Sequence[Mapping[str, Any]]) -> str:
-    """ "3 spikes", "2 plateaus", "1 spike and 2 plateaus": excursions above the floor, named by how long they
-    last (an 11-52 s evaluation is no "spike")."""
-    long = sum(1 for sp in spikes if float(sp.get("end_s") or 0) - float(sp.get("start_s") or 0) > PLATEAU_S)
-    short = len(spikes) - long
-    words = [f"{n} {w}{'s' if n != 1 else ''}" for n, w in ((short, "spike"), (long, "plateau")) if n]
-    return " and ".join(words) or "0 spikes"
-
-
 def _mib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:.0f} MiB"
 
@@ -513,68 +532,6 @@ def _staircase(gt: list[float], gy: list[float], index: PhaseIndex, name: str | 
     least = max(MIN_GROWTH_BYTES, MIN_GROWTH_FRACTION * abs(levels[-1]))
     rises = [b - a for a, b in zip(levels, levels[1:])]
     return sum(r > stair for r in rises) >= 2 and rises[-1] > stair and levels[-1] - levels[0] - max(rises) > least
-
-
-def find_spikes(
-    t: Sequence[float],
-    y: Sequence[float],
-    *,
-    phases: Sequence[tuple[str, float, float]] = (),
-    min_height_bytes: int | None = None,
-) -> list[Spike]:
-    """Transient excursions above the floor, labelled with the phase they overlap most.
-
-    The floor here ignores phases on purpose: a validation plateau *is* a spike to
-    show. Without ``min_height_bytes`` the threshold adapts to noise and spike size.
-    """
-    tl, yl = _prepare(t, y)
-    n = len(tl)
-    if n < 3 or tl[-1] <= tl[0]:
-        return []
-    ft, fmin, fmax, starts = _chunks(tl, yl, _SPIKE_FINE_POINTS, with_max=True)
-    span = ft[-1] - ft[0]
-    dt = _median_step(ft)
-    w0 = max(span / 4.0, 4.0 * dt)
-    floor, r, thr = _excursions(ft, fmin, fmax, w0)
-    if min_height_bytes is not None:  # never miss a spike the caller asked for
-        thr = min(thr, float(min_height_bytes))
-    runs = _runs(r, thr)
-    min_height = float(min_height_bytes) if min_height_bytes is not None else thr
-    index = _phase_index(phases) if phases else None
-    out: list[Spike] = []
-    for a, b in runs:
-        peak = max(range(a, b + 1), key=r.__getitem__)
-        height = r[peak]
-        if height < min_height:
-            continue
-        if starts is None:
-            s_t, e_t = tl[a], tl[b]
-        else:
-            # refine chunk edges to the first/last raw sample above the floor + threshold
-            lo_a, hi_a = starts[a], starts[a + 1] if a + 1 < len(starts) else n
-            level = floor[a] + thr
-            s_i = next((i for i in range(lo_a, hi_a) if yl[i] > level), lo_a)
-            lo_b, hi_b = starts[b], starts[b + 1] if b + 1 < len(starts) else n
-            level = floor[b] + thr
-            e_i = next((i for i in range(hi_b - 1, lo_b - 1, -1) if yl[i] > level), hi_b - 1)
-            s_t, e_t = tl[s_i], tl[e_i]
-        out.append(Spike(float(s_t), float(e_t), int(round(height)), _dominant_phase(index, s_t, e_t)))
-    return out
-
-
-def _dominant_phase(index: PhaseIndex | None, start: float, end: float) -> str | None:
-    if index is None:
-        return None
-    starts, ends, names, longest = index
-    overlap: dict[str, float] = {}
-    # only phases starting in [start - longest, end] can overlap: bisect, not a full scan
-    for i in range(bisect_left(starts, start - longest), bisect_right(starts, end)):
-        o = min(ends[i], end) - max(starts[i], start)
-        if o > 0:
-            overlap[names[i]] = overlap.get(names[i], 0.0) + o
-    if overlap:
-        return max(overlap, key=overlap.__getitem__)
-    return _phase_at(index, start)  # zero-length spike: the phase it sits in
 
 
 def assess_by_role(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, Mapping, Sequence, cast
 
 from ..model import KIND_PSS, KIND_RSS, SUMMARY_SCHEMA, ExitInfo, Summary
 from ..record.catalogue import ENDING, RUNNING, run_info, run_state
@@ -19,12 +19,14 @@ from . import phases as phases_mod
 from .advice import advise
 from .census import summary_rows as census_rows
 from .exit_cause import ExitEvidence, counter_rise, decide, fault_signal
-from .leak import assess_by_role, assess_leak, find_spikes, fit_plan, run_verdict, trim_teardown
+from .leak import assess_by_role, assess_leak, find_spikes, fit_plan, trim_teardown
 from .probes import probe_summary
 from .scalene import summary_rows as scalene_rows
+from .spikes import Spike
 from .stacks import last_words
 from .stacks import summary_rows as stacks_rows
 from .supervision import BOUND_EVENTS, NOTE_EVENTS, bounds, main_pid, notes, process_end
+from .verdict import judge, read_inputs
 
 SCHEMA = SUMMARY_SCHEMA
 
@@ -242,15 +244,17 @@ def _summarize(rd: RunData) -> Summary:
         "record": rd.path,
     }
     # The sections below are added in this order (the JSON's), each computed on its own.
-    diag = _guard(unavailable, "diagnosis", lambda: diagnosis(rd, ev, float(duration)), _no_diagnosis)
-    summary["phases"], summary["marks"], summary["leak"] = diag["phases"], diag["marks"], diag["leak"]
-    summary["spikes"], summary["workers"] = diag["spikes"], diag["workers"]
-    summary["copy_on_read"] = _guard(
+    # Copy-on-read first: the verdict names it as the kind of growth (analysis/growth.py).
+    cor = _guard(
         unavailable,
         "copy_on_read",
         lambda: cor_mod.assess(rd).to_dict(),
         lambda: cor_mod.CopyOnRead(False, reason="memscope could not read the workers' rounds.").to_dict(),
     )
+    diag = _guard(unavailable, "diagnosis", lambda: diagnosis(rd, ev, float(duration), cor), _no_diagnosis)
+    summary["phases"], summary["marks"], summary["leak"] = diag["phases"], diag["marks"], diag["leak"]
+    summary["spikes"], summary["workers"] = diag["spikes"], diag["workers"]
+    summary["copy_on_read"] = cor
     gpu = _guard(
         unavailable,
         "gpu",
@@ -303,7 +307,9 @@ def _last_words(
     )
 
 
-def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
+def diagnosis(
+    rd: RunData, ev: ExitEvidence, duration: float, copy_on_read: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Phases, the leak verdict (tree and per role) and spikes, from the fast series: the tree's PSS at every RSS
     round, measured in PSS rounds and carried forward between them by each process's private memory. The leak
     verdict fits its private part (anonymous PSS + swap): the file-backed part of PSS moves whenever another
@@ -311,61 +317,44 @@ def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
     (older memscope) fall back to the PSS rounds (or the RSS rounds where there is no PSS). A downsampled record
     is fitted on one floor point per bucket of its coarsest tier (``RunData.fit_window``) all along: the part not
     yet downsampled, read round by round, would outweigh the rest and sit on another floor."""
-    fast = rd.fast_totals()
     window = rd.fit_window()
-    t: list[float]
-    y: list[float]
-    pt: list[float]
-    py: list[float]
-    if fast:
-        t = [r[0] for r in fast]
-        y = [r[1] or 0 for r in fast]
-        rows = rd.fast_totals(private=True, floor_s=window)
-        pt, py = [r[0] for r in rows], [r[1] or 0 for r in rows]
+    inp = read_inputs(rd, ev.main_pid, duration)
+    t, y = inp.total
+    if inp.series == "tree_private":
         roles = rd.role_fast_totals(private=True, floor_s=window)
-        series = "tree_private"
     else:
-        kind = KIND_PSS if rd.tree_peak(KIND_PSS) else KIND_RSS
-        rows = list(rd.tree_totals(kind))
-        t, y = [r[0] for r in rows], [r[1] or 0 for r in rows]
-        private = kind == KIND_PSS
-        pt, py = t, y
-        if private:
-            rows = list(rd.tree_totals(kind, private=True))
-            pt, py = [r[0] for r in rows], [r[1] or 0 for r in rows]
-        roles = rd.role_totals(kind, private=private)
-        series = "tree_private_pss_rounds" if private else "tree_rss"
+        roles = rd.role_totals(KIND_PSS if inp.series != "tree_rss" else KIND_RSS, private=inp.series != "tree_rss")
     ended = bool(rd.events("exit_status"))  # an ended run: its teardown is no part of the floor or of a spike
-    events = sorted(rd.events("epoch") + rd.events("phase"), key=lambda e: e["t"])
-    plan = fit_plan(events, duration, ev.main_pid, ended=ended)
+    plan = fit_plan(inp.events, duration, ev.main_pid, ended=ended)
     if ended:
         t, y = trim_teardown(t, y)
-    tree = (pt, py)
-    pt, py = plan.span(pt, py)
+    pt, py = plan.span(*inp.tree)
     roles = {r: plan.span(*ty) for r, ty in roles.items()}
     spans = phases_mod.intervals(rd.events("phase"), duration, ev.main_pid)
     auto = list(plan.phases)
     # The time to the limit keeps the file-backed pages in: they count against the limit too.
     limit = ev.limit_bytes
-    if limit and y and py and series != "tree_rss":
-        limit = max(1, limit - max(0, int(y[-1] - py[-1])))  # bytes: ints from the record
-    # The main process is judged on its own private memory (statm, not proportional): PSS splits what it keeps
-    # with every forked DataLoader worker alive at the time, so its PSS share saw-tooths as workers come and go
-    # while the leak is the main's all along. Other roles on their PSS share (a worker's private memory counts
-    # the main's pages it maps).
-    own = rd.role_fast_total("main", column="private", floor_s=window)
-    # The tree's verdict agrees with its parts (leak.reconcile): each role's per-process floor, the main's own.
-    floors = rd.process_fast_floors(max(0.2, duration / 4000, window))  # a downsampled record: its buckets
-    verdict, parts = run_verdict(plan, tree, own, floors, limit)
-    if ended and verdict.verdict == "insufficient_data":
-        # Without its teardown, the run's floor may fall short of what a verdict needs where the live line, fitted
-        # on everything up to the end, had one: the card never says less than the line said (one verdict).
-        live, live_parts = run_verdict(replace(plan, ended=False), tree, own, floors, limit)
-        if live.verdict != "insufficient_data":
-            verdict, parts = live, live_parts
+    if limit and y and py and inp.series != "tree_rss":
+        limit = max(1, int(limit - max(0, y[-1] - py[-1])))
+    spikes = _spikes(t, y, spans, auto)
+    # The tree's verdict made with its parts' (analysis/verdict.py, growth.py): the main judged on its own private
+    # memory (statm, not proportional: PSS splits what it keeps with every forked worker alive at the time), each
+    # other process on its own floor; a leaking part is never hidden by a tree fit that missed it.
+    j = judge(
+        replace(inp, limit_bytes=limit),
+        ended,
+        [Spike(s["start_s"], s["end_s"], s["height_bytes"], s["phase"]) for s in spikes],
+        copy_on_read,
+    )
+    verdict, parts, own = j.verdict, j.parts, inp.own
+    series = inp.series
     leak = verdict.to_dict()
     leak["series"] = series
     leak["per_process"] = {r: v.to_dict() for r, v in parts.items()}
+    leak["growth"] = j.growth.to_dict() if j.growth is not None else None
+    live = _live_said(rd, leak)
+    if live is not None:
+        leak["live"] = live
     if own:
         roles["main"] = plan.span(*own)
     leak["by_role"] = {role: v.to_dict() for role, v in assess_by_role(roles, limit_bytes=limit, phases=auto).items()}
@@ -375,8 +364,27 @@ def diagnosis(rd: RunData, ev: ExitEvidence, duration: float) -> dict[str, Any]:
         "phases": phases_mod.stats(spans, t, y),
         "marks": [{"t_s": round(e["t"], 3), "text": e["data"].get("text", "")} for e in rd.events("mark")],
         "leak": leak,
-        "spikes": _spikes(t, y, spans, auto),
+        "spikes": spikes,
         "workers": _workers(rd),
+    }
+
+
+def _live_said(rd: RunData, leak: dict[str, Any]) -> dict[str, Any] | None:
+    """The live line's last answer (its "live_verdict" events, session/verdict.py) where the whole run's verdict
+    differs from it: the card says what it said and that the record changed it, never a silent contradiction."""
+    shown = [e for e in rd.events("live_verdict") if isinstance(e.get("data"), dict)]
+    if not shown:
+        return None
+    d = shown[-1]["data"]
+    growth = leak.get("growth") or {}
+    if (d.get("verdict"), d.get("kind")) == (leak.get("verdict"), growth.get("kind")):
+        return None
+    return {
+        "verdict": str(d.get("verdict")),
+        "kind": d.get("kind"),
+        "words": str(d.get("words") or ""),
+        "t_s": round(float(shown[-1]["t"]), 3),
+        "changes": len(shown) - 1,
     }
 
 

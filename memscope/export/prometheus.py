@@ -34,8 +34,10 @@ from ..analysis.leak import fit_plan
 from ..collect.platform import procfs
 from ..errors import LaunchError
 from ..model import (
+    GROWTH_KINDS,
     METRIC_EXIT_INFO,
     METRIC_GPU_MEMORY,
+    METRIC_GROWTH,
     METRIC_HOST_AVAILABLE,
     METRIC_LEAK_SLOPE,
     METRIC_LIMIT,
@@ -165,6 +167,8 @@ class Exporter:
         # phase, and so does this one. The last PHASES_MAX a rank: a day-long run's fit reads a folded series anyway.
         self._phases: dict[str, deque[dict[str, Any]]] = {}
         self._leak_every = LEAK_EVERY_S
+        # The run's live verdict (a leak dict with its "growth"), read at each scrape for METRIC_GROWTH.
+        self.growth_source: Callable[[], dict[str, Any]] | None = None
         self.record_cpu_s = 0.0  # thread CPU spent on records (the subscriber thread) ...
         self.scrape_cpu_s = 0.0  # ... and answering scrapes (collect and the text format): what we cost the run
         self.scrapes = 0
@@ -180,6 +184,7 @@ class Exporter:
         """An exporter that follows ``run`` (subscribed to its records)."""
         ex = cls(run.run_id, run.command, hostname, limit_from_flag=run.options.limit_bytes is not None)
         ex._unsubscribe = run.subscribe(ex.on_record, maxsize=100000)
+        ex.growth_source = run.verdict  # the run's one live verdict (session/verdict.py), as every view shows it
         return ex
 
     # -- the record stream (the Run's subscriber thread) -----------------------------------------------------
@@ -339,9 +344,19 @@ class Exporter:
         exit_ = GaugeMetricFamily(
             METRIC_EXIT_INFO, "Why the run ended (present once it has)", labels=base + ["cause", "signal"]
         )
+        growth = GaugeMetricFamily(
+            METRIC_GROWTH,
+            "What the run's memory is doing: 1 for the kind memscope's live verdict names now "
+            "(flat, spikes, step, leak, copy_on_read, more_processes)",
+            labels=base + ["rank", "kind"],
+        )
+        kind = self._growth_kind()  # outside the lock: it may refit from the record
         with self._lock:
             self.scrapes += 1
             self._refit_leak()
+            if kind is not None:
+                main = next((d for d in self._procs.values() if d["role"] in ("main", "rank")), None)
+                growth.add_metric(ids + [main["rank"] if main else "", kind], 1)
             groups: dict[tuple[str, str], list[int]] = {}
             for d in self._procs.values():
                 g = groups.setdefault((d["rank"], d["role"]), [0, 0, 0, 0, 0])  # n, rss, pss, private, missing
@@ -382,7 +397,18 @@ class Exporter:
             info.add_metric(ids + [self.command], 1)
             if self._exit is not None:
                 exit_.add_metric(ids + [self._exit["cause"], self._exit["signal"]], 1)
-        yield from (f for f in (mem, nproc, avail, limit, leak, gpu, info, exit_) if f.samples)
+        yield from (f for f in (mem, nproc, avail, limit, leak, growth, gpu, info, exit_) if f.samples)
+
+    def _growth_kind(self) -> str | None:
+        """The kind the run's live verdict names now (None: none yet, or no run to ask)."""
+        if self.growth_source is None:
+            return None
+        try:
+            g = self.growth_source().get("growth")
+        except Exception:  # the exporter never fails a scrape for the verdict's sake
+            return None
+        kind = g.get("kind") if isinstance(g, dict) else None
+        return kind if kind in GROWTH_KINDS else None
 
     def _refit_leak(self) -> None:
         now = self._clock()

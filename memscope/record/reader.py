@@ -267,6 +267,28 @@ class RunData:
             ys.append(v)
         return out
 
+    def alive_counts(self, bucket_s: float) -> list[tuple[float, int]]:
+        """(t, the most processes alive at one round) per ``bucket_s``: what the growth kind "more processes"
+        is told from (a zombie's round reads 0 and is not counted). Empty for records without the fast series."""
+        if not self.has_fast:
+            return []
+        sql = (
+            "SELECT MIN(t), MAX(n) FROM (SELECT t, COUNT(*) AS n FROM samples WHERE kind=0 AND rss>0 GROUP BY t) "
+            "GROUP BY CAST(t / ? AS INTEGER) ORDER BY 1"
+        )
+        return [(float(t), int(n)) for t, n in self.con.execute(sql, (max(bucket_s, 1e-3),))]
+
+    def fast_highs(self, bucket_s: float) -> list[tuple[float, int]]:
+        """(t, the tree's highest fast PSS) per ``bucket_s``: the spikes a live verdict names, read without every
+        round of a long record."""
+        if not self.has_fast:
+            return []
+        sql = (
+            "SELECT t, MAX(v) FROM (SELECT t, SUM(est_pss) AS v FROM samples WHERE kind=0 GROUP BY t) "
+            "GROUP BY CAST(t / ? AS INTEGER) ORDER BY t"
+        )
+        return [(float(t), int(v or 0)) for t, v in self.con.execute(sql, (max(bucket_s, 1e-3),))]
+
     def pss_rounds_by_pid(
         self, until_s: float | None = None, points: int = 600
     ) -> dict[int, list[tuple[float, int, int, int | None, int | None]]]:

@@ -35,6 +35,7 @@ from .options import Options, attach_target, check_options, check_record_dir, ch
 from .sampling import Sampler
 from .stacks import StackTaker
 from .state import RunState
+from .verdict import LiveVerdict
 
 if TYPE_CHECKING:
     from ..analysis.census import Census
@@ -149,6 +150,7 @@ class Run:
         self.stack_taker = StackTaker(st)
         self.sampler = Sampler(st, self.stack_taker)
         self.agents = Agents(st, self.scalene, self.stack_taker, self.sampler)
+        self.live_verdict = LiveVerdict(self)  # the one live verdict every view reads (session/verdict.py)
         st.t0 = time.monotonic()
 
     # -- public API ------------------------------------------------------------------------------------------
@@ -279,6 +281,14 @@ class Run:
             self.state, "running", f"The run is still going ({self.elapsed():.0f} s so far)."
         )
         return s
+
+    def verdict(self) -> dict[str, Any]:
+        """The live leak verdict and its kind of growth, as every view shows it (``session/verdict.py``): held
+        against flip-flops, saying what it leans to while not yet sure. After the end, the summary's ``leak``."""
+        leak = self.state.summary.get("leak") if self.state.summary is not None else None
+        if isinstance(leak, dict):
+            return dict(leak)
+        return self.live_verdict.current()
 
     def limit(self) -> Limit | None:
         """The limit the run is compared against now, and its source ("flag", "cgroup" or "host"), as the summary's

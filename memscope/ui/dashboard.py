@@ -284,9 +284,7 @@ class Dashboard:
             state, elapsed = ("stopping" if self._stopping else "running"), run.elapsed()
             cur, peak = s.tree_pss if s.tree_pss is not None else s.tree_rss, s.peak_pss or s.peak_rss
             limit = run.limit()
-            leak = self.leak.update(
-                self.series, snap, limit["bytes"] if limit else None, run, self.marks, self._procs()
-            )
+            leak = self.leak.update(run)
             spikes = self.leak.spikes
             note = run.stack_taker.note  # an automatic capture (near the limit, a stall): said where the eye is
         color = CAUSE_COLOR.get(state, "#c62828")

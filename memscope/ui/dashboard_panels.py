@@ -14,9 +14,7 @@ import ipywidgets as w
 
 from ..analysis import copy_on_read as cor_mod
 from ..analysis import phases as phases_mod
-from ..analysis.leak import find_spikes, fit_plan, run_verdict
 from .fragments import esc, stack_marks
-from .series import RunSeries
 from .static_view import static_html
 
 if TYPE_CHECKING:
@@ -83,44 +81,17 @@ class PhaseMarks:
 
 
 class LiveLeak:
-    """The leak verdict and the spikes while the run goes, as the summary will give them at its end."""
+    """The leak verdict while the run goes: the run's one live verdict (``Run.verdict()``, session/verdict.py),
+    the same the terminal footer and the Prometheus exporter show, held against flip-flops. Its words name the
+    kind of growth and the spikes; ``spikes`` stays empty (the verdict says them)."""
 
     def __init__(self) -> None:
         self.leak: dict[str, Any] = {}
         self.spikes: list[dict[str, Any]] = []
-        self._at = 0.0
 
-    def update(
-        self,
-        series: RunSeries,
-        snap: dict[str, Any],
-        limit: int | None,
-        run: "Run | None",
-        marks: PhaseMarks,
-        procs: dict[int, dict[str, Any]],
-    ) -> dict[str, Any]:
-        """The verdict fitted on the tree's private memory (anonymous PSS + swap) at every RSS round, recomputed
-        every LEAK_PERIOD_S."""
-        now = time.monotonic()
-        if now - self._at < LEAK_PERIOD_S:
-            return self.leak
-        self._at = now
-        with series._lock:
-            t, y = series.tree_private.points()
-        if len(t) < 3:  # a record without the fast series: the tree's RSS
-            total = snap.get("tree_rss") or {}
-            t, y = total.get("t") or [], total.get("y") or []
-        elif limit and run is not None and run.snapshot.tree_pss:
-            limit = max(1, limit - max(0, int(run.snapshot.tree_pss - y[-1])))  # file-backed pages count too
-        if t:
-            main, events = marks.main_events(procs)
-            plan = fit_plan(events, t[-1], main)
-            with series._lock:
-                own, parts = series.parts()
-            self.leak = run_verdict(plan, (t, y), own, parts, limit)[0].to_dict()
-        with series._lock:
-            tt, ty = series.pss_by_role.total()
-        self.spikes = [sp.to_dict() for sp in find_spikes(tt, ty)] if len(tt) >= 3 else []
+    def update(self, run: "Run") -> dict[str, Any]:
+        """The run's live verdict now (refitted by the run when due)."""
+        self.leak = run.verdict()
         return self.leak
 
 

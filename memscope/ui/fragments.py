@@ -183,13 +183,21 @@ def verdict_card(summary: dict[str, Any]) -> str:
     return (
         f"<div class='memscope-verdict' style='border-left:6px solid {color};padding:6px 10px;margin:6px 0;"
         f"background:#fafafa;overflow-wrap:anywhere'>"
-        f"<div style='font-weight:bold;color:{color}'>{esc(ex['cause'])}</div>{last_words_html(summary)}"
+        f"<div style='font-weight:bold;color:{color}'>{esc(ex['cause'])}{_headline(leak)}</div>"
+        f"{last_words_html(summary)}"
         f"<div>{esc(ex['message'])}</div>"
         f"<div>peak tree PSS {fmt_bytes(peak.get('tree_pss_bytes'))}, RSS {fmt_bytes(peak.get('tree_rss_bytes'))}"
         f" at {peak.get('at_s', 0):.1f} s; {_plural(len(summary.get('processes', [])), 'process')}</div>{leak_html}"
         f"<div style='font-size:11px;color:#666'>record: {esc(summary.get('record', ''))} "
         f"(memscope.reopen('{esc(summary.get('run_id', ''))}'))</div>{tb_html}</div>"
     )
+
+
+def _headline(leak: dict[str, Any]) -> str:
+    """The kind of growth beside the cause, on the card's first line ("ok · Only spikes: the floor is flat")."""
+    growth = leak.get("growth")
+    words = growth.get("words") if isinstance(growth, dict) else None
+    return f" · {esc(words)}" if words else ""
 
 
 def last_words_html(summary: dict[str, Any]) -> str:

@@ -17,7 +17,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.leak import excursion_words, floor_words
+from ..analysis.leak import floor_words
+from ..analysis.spikes import excursion_words
 from ..fmt import fmt_bytes, fmt_elapsed
 
 if TYPE_CHECKING:
@@ -49,25 +50,47 @@ def limit_text(limit: Mapping[str, Any] | None) -> str:
     return f"limit {fmt_bytes(limit['bytes'])} ({LIMIT_SOURCES.get(limit.get('source'), limit.get('source'))})"
 
 
+OLD_RECORD = "recorded before memscope named the kind of growth"
+
+
 def verdict_text(leak: dict | None, spikes: list | None = None) -> str:
-    """The leak verdict in one line, as the dashboard, the terminal and the report say it."""
+    """The leak verdict in one line, as the dashboard, the terminal and the report say it: the kind of growth in
+    words (``leak.growth``), what the live line said before where new evidence changed it, and for a record
+    written before the kinds, its verdict as it was, saying so."""
     leak = leak or {}
     v = leak.get("verdict")
-    if v == "leak":
+    growth = leak.get("growth")
+    if isinstance(growth, dict) and growth.get("words"):
+        ttl = leak.get("time_to_limit_s")
+        eta = f"; at this rate the tree reaches the limit in {fmt_elapsed(ttl)}" if ttl and v == "leak" else ""
+        return f"{growth['words']}{eta}{changed_text(leak)}"
+    if v in ("leak", "no_leak") and "growth" not in leak:
+        return f"{_old_text(leak, spikes)} ({OLD_RECORD})"
+    why = leak.get("leaning") or leak.get("reason")
+    return f"leak or spikes: not yet known ({why})" if why else "leak or spikes: not yet known"
+
+
+def changed_text(leak: dict[str, Any]) -> str:
+    """Where the live line's last answer differs from the run's: what it said, and that the whole run changed it."""
+    live = leak.get("live")
+    if not isinstance(live, dict) or not live.get("words"):
+        return ""
+    return f" (live, until {live.get('t_s', 0):.0f} s, it said: {live['words']}; the whole run's record changed it)"
+
+
+def _old_text(leak: dict[str, Any], spikes: list[dict[str, Any]] | None) -> str:
+    if leak.get("verdict") == "leak":
         slope = leak.get("slope_bytes_per_s") or 0
         ttl = leak.get("time_to_limit_s")
         eta = f"; at this rate the tree reaches the limit in {fmt_elapsed(ttl)}" if ttl else ""
         if leak.get("pace") == "fast" or slope >= 2**20:
             return f"memory grows steadily: the floor rises {fmt_bytes(int(slope))}/s{eta}"
         return f"slow leak: the floor rises {fmt_bytes(int(slope * 60))}/min{eta}"
-    if v == "no_leak":
-        floor = floor_words(leak, fmt_bytes)
-        if spikes:
-            top = max(s.get("height_bytes") or 0 for s in spikes)
-            return f"no leak: {floor}; {excursion_words(spikes)}, up to {fmt_bytes(top)} above it"
-        return f"no leak: {floor}"
-    why = leak.get("reason")
-    return f"leak or spikes: not yet known ({why})" if why else "leak or spikes: not yet known"
+    floor = floor_words(leak, fmt_bytes)
+    if spikes:
+        top = max(s.get("height_bytes") or 0 for s in spikes)
+        return f"no leak: {floor}; {excursion_words(spikes)}, up to {fmt_bytes(top)} above it"
+    return f"no leak: {floor}"
 
 
 def render_lines(run: "Run", width: int, note: str = "") -> list[str]:
@@ -103,7 +126,9 @@ def render_lines(run: "Run", width: int, note: str = "") -> list[str]:
             Text((d.get("cmdline") or d.get("name") or "")[:200]),
         )  # not markup
     more = len(alive) - (FOOTER_LINES - 3)
-    tail = Text(f" +{more} more processes" if more > 0 else "", style="dim")
+    tail = Text(" memory: ", style="dim")
+    tail.append(verdict_text(run.verdict()), style="bold")  # the run's one live verdict (session/verdict.py)
+    tail.append(f"  +{more} more processes" if more > 0 else "", style="dim")
     if note:
         tail.append(f"  {note}", style="yellow")
     buf = io.StringIO()
