@@ -160,7 +160,10 @@ def test_advice_lines_follow_the_evidence():
     assert line.startswith("2 DataLoader workers alive together held 700 MiB of PSS at 30 s (350 MiB each)")
     assert "persistent_workers" not in line  # the run does not use persistent workers: never recommend it
     persistent = dict(workers, workers=dict(workers["workers"], persistent=True))
-    assert "persistent_workers=False" in next(a["text"] for a in advise(persistent) if a["topic"] == "workers")
+    # "they hold their memory through validation" only where the run validates (issue 30: not in a script without)
+    assert "persistent_workers" not in next(a["text"] for a in advise(persistent) if a["topic"] == "workers")
+    validating = dict(persistent, phases=[{"name": "validation", "start_s": 10.0, "end_s": 12.0}])
+    assert "persistent_workers=False" in next(a["text"] for a in advise(validating) if a["topic"] == "workers")
     small = dict(workers, workers=dict(workers["workers"], peak_pss_bytes=100 << 20))
     assert not any(a["topic"] == "workers" for a in advise(small))
     # Spikes outside any phase are not "validation"; in an eval phase they are.

@@ -4,8 +4,9 @@
 - `promtool check rules`, and `promtool test rules` with a firing and a non-firing case for every alert;
 - `promtool check metrics` on a real /metrics page of a real `memscope run --prometheus`;
 - Debian's Prometheus scraping real runs every second and evaluating the shipped rules: a run leaking toward its
-  --limit raises the time-to-limit alerts, a run with spikes only raises none, a segfault and a real OOM kill in a
-  cgroup the test makes raise theirs, an exporter killed while its run was alive raises its own; then every
+  --limit raises the time-to-limit alerts and the leak alert, a run with spikes only raises none, DataLoader
+  copy-on-read raises its own (not a leak, not the limit), a segfault and a real OOM kill in a cgroup the test
+  makes raise theirs, an exporter killed while its run was alive raises its own; then every
   dashboard panel's query returns data from that Prometheus (the GPU row excepted: no GPU here).
 """
 
@@ -319,7 +320,7 @@ def test_promtool_test_rules(name, tmp_path):
 
 
 # -- real runs, a real Prometheus ------------------------------------------------------------------------------
-def _memscope_run(port: int, args: list[str], tmp, *extra: str, preexec=None) -> subprocess.Popen:
+def _memscope_run(port: int, args: list[str], tmp, *extra: str, linger: str = "60") -> subprocess.Popen:
     return subprocess.Popen(
         [
             *MEMSCOPE,
@@ -327,7 +328,7 @@ def _memscope_run(port: int, args: list[str], tmp, *extra: str, preexec=None) ->
             "--prometheus",
             f"127.0.0.1:{port}",
             "--prometheus-linger",
-            "60",
+            linger,
             "--record",
             str(tmp / "records"),
             "--quiet",
@@ -338,7 +339,6 @@ def _memscope_run(port: int, args: list[str], tmp, *extra: str, preexec=None) ->
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
-        preexec_fn=preexec,
     )
 
 
@@ -362,7 +362,7 @@ def _wait(fn, timeout: float, what: str):
 @needs_promtool
 def test_promtool_check_metrics_on_a_real_page(tmp_path):
     port = free_port()
-    p = _memscope_run(port, [PY, script("leak_spikes.py"), "--seconds", "8", "--spike-mib", "50"], tmp_path)
+    p = _memscope_run(port, [PY, script("leak_spikes.py"), "--seconds", "8", "--spike-mib", "50"], tmp_path, linger="0")
     try:
         page = _wait(lambda: (t := _scrape(port)) and "memscope_memory_bytes" in t and t, 30, "a page with memory")
         out = subprocess.run([PROMTOOL, "check", "metrics"], input=page, capture_output=True, text=True)
@@ -386,7 +386,7 @@ def observed(tmp_path_factory):
     if PROMETHEUS is None:
         pytest.skip("prometheus is not installed (apt-get install prometheus)")
     tmp = tmp_path_factory.mktemp("monitoring")
-    names = ("leak", "spikes", "segfault", "down", "oom")
+    names = ("leak", "spikes", "segfault", "down", "oom", "cor")
     ports = {n: free_port() for n in names}
     cg = make_memory_cgroup(256 << 20, "monitoring")
     procs: dict[str, subprocess.Popen] = {}
@@ -423,6 +423,10 @@ def observed(tmp_path_factory):
         )
         procs["segfault"] = _memscope_run(ports["segfault"], [PY, script("segfault.py")], tmp)
         procs["down"] = _memscope_run(ports["down"], [PY, script("sleeper.py"), "300"], tmp)
+        # DataLoader copy-on-read: 3 forked workers over 800k dicts, three epochs of at least 30 s.
+        procs["cor"] = _memscope_run(
+            ports["cor"], [PY, script("copy_on_read.py"), "dicts", "800000", "3", "3", "30"], tmp
+        )
         if cg is not None:
             procs["oom"] = _memscope_run(ports["oom"], [script("oom_in_cgroup.sh"), cg], tmp)
         port = free_port()
@@ -462,6 +466,8 @@ def observed(tmp_path_factory):
             ("MemscopeMemoryLimitWithin5Minutes", "leak"),
             ("MemscopeRunCrashed", "segfault"),
             ("MemscopeExporterDown", "down"),
+            ("MemscopeLeak", "leak"),
+            ("MemscopeDataLoaderCopyOnRead", "cor"),
         }
         if cg is not None:
             want.add(("MemscopeOOMKilled", "oom"))
@@ -515,6 +521,11 @@ def test_real_runs_raise_their_alerts(observed):
 def test_a_run_with_spikes_only_raises_none(observed):
     about_spikes = {k: v for k, v in observed["seen"].items() if k[1] == "spikes"}
     assert about_spikes == {}, about_spikes
+
+
+def test_copy_on_read_raises_its_own_alert_not_a_leak_nor_the_limit(observed):
+    about_cor = {k[0] for k in observed["seen"] if k[1] == "cor"}
+    assert about_cor == {"MemscopeDataLoaderCopyOnRead"}, about_cor
 
 
 def _concrete(expr: str) -> str:
