@@ -54,6 +54,7 @@ class RunCommand:
         if ns.summary_json:
             check_summary_path(ns.summary_json)
         supervise.declare_sole_launcher()  # this process starts nothing but the run: its orphans are the run's
+        slurm = supervise.slurm_launcher()  # now: a batch script's shell may be gone by the time a signal comes
         run = Run(argv or None, attach=attach, options=options_from(ns))
         presses = {"n": 0}
         # The last press counted: its signal, and when its handling ended (a copy that arrived before then, or
@@ -101,7 +102,7 @@ class RunCommand:
             if last["sig"] == signum and t < last["end"] + SAME_EVENT_S:
                 return
             if signum == signal.SIGTERM and not run.attached:
-                by = supervise.scheduler_signals_run(run.pid)
+                by = supervise.scheduler_signals_run(run.pid, slurm)
                 if by is not None:  # the training has its own copy: a second one is "force quit" to many
                     last["sig"], last["end"] = signum, time.monotonic()
                     name = signal.Signals(signum).name
