@@ -13,6 +13,7 @@ import time
 import pytest
 from conftest import PY, script
 from test_signals_round4 import (
+    MEMSCOPE,
     _end,
     _freezer_cgroup,
     _readline,
@@ -60,3 +61,43 @@ def test_a_slurm_stop_in_a_batch_script_gives_the_training_one_sigterm(tmp_path)
     finally:
         _end(p)
         _rmdir_when_empty(cg)
+
+
+def test_a_header_credential_on_a_command_line_reaches_no_label_or_record(tmp_path):
+    # `curl -H "PRIVATE-TOKEN: …"` (GitLab's documented form), `-H "X-Api-Key: …"`: a header of a secret name given
+    # as an argument. Its value was in the Prometheus label (served on every interface with --prometheus :PORT),
+    # the summary and the record's bytes.
+    import urllib.request
+
+    from test_round4_data import free_port
+
+    runs, sj = tmp_path / "runs", tmp_path / "s.json"
+    port = free_port()
+    ms = subprocess.Popen(
+        [*MEMSCOPE, "run", "--quiet", "--record", str(runs), "--summary-json", str(sj), "--prometheus",
+         f"127.0.0.1:{port}", "--prometheus-linger", "3", "--", PY, "-c", "import time; time.sleep(3)",
+         "-H", "PRIVATE-TOKEN: gitlabOldStyle20chars", "-H", "X-Api-Key:hdrsecretvalue7", "bash -c 'curl -H "
+         "\"x-auth-token: insidesecret8\" https://example.invalid'", "-H", "Content-Type: application/json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline, metrics = time.monotonic() + 60, b""
+        while b"memscope_run_info{" not in metrics and time.monotonic() < deadline:
+            try:
+                metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+            except OSError:
+                time.sleep(0.2)
+        out, err = ms.communicate(timeout=90)
+    finally:
+        if ms.poll() is None:
+            ms.kill()
+            ms.wait()
+    assert ms.returncode == 0, err
+    info = next(line for line in metrics.decode().splitlines() if line.startswith("memscope_run_info{"))
+    assert "PRIVATE-TOKEN: ***" in info and "Content-Type: application/json" in info, info
+    texts = {"label": metrics, "summary": sj.read_bytes()}
+    for name in os.listdir(runs):
+        texts[name] = (runs / name).read_bytes()
+    for where, data in texts.items():
+        for secret in (b"gitlabOldStyle20chars", b"hdrsecretvalue7", b"insidesecret8"):
+            assert secret not in data, (where, secret)
