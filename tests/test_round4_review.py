@@ -101,3 +101,28 @@ def test_a_header_credential_on_a_command_line_reaches_no_label_or_record(tmp_pa
     for where, data in texts.items():
         for secret in (b"gitlabOldStyle20chars", b"hdrsecretvalue7", b"insidesecret8"):
             assert secret not in data, (where, secret)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "update run set summary=json_set(summary,'$.leak','x')",
+        "update run set summary=json_set(summary,'$.warnings',json('{\"a\":1}'))",
+    ],
+)
+def test_a_summary_of_the_wrong_shape_is_one_line_not_a_traceback(tmp_path, change):
+    # A damaged summary (a field of another type) printed an AttributeError / TypeError traceback in the plain
+    # report (--json and --html already said one line).
+    import sqlite3
+
+    runs = tmp_path / "runs"
+    p = subprocess.run([*MEMSCOPE, "run", "--quiet", "--record", str(runs), "--", PY, "-c", "print(1)"],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    (record,) = runs.glob("*.sqlite")
+    with sqlite3.connect(record) as db:
+        db.execute(change)
+    db.close()
+    r = subprocess.run([*MEMSCOPE, "report", str(record)], capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not a readable memscope record" in r.stderr, r.stderr
