@@ -126,3 +126,42 @@ def test_a_summary_of_the_wrong_shape_is_one_line_not_a_traceback(tmp_path, chan
     r = subprocess.run([*MEMSCOPE, "report", str(record)], capture_output=True, text=True, timeout=60)
     assert "Traceback" not in r.stderr, r.stderr
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not a readable memscope record" in r.stderr, r.stderr
+
+
+HUP_LOG = r"""
+import os, signal, sys, time
+log = sys.argv[1]
+def note(s, f):
+    with open(log, "a") as f:
+        f.write(signal.Signals(s).name + "\n")
+signal.signal(signal.SIGHUP, note)
+open(log + ".ready", "w").close()
+time.sleep(4)
+"""
+
+
+@pytest.mark.parametrize("gap", [0.0, 0.03])
+def test_one_hangup_sent_twice_reaches_the_run_once(tmp_path, gap):
+    # A closed terminal: the kernel sends SIGHUP to the foreground group (memscope) and the shell, which re-sends
+    # it to its jobs; `timeout -s HUP` sends memscope one copy and its group another. memscope passed on every
+    # copy: the training (in a session of its own, so it got none itself) had two SIGHUPs for one hangup, 6 of 6
+    # at 5 and 30 ms apart. SIGTERM's copies were already one press.
+    log = tmp_path / "sigs"
+    p = subprocess.Popen(
+        [*MEMSCOPE, "run", "--quiet", "--record", str(tmp_path / "runs"), "--", PY, "-c", HUP_LOG, str(log)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        for _ in range(600):
+            if (tmp_path / "sigs.ready").exists():
+                break
+            time.sleep(0.05)
+        time.sleep(0.3)
+        os.kill(p.pid, signal.SIGHUP)
+        time.sleep(gap)
+        os.killpg(p.pid, signal.SIGHUP)  # memscope leads its group here: only memscope is in it
+        assert _end(p) == 0, p.stderr.read()
+    finally:
+        if p.poll() is None:
+            _end(p)
+    assert log.read_text().split() == ["SIGHUP"], log.read_text()
