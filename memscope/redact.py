@@ -7,6 +7,8 @@ What counts as a secret (the README's one line says the same):
   ``--token …``, ``--password …``, ``--api-key …``, ``OPENAI_API_KEY=…``, ``trainer.wandb_key=…`` — in an argument
   of its own or inside one (``bash -c "python t.py --token …"``); ``--token-file PATH`` and ``--max-tokens 20`` are
   not secrets (their last word is another);
+- the value of an HTTP header of such a name given as an argument (``curl -H "PRIVATE-TOKEN: …"``,
+  ``-H "X-Api-Key: …"``);
 - the password of a URL (``https://user:***@host``) and the credentials of an HTTP authorization
   (``Bearer ***``);
 - anything of a known token format wherever it stands (``TOKEN_FORMATS``: Hugging Face ``hf_``, OpenAI/Anthropic
@@ -65,6 +67,8 @@ _URL_PASSWORD = re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]*://[^\s/
 _VALUE = r"(\"[^\"]*\"|'[^']*'|[^\s\"']+)"
 _ASSIGN_IN_TEXT = re.compile(r"(?<![^\s\"'])([-+]{0,2}[A-Za-z_][\w.+-]*)(=)" + _VALUE)
 _OPTION_IN_TEXT = re.compile(r"(?<![^\s\"'])(--?[A-Za-z][\w.-]*)(\s+)" + r"(?!-)" + _VALUE)
+# An HTTP header given on a command line (`curl -H "PRIVATE-TOKEN: …"`, `-H "X-Api-Key: …"`): NAME: VALUE.
+_HEADER_IN_TEXT = re.compile(r"(?<![^\s\"'])([A-Za-z][\w.-]*)(:[ \t]*)" + _VALUE)
 
 
 def is_secret_name(name: str) -> bool:
@@ -80,6 +84,7 @@ def redact_text(text: str) -> str:
     out = _URL_PASSWORD.sub(lambda m: m.group(1) + MASK + m.group(3), out)
     out = _AUTH_SCHEME.sub(lambda m: m.group(1) + MASK, out)
     out = _ASSIGN_IN_TEXT.sub(_mask_named, out)
+    out = _HEADER_IN_TEXT.sub(_mask_named, out)
     return _OPTION_IN_TEXT.sub(_mask_named, out)
 
 

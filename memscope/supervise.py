@@ -258,21 +258,31 @@ def send(pid: int, start: int | None, sig: int, skip_group: int | None = None, r
 _SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "mksh", "tcsh", "csh", "fish"}  # a batch script's interpreter
 
 
-def scheduler_signals_run(root: int) -> str | None:
-    """The scheduler that signals every process of the run itself, or None: "Slurm" when memscope runs as a Slurm
-    step's task (its parent is ``slurmstepd``) or run by a batch script (a shell whose parent is) without a terminal, and
-    the run's root is in memscope's own cgroup, the step's: Slurm's time limit and ``scancel`` signal every process
-    of it (proctrack/cgroup), so the training has its own copy. Under anything else between (``timeout``, an
-    interactive shell whose Ctrl-C reaches memscope's group alone) the signal is memscope's only: None."""
+def slurm_launcher() -> bool:
+    """Whether memscope was started by Slurm: as a step's task (its parent is ``slurmstepd``), or by a batch script
+    (a shell whose parent is) without a terminal. Read once at start: at a time limit Slurm signals the script's
+    shell too, which dies of it at once and re-parents memscope before memscope's own handler runs."""
     if not LINUX or not os.environ.get("SLURM_JOB_ID"):
-        return None
+        return False
     try:
         parent = procfs.read_stat(os.getppid())
         grand = procfs.read_stat(parent.ppid) if parent is not None and parent.ppid > 1 else None
-        stepd = parent is not None and parent.comm == "slurmstepd"
-        script = parent is not None and parent.comm in _SHELLS and grand is not None and grand.comm == "slurmstepd"
-        if not stepd and not (script and not os.isatty(0)):
-            return None
+    except OSError:
+        return False
+    stepd = parent is not None and parent.comm == "slurmstepd"
+    script = parent is not None and parent.comm in _SHELLS and grand is not None and grand.comm == "slurmstepd"
+    return stepd or (script and not os.isatty(0))
+
+
+def scheduler_signals_run(root: int, slurm: bool) -> str | None:
+    """The scheduler that signals every process of the run itself, or None: "Slurm" when memscope was started by
+    Slurm (``slurm``: `slurm_launcher()` at start) and the run's root is in memscope's own cgroup, the step's:
+    Slurm's time limit and ``scancel`` signal every process of it (proctrack/cgroup), so the training has its own
+    copy. Under anything else between (``timeout``, an interactive shell whose Ctrl-C reaches memscope's group
+    alone) the signal is memscope's only: None."""
+    if not slurm:
+        return None
+    try:
         with open("/proc/self/cgroup") as mine, open(f"/proc/{root}/cgroup") as its:
             return "Slurm" if mine.read() == its.read() else None
     except OSError:

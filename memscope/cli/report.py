@@ -70,7 +70,11 @@ class ReportCommand:
         else:
             from ..ui.terminal import print_final
 
-            print_final(summary, file=sys.stdout)
+            try:
+                print_final(summary, file=sys.stdout)
+            except Exception as exc:  # a summary of the wrong shape ("leak": "x", "warnings": {}): one line
+                sys.stderr.write(f"memscope: {path} is not a readable memscope record ({one_line(exc)})\n")
+                return EXIT_BAD_INPUT
         return 0
 
 

@@ -54,11 +54,13 @@ class RunCommand:
         if ns.summary_json:
             check_summary_path(ns.summary_json)
         supervise.declare_sole_launcher()  # this process starts nothing but the run: its orphans are the run's
+        slurm = supervise.slurm_launcher()  # now: a batch script's shell may be gone by the time a signal comes
         run = Run(argv or None, attach=attach, options=options_from(ns))
         presses = {"n": 0}
         # The last press counted: its signal, and when its handling ended (a copy that arrived before then, or
         # within SAME_EVENT_S after, is the same event).
         last = {"sig": 0, "end": -1e9}
+        hup = {"end": -1e9}  # the same for SIGHUP, which is passed on, never counted as a press
         view: Any = None  # the live status line (ui.terminal.TerminalView), once the run is going
         suspended = {"by_us": False}  # Ctrl-Z stopped the run: only then does a SIGCONT continue it
 
@@ -89,10 +91,18 @@ class RunCommand:
                 pending.append(signum)  # acted on right after start(), below
                 return
             if signum == signal.SIGHUP:
-                if run.attached:
-                    run.detach()
-                else:
-                    run.forward(signal.SIGHUP)  # a hangup reaches the foreground group: the run's, not only memscope
+                # One hangup, one copy passed on: a closed terminal's SIGHUP reaches memscope from the kernel and
+                # again from the shell that re-sends it to its jobs (`timeout -s HUP`: memscope, then its group).
+                if t < hup["end"] + SAME_EVENT_S:
+                    return
+                hup["end"] = float("inf")
+                try:
+                    if run.attached:
+                        run.detach()
+                    else:
+                        run.forward(signal.SIGHUP)  # a hangup reaches the foreground group: the run's too
+                finally:
+                    hup["end"] = time.monotonic()
                 return
             # One event, one press: `timeout` (and kill -TERM -PGID) sends SIGTERM to memscope and again to its
             # process group, which memscope is in: two copies microseconds apart. A copy of the signal last counted
@@ -101,7 +111,7 @@ class RunCommand:
             if last["sig"] == signum and t < last["end"] + SAME_EVENT_S:
                 return
             if signum == signal.SIGTERM and not run.attached:
-                by = supervise.scheduler_signals_run(run.pid)
+                by = supervise.scheduler_signals_run(run.pid, slurm)
                 if by is not None:  # the training has its own copy: a second one is "force quit" to many
                     last["sig"], last["end"] = signum, time.monotonic()
                     name = signal.Signals(signum).name
