@@ -101,7 +101,7 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "MemscopeDataLoaderCopyOnRead",
         f'{METRIC_GROWTH}{{kind="copy_on_read"}} == 1',
-        "1m",
+        "30s",  # bounded and only info; memscope's live verdict held it before saying it
         "info",
         "DataLoader copy-on-read in run {{ $labels.run }} on {{ $labels.hostname }} (rank {{ $labels.rank }})",
         "The DataLoader workers of run {{ $labels.run }} are copying their parent's pages (Python objects read "
