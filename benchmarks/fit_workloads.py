@@ -40,7 +40,9 @@ def cnn() -> nn.Module:
     def block(i: int, o: int) -> nn.Module:
         return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU(), nn.MaxPool2d(2))
 
-    return nn.Sequential(block(3, 32), block(32, 64), block(64, 128), block(128, 128), nn.Flatten(), nn.Linear(2048, 10))
+    return nn.Sequential(
+        block(3, 32), block(32, 64), block(64, 128), block(128, 128), nn.Flatten(), nn.Linear(2048, 10)
+    )
 
 
 class LM(nn.Module):
@@ -92,7 +94,11 @@ def main() -> None:
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         extra = {"prefetch_factor": 4, "persistent_workers": True} if workers else {}
         loader = torch.utils.data.DataLoader(
-            Images(a.batch * (a.steps + 3 * (a.steps // a.eval_every) + 2)), batch_size=a.batch, shuffle=True, num_workers=workers, **extra
+            Images(a.batch * (a.steps + 3 * (a.steps // a.eval_every) + 2)),
+            batch_size=a.batch,
+            shuffle=True,
+            num_workers=workers,
+            **extra,
         )
 
         def loss_of(batch):

@@ -11,7 +11,6 @@ model itself is ``analysis/fit.py``; this module only runs and measures.
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -204,6 +203,16 @@ class Fit:
         probe = self.current
         if probe is not None and not probe.run.ended:
             probe.run.stop(grace_s=GRACE_S, wait=False)
+
+    def __repr__(self) -> str:
+        r = self.result
+        if r is not None:
+            return (
+                f"<memscope.Fit target {self.target}: {'fits' if r['fits'] else 'does not fit'}, "
+                f"forecast {r['predicted_peak_bytes']} bytes, largest fitting {r['largest_fitting_size']}>"
+            )
+        state = f"error: {self.error}" if self.error else f"{len(self.points)} of {len(self.sizes)} probes done"
+        return f"<memscope.Fit target {self.target}: {state}>"
 
     # -- the probes ------------------------------------------------------------------------------------------------
     def _emit(self, kind: str, data: dict[str, Any]) -> None:
