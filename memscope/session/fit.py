@@ -151,7 +151,7 @@ class Fit:
         if for_s is not None and (isinstance(for_s, bool) or not isinstance(for_s, (int, float)) or not 0 < for_s):
             raise LaunchError(f"--for must be a number of seconds above 0, not {for_s!r}")
         self.limit_bytes, self.margin, self.for_s = limit_bytes, float(margin), for_s
-        self.options = dict(
+        self.options: dict[str, Any] = dict(
             record_dir=record_dir, cwd=cwd, env=env, output=output, interval_s=interval_s, limit_bytes=limit_bytes
         )
         Options(**self.options)  # the options' own checks (through Run) come with the first probe; types here

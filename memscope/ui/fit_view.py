@@ -155,7 +155,7 @@ class FitView:
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        display(self.box)
+        display(self.box)  # type: ignore[no-untyped-call]
 
 
 def _least(values: Any) -> int | None:
