@@ -66,6 +66,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--eval-every", type=int, default=20)
     ap.add_argument("--workers", type=int, default=3)
+    ap.add_argument("--image", type=int, default=64, help="image side (cnn: 64 only)")
     a = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -89,12 +90,12 @@ def main() -> None:
             model = cnn()
             workers = 0
         else:
-            model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 64 * 64, 256), nn.ReLU(), nn.Linear(256, 10))
+            model = nn.Sequential(nn.Flatten(), nn.Linear(3 * a.image * a.image, 256), nn.ReLU(), nn.Linear(256, 10))
             workers = a.workers
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         extra = {"prefetch_factor": 4, "persistent_workers": True} if workers else {}
         loader = torch.utils.data.DataLoader(
-            Images(a.batch * (a.steps + 3 * (a.steps // a.eval_every) + 2)),
+            Images(a.batch * (a.steps + 3 * (a.steps // a.eval_every) + 2), size=a.image if workers else 64),
             batch_size=a.batch,
             shuffle=True,
             num_workers=workers,

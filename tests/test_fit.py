@@ -92,7 +92,9 @@ def test_role_and_phase_series_each_get_a_line():
         }
 
     pts = [
-        F.Point(s, F.peaks_of(summary(s), {"main": 400 * MiB + 6 * MiB * s, "dataloader_worker": 100 * MiB + 4 * MiB * s}))
+        F.Point(
+            s, F.peaks_of(summary(s), {"main": 400 * MiB + 6 * MiB * s, "dataloader_worker": 100 * MiB + 4 * MiB * s})
+        )
         for s in (8, 16, 32)
     ]
     m = F.forecast(pts, 64, 8 * GiB, 0.1)["model"]
@@ -221,23 +223,23 @@ def test_default_probe_length_follows_phases():
 def test_real_fit_of_a_torch_training_then_the_target_really_run(tmp_path):
     rec = str(tmp_path / "runs")
     p = _cli(
-        "--sizes", "2,4,8", "--target", "16", "--record", rec, "--json", "--", PY, script("fit_train.py"), "{}",
+        "--sizes", "8,16,32", "--target", "64", "--record", rec, "--json", "--", PY, script("fit_train.py"), "{}",
         timeout=400,
     )  # fmt: skip
     assert p.returncode in (0, 1), p.stderr
     r = json.loads(p.stdout)
-    assert KEYS <= set(r) and r["target"] == 16 and [x["size"] for x in r["runs"]] == [2, 4, 8]
+    assert KEYS <= set(r) and r["target"] == 64 and [x["size"] for x in r["runs"]] == [8, 16, 32]
     assert all(os.path.exists(x["record"]) for x in r["runs"])  # each probe is a real recorded run
     assert "phase:train" in r["model"] and "role:main" in r["model"]
-    run = memscope.run([PY, script("fit_train.py"), "16"], record_dir=rec, output="capture")
+    run = memscope.run([PY, script("fit_train.py"), "64"], record_dir=rec, output="capture")
     s = run.wait(300)
     assert s["exit"]["cause"] == "ok", s["exit"]
     measured = s["peak"]["tree_pss_bytes"]
     err = (r["predicted_peak_bytes"] - measured) / measured
     assert abs(err) <= 0.15, (r["predicted_peak_bytes"], measured, r["runs"])
     # fits agrees with the real run under a limit just above / below what it really used
-    up = F.forecast([_point(x) for x in r["runs"]], 16, int(measured * 1.25), 0.1)
-    down = F.forecast([_point(x) for x in r["runs"]], 16, int(measured * 0.85), 0.1)
+    up = F.forecast([_point(x) for x in r["runs"]], 64, int(measured * 1.25), 0.1)
+    down = F.forecast([_point(x) for x in r["runs"]], 64, int(measured * 0.85), 0.1)
     assert up["fits"] is True and down["fits"] is False
 
 

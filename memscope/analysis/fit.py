@@ -1,7 +1,8 @@
 """The "will it fit?" model: peak memory as a line in the batch size, fitted on short probes, and its forecast.
 
 Pure: the probes' peaks in, the model out. Each series (the tree's PSS, each role, each phase, the GPU's reserved
-and NVML peaks) gets its own least-squares line ``peak = intercept + slope x size`` and its residual; a line whose
+and NVML peaks) gets its own line ``peak = intercept + slope x size`` (least squares, the larger probes weighing
+more: ``fit_line``) and its residual; a line whose
 points curve away from it by more than the noise says so (``on_line`` False), and the forecast then extrapolates
 the last two probes' slope when that is the steeper one (the safe side). The limit check is ``limit x (1 - margin)``.
 """
@@ -70,20 +71,30 @@ class Line:
 
 
 def fit_line(sizes: Sequence[float], peaks: Sequence[float]) -> Line:
-    """The least-squares line through (size, peak); ValueError with fewer than two distinct sizes."""
+    """The line through (size, peak), least squares weighted by size squared; ValueError with fewer than two
+    distinct sizes.
+
+    The weights: what a step holds beyond the fixed costs saturates at small sizes (the allocator's caches, thread
+    pools, the first pages of each arena), so the largest probes say most about the cost of one more unit of size
+    beyond them. Measured on the three workloads of benchmarks/fit_accuracy.py, the weighted line's forecast was
+    nearer the real run than the plain one on the two whose small probes carried that overhead, and equal on the
+    third (BENCHMARKS.md). An exact line is found exactly either way."""
     n = len(sizes)
     if n != len(peaks) or len(set(sizes)) < 2:
         raise ValueError("a line needs at least two different sizes")
-    mx, my = sum(sizes) / n, sum(peaks) / n
-    sxx = sum((x - mx) ** 2 for x in sizes)
-    slope = sum((x - mx) * (y - my) for x, y in zip(sizes, peaks)) / sxx
+    w = [float(x) * float(x) for x in sizes]
+    sw = sum(w)
+    mx = sum(wi * x for wi, x in zip(w, sizes)) / sw
+    my = sum(wi * y for wi, y in zip(w, peaks)) / sw
+    sxx = sum(wi * (x - mx) ** 2 for wi, x in zip(w, sizes))
+    slope = sum(wi * (x - mx) * (y - my) for wi, x, y in zip(w, sizes, peaks)) / sxx
     intercept = my - slope * mx
     res = [y - (intercept + slope * x) for x, y in zip(sizes, peaks)]
     rms = math.sqrt(sum(r * r for r in res) / n)
     worst = max(range(n), key=lambda i: abs(res[i]))
     on_line: bool | None = None
     if n >= 3:
-        rise = abs(intercept + slope * max(sizes) - (intercept + slope * min(sizes)))
+        rise = abs(slope * (max(sizes) - min(sizes)))
         allowed = max(CURVE_SHARE_OF_RISE * rise, CURVE_SHARE_OF_PEAK * abs(peaks[worst]), CURVE_FLOOR_BYTES)
         on_line = abs(res[worst]) <= allowed
     return Line(intercept, slope, rms, abs(res[worst]), on_line, [int(s) for s in sizes], [int(p) for p in peaks])
