@@ -62,12 +62,22 @@ def one(name: str, sizes: list[int], target: int, extra: list[str], record_dir: 
     probes_s = time.monotonic() - t0
     t0 = time.monotonic()
     run = memscope.run(
-        [sys.executable, WORKLOAD, name, "--batch", str(target), *extra], record_dir=record_dir, output="capture"
+        [sys.executable, WORKLOAD, name, "--batch", str(target), *extra],
+        record_dir=record_dir,
+        output="capture",
+        interval_s=0.05,  # the truth at the probes' rate
     )
     s = run.wait()
     real_s = time.monotonic() - t0
     assert s is not None and s["exit"]["cause"] == "ok", (s or {}).get("exit")
     measured = int(s["peak"]["tree_pss_bytes"])
+    from memscope.record.reader import RunData
+
+    rd = RunData(s["record"])
+    try:
+        maxrss = next(iter(rd.events("exit_status")))["data"].get("maxrss_bytes")
+    finally:
+        rd.close()
     phases = [p for p in s.get("phases") or [] if p["name"] in ("train", "eval")]
     train_t = phases[0]["start_s"] if phases else 0.0
     pred = result["predicted_peak_bytes"]
@@ -85,6 +95,7 @@ def one(name: str, sizes: list[int], target: int, extra: list[str], record_dir: 
         "predicted": pred,
         "measured": measured,
         "error": (pred - measured) / measured,
+        "maxrss": maxrss,
         "on_line": result["model"]["tree"]["on_line"],
         "agree": agree,
         "probes_s": probes_s,
@@ -104,8 +115,9 @@ def report(rows: list[dict], cases: list, started: str, load: tuple[str, str]) -
         "the summary's (the tree's PSS at the fast rate); probes at the default length; margin 10 %.",
         "",
         "| workload | probes (size: peak) | target | forecast | real peak | error | on a line | `fits` agrees "
-        "(limit 8 % above / below) | probes took | real run took | real peak reached, after training began |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "(limit 8 % above / below) | probes took | real run took | real peak reached, after training began | "
+        "real run's RSS high-water mark (root) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         probes = ", ".join(f"{s}: {fmt_bytes(p)}" for s, p in zip(r["sizes"], r["probe_peaks"]))
@@ -113,11 +125,17 @@ def report(rows: list[dict], cases: list, started: str, load: tuple[str, str]) -
         lines.append(
             f"| {r['name']} ({what[r['name']]}) | {probes} | {r['target']} | {fmt_bytes(r['predicted'])} | "
             f"{fmt_bytes(r['measured'])} | {r['error']:+.1%} | {r['on_line']} | {agree} | {r['probes_s']:.0f} s | "
-            f"{r['real_s']:.0f} s | {r['peak_after_train_s']:.1f} s of {r['train_s']:.0f} s |"
+            f"{r['real_s']:.0f} s | {r['peak_after_train_s']:.1f} s of {r['train_s']:.0f} s | "
+            f"{fmt_bytes(r['maxrss'])} |"
         )
     worst = max(abs(r["error"]) for r in rows)
+    medians = []
+    for name in dict.fromkeys(r["name"] for r in rows):
+        errs = sorted(abs(r["error"]) for r in rows if r["name"] == name)
+        medians.append(f"{name} {errs[len(errs) // 2]:.1%}")
     lines += [
         "",
+        f"Median absolute error per workload: {', '.join(medians)}.",
         f"Largest error: {worst:.1%} (target within {TARGET_ERROR:.0%}: "
         f"{'met' if worst <= TARGET_ERROR else 'NOT met'}); `fits` agreed in "
         f"{sum(sum(r['agree']) for r in rows)} of {2 * len(rows)} cases.",
@@ -130,13 +148,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="the CNN only, smaller sizes: a CI smoke test")
     ap.add_argument("--only", nargs="*", help="workloads to run (cnn lm loader)")
     ap.add_argument("--out", metavar="FILE", help="also write the Markdown report here")
+    ap.add_argument("--repeat", type=int, default=None, help="runs of each workload (2; 1 with --quick)")
     a = ap.parse_args(argv)
+    repeat = a.repeat or (1 if a.quick else 2)
     cases = QUICK if a.quick else [c for c in CASES if not a.only or c[0] in a.only]
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     rows = []
     with tempfile.TemporaryDirectory(prefix="memscope-fit-") as d:
-        for name, sizes, target, extra, _ in cases:
+        for name, sizes, target, extra, _ in [c for c in cases for _ in range(repeat)]:
             r = one(name, sizes, target, extra, d)
             print(
                 f"{name}: forecast {fmt_bytes(r['predicted'])}, real {fmt_bytes(r['measured'])} ({r['error']:+.1%})",

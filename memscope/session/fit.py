@@ -30,6 +30,11 @@ AFTER_EVAL_S = 2.0  # training resumed after one evaluation, this long: its firs
 TRAIN_S = 15.0  # of training (first epoch or train/eval switch) when no evaluation came
 NO_PHASES_S = 30.0  # since the start, for a command memscope sees no training phases in
 GRACE_S = 3.0  # a probe is stopped as Ctrl-C would, SIGKILL this long after
+# A probe's RSS rounds (the fast series its peak is read from): 4 times the default rate. A step's peak lasts
+# tens of milliseconds; a probe runs a few dozen steps, and at 0.2 s the sampled maximum of a short probe fell
+# short of the step's real peak by a different amount at each size. 20 statm reads a second cost well under 1 %
+# of a core for a few processes (BENCHMARKS.md, "Sampler cost").
+PROBE_INTERVAL_S = 0.05
 FAILED = ("exception", "segfault", "abort", "bus_error", "killed", "worker_crash", "unknown")
 
 
@@ -138,7 +143,7 @@ class Fit:
         cwd: str | None = None,
         env: dict[str, str] | None = None,
         output: str = "capture",
-        interval_s: float = 0.2,
+        interval_s: float = PROBE_INTERVAL_S,
         say: Callable[[str], None] | None = None,
     ) -> None:
         self.command = check_command(command)
