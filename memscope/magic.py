@@ -323,7 +323,7 @@ def start_fit(
     from .ui.fit_view import FitView
 
     view = FitView(fit, title="will size " + str(fit.target) + " fit?")
-    display(view)
+    display(view)  # type: ignore[no-untyped-call]
     fit.start()
     if wait:
         fit.wait()

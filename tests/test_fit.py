@@ -80,6 +80,30 @@ def test_a_probe_that_died_caps_the_answer_and_larger_ones_are_skipped():
     assert F.forecast(pts, 24, 64 * GiB, 0.1)["fits"] is True
 
 
+def test_the_forecast_lines_up_private_peaks_and_adds_the_file_backed_parts_median():
+    # The libraries' pages in PSS moved 45-74 MiB between identical runs on the shared VM: not extrapolated.
+    files = {8: 45 * MiB, 16: 74 * MiB, 32: 46 * MiB}
+    pts = [
+        F.Point(
+            s,
+            {
+                "tree": 300 * MiB + 5 * MiB * s + files[s],
+                "tree_private": 300 * MiB + 5 * MiB * s,
+                "tree_file": files[s],
+            },
+        )
+        for s in (8, 16, 32)
+    ]
+    r = F.forecast(pts, 64, 8 * GiB, 0.1)
+    assert r["predicted_peak_bytes"] == 300 * MiB + 5 * MiB * 64 + 46 * MiB  # the median file-backed part
+    assert r["model"]["tree_private"]["on_line"] is True
+    # the PSS line itself would have carried the 74 MiB bump into the slope
+    assert abs(F.fit_all(pts)["tree"].at(64) - r["predicted_peak_bytes"]) > MiB
+    # without the split (an older record): the PSS line
+    plain = [F.Point(p.size, {"tree": p.peaks["tree"]}) for p in pts]
+    assert F.forecast(plain, 64, 8 * GiB, 0.1)["predicted_peak_bytes"] == round(F.fit_all(plain)["tree"].at(64))
+
+
 def test_role_and_phase_series_each_get_a_line():
     def summary(s):
         return {

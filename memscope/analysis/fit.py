@@ -22,6 +22,13 @@ CURVE_SHARE_OF_RISE = 0.10  # of the rise between the smallest and largest probe
 CURVE_SHARE_OF_PEAK = 0.02  # of the peak at that point
 CURVE_FLOOR_BYTES = 8 * MiB
 HOST_SERIES = "tree"  # the series the host (container) limit applies to
+# The tree's peak split in two: its private memory (anonymous PSS + swap, what the training allocates) and the
+# file-backed part of its PSS at the peak (the libraries' pages). The file-backed part does not grow with the size,
+# but its PSS share moves with how many other processes on the machine map the same libraries (libpython, libc):
+# measured 45-74 MiB at the peaks of three identical runs on the shared VM, the private peak 369-398 MiB. The
+# forecast lines up the private peaks and adds the file-backed part's median, so that this noise is not
+# extrapolated.
+PRIVATE_SERIES, FILE_SERIES = "tree_private", "tree_file"
 GPU_SERIES = ("gpu_reserved", "gpu_nvml")
 ROLE_PREFIX, PHASE_PREFIX = "role:", "phase:"
 # The ways a probe dies of memory: a probe that ends this way is a size that does not fit.
@@ -112,6 +119,17 @@ def fit_all(points: Sequence[Point]) -> dict[str, Line]:
     return out
 
 
+def host_line(points: Sequence[Point], lines: Mapping[str, Line] | None = None) -> tuple[Line | None, float]:
+    """The line the tree's forecast is read from, and what to add to it: the private peaks' line plus the median
+    file-backed part where every probe that ran measured both, else the tree's PSS line plus 0."""
+    lines = fit_all(points) if lines is None else lines
+    alive = [p for p in points if p.died is None]
+    files = sorted(p.peaks[FILE_SERIES] for p in alive if p.peaks.get(FILE_SERIES) is not None)
+    if PRIVATE_SERIES in lines and len(files) == len(alive):
+        return lines[PRIVATE_SERIES], float(files[len(files) // 2])
+    return lines.get(HOST_SERIES), 0.0
+
+
 def predict(line: Line, size: float) -> tuple[float, str]:
     """The forecast at ``size`` and how it was made: the fitted line, or, where the probes curve upward away
     from it, the slope of the two largest probes carried on from the largest (whichever is higher)."""
@@ -152,10 +170,10 @@ def forecast(
     gpu_budget = gpu_limit_bytes * (1 - margin) if gpu_limit_bytes else None
     predicted: int | None = None
     method = "line"
-    host = lines.get(HOST_SERIES)
+    host, offset = host_line(points, lines)
     if host is not None:
         value, method = predict(host, target)
-        predicted = max(0, round(value))
+        predicted = max(0, round(value + offset))
         if host.on_line is False:
             notes.append(
                 f"the probes are not on a line (largest distance {fmt_bytes(host.max_residual)}): "
@@ -191,7 +209,7 @@ def forecast(
         notes.append("no limit and no forecast to compare: cannot say whether it fits")
     sizes: list[int] = []
     if host is not None and budget is not None:
-        s = largest_fitting(host, budget)
+        s = largest_fitting(host, budget - offset)
         if s is not None:
             sizes.append(s)
     for name in GPU_SERIES:
@@ -234,15 +252,20 @@ def _gpu_peak(p: Point) -> int | None:
 
 
 # -- a probe's peaks from its summary (and the reader's role series) ------------------------------------------------
-def peaks_of(summary: Mapping[str, Any], role_peaks: Mapping[str, int] | None = None) -> dict[str, int]:
+def peaks_of(
+    summary: Mapping[str, Any], role_peaks: Mapping[str, int] | None = None, split: tuple[int, int] | None = None
+) -> dict[str, int]:
     """A probe's peaks by series: ``tree`` (the summary's peak: the tree's PSS at the fast rate), ``role:<role>``
-    (``role_peaks``: each role's PSS summed over its processes, at its highest round), ``phase:train`` and
+    (``role_peaks``: each role's PSS summed over its processes, at its highest round), ``tree_private`` and
+    ``tree_file`` (``split``: ``private_split``), ``phase:train`` and
     ``phase:eval`` (the tree's peak inside each, where memscope saw phases), and on a GPU ``gpu_reserved`` (PyTorch's
     reserved peak, summed over the tree's processes and devices) and ``gpu_nvml`` (NVML's peak for the tree)."""
     out: dict[str, int] = {}
     peak = (summary.get("peak") or {}).get("tree_pss_bytes") or (summary.get("peak") or {}).get("tree_rss_bytes")
     if peak:
         out[HOST_SERIES] = int(peak)
+    if split is not None and split[0]:
+        out[PRIVATE_SERIES], out[FILE_SERIES] = int(split[0]), int(split[1])
     for role, v in (role_peaks or {}).items():
         if v:
             out[ROLE_PREFIX + role] = int(v)
@@ -264,6 +287,17 @@ def peaks_of(summary: Mapping[str, Any], role_peaks: Mapping[str, int] | None = 
 def role_peaks(rd: Any) -> dict[str, int]:
     """Each role's peak: the highest round of its processes' PSS summed (``record.reader.RunData``, fast series)."""
     return {role: int(max(ys)) for role, (_, ys) in rd.role_fast_totals().items() if ys}
+
+
+def private_split(rd: Any) -> tuple[int, int] | None:
+    """(the tree's private peak, the file-backed part of its PSS at its PSS peak), from the fast series of a
+    ``record.reader.RunData``; None for a record without it."""
+    pss, private = rd.fast_totals(), rd.fast_totals(private=True)
+    if not pss or not private:
+        return None
+    t, peak = max(pss, key=lambda r: r[1] or 0)
+    at = dict(private).get(t) or 0
+    return int(max(v or 0 for _, v in private)), max(0, int(peak or 0) - int(at))
 
 
 def gpu_total(summary: Mapping[str, Any]) -> int | None:

@@ -290,14 +290,14 @@ class Fit:
         try:
             rd = RunData(run.record_path)
             try:
-                roles = model.role_peaks(rd)
+                roles, split = model.role_peaks(rd), model.private_split(rd)
             finally:
                 rd.close()
         except Exception:
-            roles = {}
+            roles, split = {}, None
         point = model.Point(
             size,
-            model.peaks_of(summary, roles),
+            model.peaks_of(summary, roles, split),
             died=model.death(summary, probe.crossed),
             record=run.record_path,
             gpu_total_bytes=model.gpu_total(summary),

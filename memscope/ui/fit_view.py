@@ -52,8 +52,7 @@ def chart_data(
     """What the chart draws: the probes (size, peak, died), the probe running (size, peak so far), the line
     (fitted on the probes so far, drawn from 0 to past the target), the limit, the budget, the target, the
     forecast."""
-    lines = model.fit_all(points)
-    line = lines.get(model.HOST_SERIES)
+    line, offset = model.host_line(points)
     sizes = [p.size for p in points] + [target] + ([live[0]] if live else [])
     xmax = max(sizes) * 1.1
     out: dict[str, Any] = {
@@ -72,8 +71,8 @@ def chart_data(
     if line is not None:
         xs = [0.0, *sorted({float(s) for s in line.sizes}), float(target), xmax]
         xs = sorted(set(xs))
-        out["line"] = {"x": xs, "y": [max(0.0, model.predict(line, x)[0]) for x in xs]}
-        out["forecast"] = round(max(0.0, model.predict(line, target)[0]))
+        out["line"] = {"x": xs, "y": [max(0.0, model.predict(line, x)[0] + offset) for x in xs]}
+        out["forecast"] = round(max(0.0, model.predict(line, target)[0] + offset))
     if result is not None and result.get("predicted_peak_bytes") is not None:
         out["forecast"] = result["predicted_peak_bytes"]
     return out
