@@ -76,10 +76,13 @@ def one(name: str, sizes: list[int], target: int, extra: list[str], record_dir: 
     rd = RunData(s["record"])
     try:
         maxrss = next(iter(rd.events("exit_status")))["data"].get("maxrss_bytes")
+        fast = rd.fast_totals()
     finally:
         rd.close()
     phases = [p for p in s.get("phases") or [] if p["name"] in ("train", "eval")]
     train_t = phases[0]["start_s"] if phases else 0.0
+    # When the real run first came within 2 % (and 5 %) of its peak: what the probes' default length must cover.
+    near = {k: next((t for t, v in fast if (v or 0) >= k * measured), None) for k in (0.95, 0.98)}
     pred = result["predicted_peak_bytes"]
     agree = []
     for inside in (True, False):
@@ -101,9 +104,14 @@ def one(name: str, sizes: list[int], target: int, extra: list[str], record_dir: 
         "probes_s": probes_s,
         "real_s": real_s,
         "peak_after_train_s": s["peak"]["at_s"] - train_t,
+        "near_s": {k: (t - train_t if t is not None else None) for k, t in near.items()},
         "real_duration_s": s["duration_s"],
         "train_s": s["duration_s"] - train_t,
     }
+
+
+def _s(v: float | None) -> str:
+    return f"{v:.1f} s" if v is not None else "—"
 
 
 def report(rows: list[dict], cases: list, started: str, load: tuple[str, str]) -> str:
@@ -115,7 +123,7 @@ def report(rows: list[dict], cases: list, started: str, load: tuple[str, str]) -
         "the summary's (the tree's PSS at the fast rate); probes at the default length; margin 10 %.",
         "",
         "| workload | probes (size: peak) | target | forecast | real peak | error | on a line | `fits` agrees "
-        "(limit 8 % above / below) | probes took | real run took | real peak reached, after training began | "
+        "(limit 8 % above / below) | probes took | real run took | real peak reached (within 5 % / 2 % of it / all of it), after training began | "
         "real run's RSS high-water mark (root) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -125,7 +133,7 @@ def report(rows: list[dict], cases: list, started: str, load: tuple[str, str]) -
         lines.append(
             f"| {r['name']} ({what[r['name']]}) | {probes} | {r['target']} | {fmt_bytes(r['predicted'])} | "
             f"{fmt_bytes(r['measured'])} | {r['error']:+.1%} | {r['on_line']} | {agree} | {r['probes_s']:.0f} s | "
-            f"{r['real_s']:.0f} s | {r['peak_after_train_s']:.1f} s of {r['train_s']:.0f} s | "
+            f"{r['real_s']:.0f} s | {_s(r['near_s'][0.95])} / {_s(r['near_s'][0.98])} / {r['peak_after_train_s']:.1f} s of {r['train_s']:.0f} s | "
             f"{fmt_bytes(r['maxrss'])} |"
         )
     worst = max(abs(r["error"]) for r in rows)

@@ -2,8 +2,8 @@
 
 ``{}`` in the command is replaced by the size. A probe runs until it ends by itself or, with ``for_s``, for that
 many seconds of training (from its first DataLoader epoch or train/eval switch, else from its start). Without
-``for_s`` (the default), until one evaluation is over and training has run ``AFTER_EVAL_S`` past it, or
-``TRAIN_S`` seconds of training, whichever comes first (see ``Probe.due``). A probe that dies of memory (the OOM
+``for_s`` (the default), until one evaluation is over, training has run ``AFTER_EVAL_S`` past it and
+``MIN_TRAIN_S`` in all, or ``TRAIN_S`` seconds of training, whichever comes first (see ``Probe.due``). A probe that dies of memory (the OOM
 killer, a CUDA OOM, the tree over ``limit_bytes``) is a size that does not fit: the larger ones are skipped. The
 model itself is ``analysis/fit.py``; this module only runs and measures.
 """
@@ -27,7 +27,8 @@ PLACEHOLDER = "{}"
 # The default probe length (benchmarks/fit_accuracy.py measured where the three workloads' peaks were reached:
 # within the first optimizer steps after the model and loader were built; BENCHMARKS.md "fit").
 AFTER_EVAL_S = 2.0  # training resumed after one evaluation, this long: its first steps after eval are seen
-TRAIN_S = 15.0  # of training (first epoch or train/eval switch) when no evaluation came
+MIN_TRAIN_S = 10.0  # of training at least, evaluation or not: the peak of a run with workers kept rising
+TRAIN_S = 20.0  # of training (first epoch or train/eval switch) when no evaluation came
 NO_PHASES_S = 30.0  # since the start, for a command memscope sees no training phases in
 GRACE_S = 3.0  # a probe is stopped as Ctrl-C would, SIGKILL this long after
 # A probe's RSS rounds (the fast series its peak is read from): 4 times the default rate. A step's peak lasts
@@ -114,7 +115,8 @@ class Probe:
         if self.for_s is not None:
             start = self.train_t if self.train_t is not None else 0.0
             return f"{self.for_s:g} s of training" if now - start >= self.for_s else None
-        if self.resumed_t is not None and now - self.resumed_t >= AFTER_EVAL_S:
+        trained = now - self.train_t if self.train_t is not None else 0.0
+        if self.resumed_t is not None and now - self.resumed_t >= AFTER_EVAL_S and trained >= MIN_TRAIN_S:
             return "one evaluation and the training after it"
         if self.train_t is not None and now - self.train_t >= TRAIN_S:
             return f"{TRAIN_S:g} s of training"
