@@ -58,8 +58,8 @@ class FitCommand:
             dest="for_s",
             type=_positive,
             metavar="S",
-            help="seconds of training per probe (default: until one evaluation is over and training resumed, "
-            "at most 15 s of training; 30 s where memscope sees no training phases)",
+            help="seconds of training per probe (default: one evaluation and 2 s of training after it, 10 s of "
+            "training at least, 20 s at most; 30 s where memscope sees no training phases)",
         )
         parser.add_argument("--record", metavar="DIR", help="where the probes' records go (default ./.memscope/runs)")
         parser.add_argument("--json", action="store_true", help="print the forecast as JSON")
