@@ -33,7 +33,7 @@ WORKLOAD = os.path.join(HERE, "fit_workloads.py")
 MARGIN = 0.1
 TARGET_ERROR = 0.10
 
-# name, sizes, target, extra arguments, what it is
+# name (fit_workloads.py's model, then an optional "-label"), sizes, target, extra arguments, what it is
 CASES = [
     ("cnn", [8, 16, 32], 64, ["--steps", "30", "--eval-every", "10"], "CNN, 4 conv blocks, 3x64x64, SGD"),
     (
@@ -55,14 +55,15 @@ QUICK = [("cnn", [4, 8, 16], 32, ["--steps", "12", "--eval-every", "4"], "CNN (q
 
 
 def one(name: str, sizes: list[int], target: int, extra: list[str], record_dir: str) -> dict:
-    cmd = [sys.executable, WORKLOAD, name, "--batch", "{}", *extra]
+    model = name.split("-")[0]
+    cmd = [sys.executable, WORKLOAD, model, "--batch", "{}", *extra]
     t0 = time.monotonic()
     fit = Fit(cmd, sizes, target=target, margin=MARGIN, record_dir=record_dir)
     result = fit.run()
     probes_s = time.monotonic() - t0
     t0 = time.monotonic()
     run = memscope.run(
-        [sys.executable, WORKLOAD, name, "--batch", str(target), *extra],
+        [sys.executable, WORKLOAD, model, "--batch", str(target), *extra],
         record_dir=record_dir,
         output="capture",
         interval_s=0.05,  # the truth at the probes' rate

@@ -212,6 +212,11 @@ def test_bad_input_is_one_line_exit_2_and_nothing_runs(tmp_path, args, says):
     assert not (tmp_path / "runs").exists() or not os.listdir(tmp_path / "runs")  # no probe was started
 
 
+def test_help_prints_and_exits_0():
+    p = _cli("--help")
+    assert p.returncode == 0 and "--sizes" in p.stdout and "--margin" in p.stdout and "10%" in p.stdout, p.stderr
+
+
 def test_python_api_bad_input_raises_one_line():
     for sizes, cmd, says in [
         ("4", [PY, "{}"], "two different"),

@@ -37,7 +37,7 @@ class FitCommand:
     phase (and GPU) through the probes' peaks gives the forecast at --target and the largest size that fits."""
 
     name = "fit"
-    usage = "memscope fit --sizes 8,16,32 [--target 64] [--limit SIZE] [--margin 10%] [--for S] [--json] -- CMD …{}…"
+    usage = "memscope fit --sizes 8,16,32 [--target 64] [--limit SIZE] [--margin 10%%] [--for S] [--json] -- CMD …{}…"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         """The probe sizes, the target, the limit and margin, how long each probe runs, and the command."""
