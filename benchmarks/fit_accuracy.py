@@ -43,6 +43,7 @@ CASES = [
         ["--steps", "10", "--eval-every", "5"],
         "Transformer LM, 2 layers, d 128, 128 tokens, AdamW",
     ),
+    ("lm-near", [8, 16, 24], 32, ["--steps", "10", "--eval-every", "5"], "the same LM, probed nearer the target"),
     (
         "loader",
         [16, 32, 64],
@@ -155,7 +156,7 @@ def report(rows: list[dict], cases: list, started: str, load: tuple[str, str]) -
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="the CNN only, smaller sizes: a CI smoke test")
-    ap.add_argument("--only", nargs="*", help="workloads to run (cnn lm loader)")
+    ap.add_argument("--only", nargs="*", help="workloads to run (cnn lm lm-near loader)")
     ap.add_argument("--out", metavar="FILE", help="also write the Markdown report here")
     ap.add_argument("--repeat", type=int, default=None, help="runs of each workload (2; 1 with --quick)")
     a = ap.parse_args(argv)
