@@ -323,6 +323,22 @@ def test_a_probe_over_the_limit_is_stopped_and_does_not_fit(record_dir):
     assert read_summary(r["runs"][2]["record"])["duration_s"] < 20
 
 
+def test_stop_keeps_the_probes_that_finished_and_leaves_nothing_running(record_dir):
+    import psutil
+
+    fit = Fit([PY, script("fit_alloc.py"), "{}", "60"], [10, 20, 40], target=80, record_dir=record_dir, for_s=1.0)
+    fit.start()
+    while len(fit.points) < 1 or fit.current is None or not fit.current.run.pid:
+        assert not fit.done, fit.error
+        threading.Event().wait(0.1)
+    pid = fit.current.run.pid
+    fit.stop()
+    r = fit.wait(60)
+    assert r is not None and [x["size"] for x in r["runs"]] == [10]  # the probe cut short is no point
+    assert any("stopped before every probe ran" in n for n in r["notes"])
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
 # -- the notebook view ----------------------------------------------------------------------------------------------
 def test_notebook_view_data_follows_a_real_fit():
     pytest.importorskip("anywidget")

@@ -247,6 +247,8 @@ class Fit:
             if self._stopped.is_set():
                 break
             point = self._probe(size)
+            if point is None:  # stopped by the person half-way: its peak is no size's peak
+                break
             self.points.append(point)
             self._emit("probe_done", {"point": point})
             if point.died is not None:
@@ -258,9 +260,11 @@ class Fit:
         limit = self.limit_bytes or _least(p.limit_bytes for p in self.points)
         gpu_limit = _least(p.gpu_total_bytes for p in self.points)
         self.result = model.forecast(self.points, self.target, limit, self.margin, gpu_limit)
+        if self._stopped.is_set():
+            self.result["notes"].append("stopped before every probe ran: the forecast is from the probes that did")
         self._emit("result", {"result": self.result})
 
-    def _probe(self, size: int) -> "Point":
+    def _probe(self, size: int) -> "Point | None":
         from ..analysis import fit as model
 
         run = Run(with_size(self.command, size), options=Options(**self.options), say=self.say)
@@ -306,6 +310,8 @@ class Fit:
             limit_bytes=summary.get("limit_bytes"),
         )
         cause = (summary.get("exit") or {}).get("cause")
+        if self._stopped.is_set() and probe.stop_reason is None and point.died is None and cause != "ok":
+            return None
         if point.died is None and probe.stop_reason is None and not self._stopped.is_set() and cause in FAILED:
             message = " ".join(str((summary.get("exit") or {}).get("message") or cause).split())[:300]
             raise LaunchError(f"the probe at size {size} failed ({cause}): {message} (record {run.record_path})")
