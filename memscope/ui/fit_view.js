@@ -66,6 +66,19 @@ function columns(data) {
   };
 }
 
+// The y range: up to the limit where it is near the probes; where it is far above them (a 24 GiB host and a
+// 500 MiB training), the probes would be a flat line at 0: the range fits them and the title says where the limit is.
+function yEnd(d) {
+  const line = (d.line && d.line.y) || [];
+  const top = Math.max(1, ...(d.probes || []).map((p) => p.peak || 0), (d.live && d.live.peak) || 0, d.forecast || 0, ...line);
+  const far = d.limit && d.limit > 2.5 * top;
+  return { end: far || !d.limit ? top * 1.25 : Math.max(top, d.limit) * 1.08, far };
+}
+
+function gib(b) {
+  return b >= 1073741824 ? (b / 1073741824).toFixed(2) + " GiB" : (b / 1048576).toFixed(0) + " MiB";
+}
+
 const BYTES = `
 const a = Math.abs(tick);
 if (a >= 1073741824) return (tick / 1073741824).toFixed(2) + " GiB";
@@ -86,25 +99,40 @@ async function render({ model, el }) {
   const cols = columns(model.get("data"));
   const src = {};
   for (const k of Object.keys(cols)) src[k] = new B.ColumnDataSource({ data: cols[k] });
+  const base = model.get("title") || "";
+  const yr = new B.Range1d({ start: 0, end: yEnd(model.get("data") || {}).end });
   const fig = B.Plotting.figure({
+    y_range: yr,
     height: model.get("height") || 300, sizing_mode: "stretch_width", title: model.get("title") || "",
     x_axis_label: "size", y_axis_label: "peak memory", tools: "pan,wheel_zoom,reset,save",
   });
   fig.yaxis.formatter = new B.CustomJSTickFormatter({ code: BYTES });
-  fig.line({ field: "x" }, { field: "y" }, { source: src.line, line_color: "#4c78a8", line_width: 2, legend_label: "fitted line" });
-  fig.scatter({ field: "x" }, { field: "y" }, { source: src.probes, size: 10, color: "#4c78a8", legend_label: "probes (peak)" });
-  fig.scatter({ field: "x" }, { field: "y" }, { source: src.live, size: 12, fill_alpha: 0, line_color: "#f58518", line_width: 2, legend_label: "probe running" });
-  fig.scatter({ field: "x" }, { field: "y" }, { source: src.dead, size: 14, marker: "x", line_color: "#c62828", line_width: 3, legend_label: "did not fit" });
-  fig.line({ field: "x" }, { field: "y" }, { source: src.limit, line_color: "#c62828", line_width: 2, legend_label: "limit" });
-  fig.line({ field: "x" }, { field: "y" }, { source: src.budget, line_color: "#c62828", line_dash: "dashed", legend_label: "limit less margin" });
-  fig.line({ field: "x" }, { field: "y" }, { source: src.target, line_color: "#54a24b", line_dash: "dotdash", legend_label: "target" });
-  fig.scatter({ field: "x" }, { field: "y" }, { source: src.forecast, size: 12, marker: "diamond", color: "#54a24b", legend_label: "forecast" });
-  fig.legend.location = "top_left";
+  const X = { field: "x" }, Y = { field: "y" };
+  const drawn = [
+    ["fitted line", fig.line(X, Y, { source: src.line, line_color: "#4c78a8", line_width: 2 })],
+    ["probes (peak)", fig.scatter(X, Y, { source: src.probes, size: 10, color: "#4c78a8" })],
+    ["probe running", fig.scatter(X, Y, { source: src.live, size: 12, fill_alpha: 0, line_color: "#f58518", line_width: 2 })],
+    ["did not fit", fig.scatter(X, Y, { source: src.dead, size: 14, marker: "x", line_color: "#c62828", line_width: 3 })],
+    ["limit", fig.line(X, Y, { source: src.limit, line_color: "#c62828", line_width: 2 })],
+    ["limit less margin", fig.line(X, Y, { source: src.budget, line_color: "#c62828", line_dash: "dashed" })],
+    ["target", fig.line(X, Y, { source: src.target, line_color: "#54a24b", line_dash: "dotdash" })],
+    ["forecast", fig.scatter(X, Y, { source: src.forecast, size: 12, marker: "diamond", color: "#54a24b" })],
+  ];
+  // Beside the plot, as the dashboard's chart has it: inside, it covered a probe or the forecast.
+  fig.add_layout(new B.Legend({
+    items: drawn.map(([label, r]) => new B.LegendItem({ label: { value: label }, renderers: [r] })),
+    label_text_font_size: "11px", spacing: 0, glyph_height: 14, glyph_width: 18, padding: 6, border_line_alpha: 0,
+  }), "right");
   await B.Plotting.show(fig, box);
   const update = () => {
-    const c = columns(model.get("data"));
+    const d = model.get("data") || {};
+    const c = columns(d);
     for (const k of Object.keys(c)) src[k].data = c[k];
+    const y = yEnd(d);
+    yr.end = y.end;
+    fig.title.text = base + (y.far ? ` (limit ${gib(d.limit)}, less the margin ${gib(d.budget)}: above the chart)` : "");
   };
+  update();
   model.on("change:data", update);
   return () => model.off("change:data", update);
 }
