@@ -212,6 +212,19 @@ def test_bad_input_is_one_line_exit_2_and_nothing_runs(tmp_path, args, says):
     assert not (tmp_path / "runs").exists() or not os.listdir(tmp_path / "runs")  # no probe was started
 
 
+def test_magic_bad_input_is_one_line_and_starts_nothing(capsys, tmp_path):
+    from memscope.magic import _fit_magic
+
+    rec = tmp_path / "runs"
+    assert _fit_magic(f"fit --record {rec} --sizes 8 -- {PY} {{}}") is None
+    assert _fit_magic(f"fit --record {rec} --sizes 8,16 -- {PY} x.py") is None
+    assert _fit_magic(f"fit --record {rec} --sizes 8,b -- {PY} {{}}") is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("memscope: ") for line in err), err
+    assert "two different sizes" in err[0] and "no {}" in err[1] and "whole numbers" in err[2]
+    assert not rec.exists() or not os.listdir(rec)
+
+
 def test_help_prints_and_exits_0():
     p = _cli("--help")
     assert p.returncode == 0 and "--sizes" in p.stdout and "--margin" in p.stdout and "10%" in p.stdout, p.stderr
