@@ -86,6 +86,7 @@ def one(name: str, sizes: list[int], target: int, extra: list[str], record_dir: 
     # When the real run first came within 2 % (and 5 %) of its peak: what the probes' default length must cover.
     near = {k: next((t for t, v in fast if (v or 0) >= k * measured), None) for k in (0.95, 0.98)}
     pred = result["predicted_peak_bytes"]
+    alt = alternatives(fit.points, target)
     agree = []
     for inside in (True, False):
         # The real peak 8 % inside (or outside) the budget limit x (1 - margin).
@@ -100,6 +101,7 @@ def one(name: str, sizes: list[int], target: int, extra: list[str], record_dir: 
         "predicted": pred,
         "measured": measured,
         "error": (pred - measured) / measured,
+        "alt_errors": {k: (v - measured) / measured for k, v in alt.items()},
         "maxrss": maxrss,
         "on_line": result["model"]["tree"]["on_line"],
         "agree": agree,
@@ -110,6 +112,22 @@ def one(name: str, sizes: list[int], target: int, extra: list[str], record_dir: 
         "real_duration_s": s["duration_s"],
         "train_s": s["duration_s"] - train_t,
     }
+
+
+def alternatives(points: list, target: int) -> dict[str, float]:
+    """Other estimators on the same probes, for comparison: the plain (unweighted) least-squares line, and the line
+    through the two largest probes, each on the private peaks plus the file-backed part's median as memscope does."""
+    alive = sorted((p for p in points if p.died is None), key=lambda p: p.size)
+    if len(alive) < 2 or any(p.peaks.get("tree_private") is None for p in alive):
+        return {}
+    xs = [p.size for p in alive]
+    ys = [p.peaks["tree_private"] for p in alive]
+    files = sorted(p.peaks["tree_file"] for p in alive)
+    off = files[len(files) // 2]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    secant = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+    return {"plain": my + b * (target - mx) + off, "two_largest": ys[-1] + secant * (target - xs[-1]) + off}
 
 
 def _s(v: float | None) -> str:
@@ -126,8 +144,8 @@ def report(rows: list[dict], cases: list, started: str, load: tuple[str, str]) -
         "",
         "| workload | probes (size: peak) | target | forecast | real peak | error | on a line | `fits` agrees "
         "(limit 8 % above / below) | probes took | real run took | real peak reached (within 5 % / 2 % of it / all of it), after training began | "
-        "real run's RSS high-water mark (root) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "real run's RSS high-water mark (root) | error of the plain line / of the two largest probes' line |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         probes = ", ".join(f"{s}: {fmt_bytes(p)}" for s, p in zip(r["sizes"], r["probe_peaks"]))
@@ -136,7 +154,11 @@ def report(rows: list[dict], cases: list, started: str, load: tuple[str, str]) -
             f"| {r['name']} ({what[r['name']]}) | {probes} | {r['target']} | {fmt_bytes(r['predicted'])} | "
             f"{fmt_bytes(r['measured'])} | {r['error']:+.1%} | {r['on_line']} | {agree} | {r['probes_s']:.0f} s | "
             f"{r['real_s']:.0f} s | {_s(r['near_s'][0.95])} / {_s(r['near_s'][0.98])} / {r['peak_after_train_s']:.1f} s of {r['train_s']:.0f} s | "
-            f"{fmt_bytes(r['maxrss'])} |"
+            f"{fmt_bytes(r['maxrss'])} | "
+            + " / ".join(
+                f"{r['alt_errors'][k]:+.1%}" if k in r["alt_errors"] else "—" for k in ("plain", "two_largest")
+            )
+            + " |"
         )
     worst = max(abs(r["error"]) for r in rows)
     medians = []
