@@ -176,6 +176,16 @@ BENCHES = [
         "memscope's own CPU and RSS (read from outside).",
     ),
     Bench(
+        "fit",
+        "fit_accuracy.py",
+        "memscope fit: forecast against the real run",
+        [],
+        ["--quick"],
+        "`memscope fit` on three CPU trainings of our own (a CNN, a Transformer LM, a DataLoader with 3 workers; "
+        "synthetic data): probes at three sizes, the forecast at the target, then the target really run; the "
+        "forecast's error and whether `fits` agrees with the real run under limits near the boundary.",
+    ),
+    Bench(
         "detection",
         "detection.py",
         "Leak-versus-spikes detection",
@@ -341,8 +351,17 @@ def _exporter(r: dict[str, str]) -> tuple[str, bool | None]:
     return (f"{v:.3f} % of one core" if v is not None else "—"), (v < 0.5 if v is not None else None)
 
 
+def _fit(r: dict[str, str]) -> tuple[str, bool | None]:
+    v = _num(_find(r"Largest error: ([0-9.]+)%", r.get("fit", "")))
+    agree = _find(r"`fits` agreed in ([0-9]+ of [0-9]+) cases", r.get("fit", ""))
+    if v is None:
+        return "—", None
+    return f"largest error {v:.1f} %; `fits` agreed in {agree} cases", v <= 10.0
+
+
 TARGETS: list[Target] = [
     ("Overhead: median loop-time ratio, memscope / plain", "≤ 1.02", "overhead", _overhead),
+    ("memscope fit: forecast error at the target, three trainings", "within 10 %", "fit", _fit),
     ("Overhead: median wall-time ratio of the whole command, memscope / plain", "≤ 1.02", "overhead", _overhead_wall),
     ("Overhead: median CPU-time ratio, (training + memscope) / plain", "(reported)", "overhead", _overhead_cpu),
     ("Sampler: 10 Hz RSS + PSS every 2 s, 16-process tree", "< 3 % of one core", "sampler", _sampler),

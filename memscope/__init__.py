@@ -29,6 +29,7 @@ __all__ = [
     "reopen",
     "open_snapshot",
     "cluster",
+    "fit",
     "load_ipython_extension",
     "Run",
     "Options",
@@ -119,6 +120,44 @@ def cluster(
     from .ui.cluster import cluster as _cluster
 
     return _cluster(prometheus_url, run=run, job=job, since=since, refresh_s=refresh_s)
+
+
+def fit(
+    command: Sequence[str] | str,
+    sizes: Sequence[int] | str,
+    *,
+    target: int | None = None,
+    limit: int | str | None = None,
+    margin: float | str = 0.1,
+    for_s: float | None = None,
+    record_dir: str | None = None,
+    wait: bool | None = None,
+    **options: Any,
+) -> Any:
+    """Will ``target`` fit? Runs ``command`` (``{}`` where the size goes) as a short recorded probe at each of
+    ``sizes``, fits peak = a + b x size per role and phase, and forecasts the peak at ``target`` (default: twice
+    the largest size) against ``limit`` (bytes or "12G"; default the container's, else the host's) less ``margin``.
+
+    Returns the ``Fit``: ``.result`` is what ``memscope fit --json`` prints. In a notebook it runs in the
+    background and its chart (the probes, the line, the limit, the target) is drawn live (``wait=True`` blocks);
+    elsewhere it runs to the end first. Bad input raises ``LaunchError`` (one line). Options: cwd, env,
+    interval_s."""
+    import shlex
+
+    from .magic import start_fit
+
+    argv = shlex.split(command) if isinstance(command, str) else list(command)
+    return start_fit(
+        argv,
+        sizes,
+        target=target,
+        limit=limit,
+        margin=margin,
+        for_s=for_s,
+        record_dir=record_dir,
+        wait=wait,
+        **options,
+    )
 
 
 def load_ipython_extension(ip: Any) -> None:

@@ -6,6 +6,7 @@
     %memscope --attach 141495
     %memscope --keep-previous train.py          # a re-run of this cell leaves the run it started before going
     run = %memscope --scalene train.py          # under Scalene, profiling off: the "Scalene snapshot" button
+    f = %memscope fit --sizes 8,16,32 --target 64 -- python train.py --batch-size {}   # will batch 64 fit?
 
     %%memscope
     ...cell body runs as a script in the background...      (the run: memscope.last_run())
@@ -220,6 +221,8 @@ class MemscopeMagics(Magics):
         from .cli.options import Parser, add_run_options, options_from
         from .errors import LaunchError
 
+        if cell is None and line.split()[:1] == ["fit"]:
+            return _fit_magic(line)
         p = Parser(prog="%memscope", add_help=True)
         add_run_options(p)
         p.add_argument("--attach", type=int, metavar="PID")
@@ -248,6 +251,92 @@ class MemscopeMagics(Magics):
         except LaunchError as exc:
             print(f"memscope: {exc}", file=sys.stderr)
             return None
+
+
+def _fit_magic(line: str) -> Any:
+    """``%memscope fit --sizes 8,16,32 [--target 64] ... -- CMD {}``: the fit, drawn live; returns the Fit."""
+    from .cli.fit import FitCommand
+    from .cli.options import Parser
+    from .errors import LaunchError
+
+    p = Parser(prog="%memscope fit", add_help=True)
+    FitCommand().prepare_parser(p)
+    try:
+        ns = p.parse_args(shlex.split(line)[1:])
+    except SystemExit:
+        return None  # the parser printed its one line
+    try:
+        return start_fit(
+            ns.command,
+            ns.sizes,
+            target=ns.target,
+            limit=ns.limit,
+            margin=ns.margin,
+            for_s=ns.for_s,
+            record_dir=ns.record,
+        )
+    except LaunchError as exc:
+        print(f"memscope: {exc}", file=sys.stderr)
+        return None
+
+
+def start_fit(
+    command: list[str],
+    sizes: Any,
+    *,
+    target: int | None = None,
+    limit: int | str | None = None,
+    margin: float | str = 0.1,
+    for_s: float | None = None,
+    record_dir: str | None = None,
+    wait: bool | None = None,
+    **options: Any,
+) -> Any:
+    """``memscope.fit`` and ``%memscope fit``: check everything (LaunchError: one line, nothing started), then
+    run the probes: in a notebook on their own thread with the live chart (the kernel stays free), else here."""
+    import argparse
+
+    from IPython import get_ipython
+
+    from .cli.options import _share, parse_size
+    from .errors import LaunchError
+    from .session.fit import Fit, check_sizes, parse_sizes
+
+    try:
+        limit_bytes = parse_size(limit) if isinstance(limit, str) else limit
+        share = _share(margin) if isinstance(margin, str) else margin
+    except argparse.ArgumentTypeError as exc:
+        raise LaunchError(str(exc)) from None
+    size_list = parse_sizes(sizes) if isinstance(sizes, str) else check_sizes(list(sizes))
+    ip = get_ipython() if "IPython" in sys.modules else None
+    notebook = widgets_can_render(ip)
+    lines: list[str] = []
+    fit = Fit(
+        command,
+        size_list,
+        target=target,
+        limit_bytes=limit_bytes,
+        margin=share,
+        for_s=for_s,
+        record_dir=record_dir,
+        say=lines.append,
+        **options,
+    )
+    if not notebook:
+        if wait is False:
+            return fit.start()
+        fit.run()
+        return fit
+    from IPython.display import display
+
+    from .ui.fit_view import FitView
+
+    view = FitView(fit, title="will size " + str(fit.target) + " fit?")
+    display(view)
+    fit.start()
+    if wait:
+        fit.wait()
+    return fit
 
 
 def _cell_script(body: str, record_dir: str | None) -> str:

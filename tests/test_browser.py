@@ -624,3 +624,50 @@ def test_chart_follows_fits_800_px_and_leaves_a_static_copy(tmp_path):
             browser.close()
     finally:
         _shutdown(proc)
+
+
+FIT_JS = """() => {
+  const vs = window.Bokeh && [...window.Bokeh.index].filter(v => v.model && v.model.title && v.model.title.text
+      && v.model.title.text.includes('will size 160 fit?'));
+  if (!vs || !vs.length) return null;
+  return vs[0].model.renderers.map(r => r.data_source.data.x.length);
+}"""
+
+
+def test_fit_view_draws_and_updates_while_the_kernel_is_free(tmp_path):
+    """Issue 31's bar: `%memscope fit` draws its chart (BokehJS carried by memscope's loader widget) and the probes
+    appear on it one by one while another cell runs."""
+    cells = [
+        f"%load_ext memscope\nf = %memscope fit --sizes 20,40,80 --target 160 --for 2 -- {script('fit_alloc.py')} {{}} 30",
+        "import time\nfor _ in range(40):\n    time.sleep(0.5)\nprint('BUSY DONE', len(f.points))",
+        "r = f.wait(120)\nprint('FITS', r['fits'], len(r['runs']))",
+    ]
+    proc, url = _serve(tmp_path, "lab", cells, PORT + 9)
+    shots = os.environ.get("MEMSCOPE_SCREENSHOTS", str(tmp_path))
+    try:
+        with playwright.sync_playwright() as p:
+            browser = _launch(p)
+            page = open_notebook(browser, url, 1280)
+            run_cell(page, 0)
+            run_cell(page, 1)  # the kernel is free: this runs while the probes go
+            seen = []
+            deadline = time.time() + 120
+            while time.time() < deadline:
+                counts = page.evaluate(FIT_JS)
+                if counts is not None and (not seen or counts != seen[-1]):
+                    seen.append(counts)
+                if counts is not None and counts[1] == 3:
+                    break
+                time.sleep(0.5)
+            assert seen, "the fit chart never drew"
+            probes = [c[1] for c in seen]
+            assert probes[-1] == 3 and len(set(probes)) >= 3, seen  # probes appeared one after another
+            assert any(c[2] == 1 for c in seen), seen  # the running probe was drawn
+            _cell(page, 0).scroll_into_view_if_needed()
+            page.screenshot(path=os.path.join(shots, "fit-view.png"))
+            wait_output(page, 1, "BUSY DONE", timeout=60)
+            run_cell(page, 2)
+            wait_output(page, 2, "FITS True 3", timeout=120)
+            browser.close()
+    finally:
+        _shutdown(proc)

@@ -1,4 +1,4 @@
-"""memscope run | ls | prune | report | stacks | snapshot | cluster | monitoring | demo — the terminal face of the engine.
+"""memscope run | ls | prune | report | stacks | snapshot | cluster | monitoring | fit | demo — the terminal face of the engine.
 
 One module per subcommand (``command.Command``: the class docstring is its ``--help`` line); the run options
 shared with ``%memscope`` are in ``options``.
@@ -18,6 +18,7 @@ from ..version import __version__
 from .cluster import ClusterCommand
 from .command import Command, help_line
 from .demo import DemoCommand
+from .fit import FitCommand
 from .ls import LsCommand
 from .monitoring import MonitoringCommand
 from .options import EXIT_BAD_INPUT, Parser
@@ -37,6 +38,7 @@ COMMANDS: tuple[type[Command], ...] = (
     SnapshotCommand,
     ClusterCommand,
     MonitoringCommand,
+    FitCommand,
     DemoCommand,
 )
 

@@ -85,6 +85,7 @@ class _BokehJS(anywidget.AnyWidget):
 
 
 _LOADER_LOCK = threading.Lock()
+BokehJS = _BokehJS  # the loader widget's class, for views that hold one (ui/fit_view.py)
 _LOADER: _BokehJS | None = None
 
 
