@@ -123,6 +123,27 @@ def last_run() -> Any:
     return _last() if _last is not None else None
 
 
+def runs() -> list[Any]:
+    """The runs this kernel started that are still going, oldest first (``%memscope``, ``%%memscope``,
+    ``memscope.run()``, ``memscope.attach()``): each has ``.stop()``. What a re-run of a cell leaves going where the
+    frontend sends no cell id (classic Notebook 6.5) is here too."""
+    from .session.run import _started
+
+    going = [r for r in list(_started.values()) if r.pid and not r.ended]
+    return sorted(going, key=lambda r: -r.elapsed())
+
+
+def going_lines(others: list[Any]) -> list[str]:
+    """One line per run still going besides the new one, with how to stop it (the text view's words)."""
+    from .fmt import fmt_elapsed
+
+    return [
+        f"memscope: also going in this kernel: {r.run_id} (pid {r.pid}, {fmt_elapsed(r.elapsed())}, "
+        f"{' '.join(r.command)[-80:]}): memscope.runs()[{i}].stop() stops it"
+        for i, r in enumerate(others)
+    ]
+
+
 # cell id -> (the execute_request that last started runs in that cell, those runs). A run of an earlier request
 # of the same cell is what a re-run stops; runs of the same request (two %memscope lines in one cell) are kept.
 _by_cell: dict[str, tuple[str | None, list["weakref.ref[Any]"]]] = {}
@@ -190,16 +211,20 @@ def start_in_notebook(argv: list[str] | None, attach: int | None, options: Any, 
     if widgets_can_render(ip):
         from .ui.dashboard import show
 
-        sink.bind(show(run).note)
+        sink.bind(show(run, [r for r in runs() if r is not run]).note)
     elif ip is not None and getattr(ip, "kernel", None) is not None:
         area = TextArea(f"memscope: started {run.run_id} (pid {run.pid}); record {run.record_path}")
         sink.bind(area)
+        for line in going_lines([r for r in runs() if r is not run]):
+            area(line)
         run.on_end(lambda r: area(final_text(r.wait() or {})))
     else:  # IPython in a terminal: lines on stderr, as `memscope run` prints them
         from .ui.terminal import print_final
 
         sink.bind(lambda line: print(line, file=sys.stderr))
         print(f"memscope: started {run.run_id} (pid {run.pid}); record {run.record_path}", file=sys.stderr)
+        for line in going_lines([r for r in runs() if r is not run]):
+            print(line, file=sys.stderr)
         run.on_end(lambda r: print_final(r.wait() or {}))
     return run
 
