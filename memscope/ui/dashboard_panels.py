@@ -136,7 +136,7 @@ class OtherRuns:
         self.buttons: list[w.Button] = []
         rows: list[w.Widget] = []
         for r in others:
-            b = w.Button(description=f"Stop {r.run_id}", layout=w.Layout(width="auto"))
+            b = w.Button(description="Stop", tooltip=f"stop {r.run_id} (SIGINT, grace, SIGTERM, SIGKILL)")
             b.add_class("memscope-other-stop")
             b.on_click(lambda _b, r=r: self._stop(r))
             label = w.HTML()
