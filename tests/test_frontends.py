@@ -191,3 +191,19 @@ def test_a_paused_chart_never_says_a_negative_time(tmp_path):
     lines = out.stdout.split("\n")
     assert lines[0].startswith("0") and lines[1].startswith("0"), lines
     assert not any(re.search(r"(^|–)-", line) for line in lines), lines
+
+
+def test_a_kernel_without_widgets_shows_a_live_status_line_and_how_to_stop(kernel, tmp_path):
+    """Where the kernel renders no widgets, the cell's one text display carries a status line that changes while
+    the run goes (it said only "started" until the end) and how to stop it."""
+    execute(kernel, "%load_ext memscope\nimport memscope.magic as M\nM.widgets_can_render = lambda ip: False")
+    _, msgs = execute(kernel, f"run = %memscope --record {tmp_path}/runs {CMD}")
+    msgs += drain(kernel, 5.0)
+    texts = [m["content"]["data"]["text/plain"] for m in msgs if m["msg_type"] == "update_display_data"]
+    lines = {t.splitlines()[1] for t in texts if len(t.splitlines()) > 1 and "● running" in t}
+    assert len(lines) >= 2, texts  # updated in place
+    assert all("Stop: run.stop()" in line for line in lines)
+    _, out = execute(kernel, "run.stop()\nprint('CAUSE', run.wait(20)['exit']['cause'])")
+    out += drain(kernel, 3.0)
+    final = [m["content"]["data"]["text/plain"] for m in out if m["msg_type"] == "update_display_data"][-1]
+    assert "● running" not in final and "stopped_by_user" in final, final
