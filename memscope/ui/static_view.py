@@ -79,10 +79,13 @@ def static_html(
     widget manager, nbconvert), this copy is the cell's live text status: the kernel updates it in place."""
     from html import escape
 
-    live, copy = f"memscope-live-{key}", f"memscope-static-{key}"
+    # The live view is drawn when its box is there and is not the widget manager's error box, which carries the
+    # view's classes too (JupyterLab 4 meeting an ipywidgets 7 kernel: "controls ^1.5.0 is not registered").
+    live = f".memscope-live-{key}:not(:has(.jupyter-widgets-error-widget))"
+    copy = f"memscope-static-{key}"
     style = (
-        f"<style>body:has(.{live}) .jp-OutputArea-child:has(.{copy}), body:has(.{live}) .{copy} {{display:none}}"
-        f" body:not(:has(.{live})) .jp-OutputArea-child:has(.jupyter-widgets):has(+ .jp-OutputArea-child .{copy})"
+        f"<style>body:has({live}) .jp-OutputArea-child:has(.{copy}), body:has({live}) .{copy} {{display:none}}"
+        f" body:not(:has({live})) .jp-OutputArea-child:has(.jupyter-widgets):has(+ .jp-OutputArea-child .{copy})"
         f" {{display:none}}</style>"
     )
     head = (
