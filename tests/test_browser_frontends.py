@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -191,7 +192,10 @@ class Server:
     def idle(self, timeout=120):
         deadline = time.time() + timeout
         while time.time() < deadline:
-            ks = self.api("kernels")
+            try:
+                ks = self.api("kernels")
+            except urllib.error.HTTPError:  # jupyter_server answers 500 while a kernel is half made: ask again
+                ks = None
             if ks and all(k["execution_state"] == "idle" for k in ks):
                 return
             time.sleep(0.3)
