@@ -362,6 +362,10 @@ def _live_text(page, server, shots):
     pg = page.page
     sel = ".memscope-static"
     page.wait_js(f"() => [...document.querySelectorAll('{sel}')].some(e => e.offsetParent !== null)", 60_000)
+    # the widget manager's error box is hidden under the copy, whose first line says why and what fixes it
+    assert pg.evaluate(
+        "() => [...document.querySelectorAll('.jupyter-widgets-error-widget')].every(e => !e.offsetParent)"
+    )
     why = pg.locator(".memscope-why").first.inner_text()
     assert "ipywidgets 7.7.1" in why and "pip install" in why, why
     first = pg.locator(sel).first.inner_text()
@@ -391,6 +395,8 @@ def _dashboard(browser, page, server, shots, watched):
     pg = page.page
     status = ".memscope-status"
     page.wait_js(f"() => [...document.querySelectorAll('{status}')].some(e => e.textContent.includes('running'))")
+    # the static copy is hidden while the live dashboard is drawn
+    page.wait_js("() => [...document.querySelectorAll('.memscope-static')].every(e => e.offsetParent === null)")
     n, pids = run_pids(page, server)
     assert n == 1
     watched.append(tree(pids[0]))

@@ -79,9 +79,10 @@ def static_html(
     widget manager, nbconvert), this copy is the cell's live text status: the kernel updates it in place."""
     from html import escape
 
-    # The live view is drawn when its box is there and is not the widget manager's error box, which carries the
-    # view's classes too (JupyterLab 4 meeting an ipywidgets 7 kernel: "controls ^1.5.0 is not registered").
-    live = f".memscope-live-{key}:not(:has(.jupyter-widgets-error-widget))"
+    # The live view is drawn when its box holds something other than the widget manager's error box, which carries
+    # the view's classes too (JupyterLab 4 meeting an ipywidgets 7 kernel: "controls ^1.5.0 is not registered").
+    # A child selector, not :not(:has()): a :has() inside :has() is invalid and drops the whole rule.
+    live = f".memscope-live-{key} > :not(.jupyter-widgets-error-widget)"
     copy = f"memscope-static-{key}"
     style = (
         f"<style>body:has({live}) .jp-OutputArea-child:has(.{copy}), body:has({live}) .{copy} {{display:none}}"
