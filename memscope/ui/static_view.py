@@ -79,10 +79,11 @@ def static_html(
     widget manager, nbconvert), this copy is the cell's live text status: the kernel updates it in place."""
     from html import escape
 
-    # The live view is drawn when its box holds something other than the widget manager's error box, which carries
-    # the view's classes too (JupyterLab 4 meeting an ipywidgets 7 kernel: "controls ^1.5.0 is not registered").
-    # A child selector, not :not(:has()): a :has() inside :has() is invalid and drops the whole rule.
-    live = f".memscope-live-{key} > :not(.jupyter-widgets-error-widget)"
+    # The live view is drawn when its VBox is (ipywidgets 7 and 8 give it "widget-vbox"): the widget manager's error
+    # box carries the view's classes too, not that one (JupyterLab 4 meeting an ipywidgets 7 kernel: "controls
+    # ^1.5.0 is not registered"). Classes only: a :has() inside :has() is invalid CSS (drops the whole rule), and a
+    # body:has() with combinators makes the browser re-check it at every change of the page.
+    live = f".memscope-live-{key}.widget-vbox"
     copy = f"memscope-static-{key}"
     style = (
         f"<style>body:has({live}) .jp-OutputArea-child:has(.{copy}), body:has({live}) .{copy} {{display:none}}"
