@@ -24,6 +24,7 @@ __all__ = [
     "run",
     "attach",
     "last_run",
+    "runs",
     "phase",
     "mark",
     "reopen",
@@ -86,6 +87,15 @@ def last_run() -> "Run | None":
     from .magic import last_run as _last_run
 
     return _last_run()
+
+
+def runs() -> "list[Run]":
+    """The runs this kernel (this Python process) started that are still going, oldest first, each with
+    ``.stop()``: what a re-run of a ``%memscope`` cell leaves going where the page sends no cell id (classic
+    Notebook 6.5), or a ``memscope.run()`` whose handle was lost."""
+    from .magic import runs as _runs
+
+    return _runs()
 
 
 def reopen(run_id: str, record_dir: str | None = None) -> Any:

@@ -86,14 +86,52 @@ class TextArea:
 
         self._lock = threading.Lock()
         self._lines = [head]
+        self._status = ""  # the live status line, under the head, until the end-of-run text replaces it
         self._handle = display(_Text(head), display_id=True)
 
     def __call__(self, line: str) -> None:
         with self._lock:
             self._lines.append(line.rstrip("\n"))
-            text = "\n".join(self._lines)
+        self._show()
+
+    def status(self, line: str) -> None:
+        """Replace the live status line ("" when the run has ended)."""
+        with self._lock:
+            self._status = line
+        self._show()
+
+    def _show(self) -> None:
+        with self._lock:
+            text = "\n".join(self._lines[:1] + ([self._status] if self._status else []) + self._lines[1:])
         if self._handle is not None:
             self._handle.update(_Text(text))
+
+    def follow(self, run: Any, period_s: float = 2.0) -> None:
+        """Keep the status line current while ``run`` goes (a thread that ends with the run)."""
+
+        def loop() -> None:
+            while not run.ended:
+                try:
+                    self.status(status_text(run))
+                except Exception:
+                    pass
+                time.sleep(period_s)
+            self.status("")
+
+        threading.Thread(target=loop, name="memscope-text-status", daemon=True).start()
+
+
+def status_text(run: Any) -> str:
+    """One line: the run's state now and how to stop it (the text view's status line)."""
+    from .fmt import fmt_bytes, fmt_elapsed
+
+    s = run.snapshot
+    cur = s.tree_pss if s.tree_pss is not None else s.tree_rss
+    peak = s.peak_pss or s.peak_rss
+    return (
+        f"● running {fmt_elapsed(run.elapsed())} · now {fmt_bytes(cur)} · peak {fmt_bytes(peak)} · "
+        "the verdict comes at the end · Stop: run.stop()"
+    )
 
 
 class _Text:
@@ -123,6 +161,27 @@ _last: "weakref.ref[Any] | None" = None
 def last_run() -> Any:
     """The run the last ``%memscope``, ``%%memscope`` or ``memscope.run()`` of this kernel started (None if none)."""
     return _last() if _last is not None else None
+
+
+def runs() -> list[Any]:
+    """The runs this kernel started that are still going, oldest first (``%memscope``, ``%%memscope``,
+    ``memscope.run()``, ``memscope.attach()``): each has ``.stop()``. What a re-run of a cell leaves going where the
+    frontend sends no cell id (classic Notebook 6.5) is here too."""
+    from .session.run import _started
+
+    going = [r for r in list(_started.values()) if r.pid and not r.ended]
+    return sorted(going, key=lambda r: -r.elapsed())
+
+
+def going_lines(others: list[Any]) -> list[str]:
+    """One line per run still going besides the new one, with how to stop it (the text view's words)."""
+    from .fmt import fmt_elapsed
+
+    return [
+        f"memscope: also going in this kernel: {r.run_id} (pid {r.pid}, {fmt_elapsed(r.elapsed())}, "
+        f"{' '.join(r.command)[-80:]}): memscope.runs()[{i}].stop() stops it"
+        for i, r in enumerate(others)
+    ]
 
 
 # cell id -> (the execute_request that last started runs in that cell, those runs). A run of an earlier request
@@ -200,16 +259,25 @@ def start_in_notebook(argv: list[str] | None, attach: int | None, options: Any, 
     if widgets_can_render(ip):
         from .ui.dashboard import show
 
-        sink.bind(show(run).note)
+        sink.bind(show(run, [r for r in runs() if r is not run]).note)
     elif ip is not None and getattr(ip, "kernel", None) is not None:
         area = TextArea(f"memscope: started {run.run_id} (pid {run.pid}); record {run.record_path}")
         sink.bind(area)
+        for line in going_lines([r for r in runs() if r is not run]):
+            area(line)
+        area.follow(run)
         run.on_end(lambda r: area(final_text(r.wait() or {})))
     else:  # IPython in a terminal: lines on stderr, as `memscope run` prints them
         from .ui.terminal import print_final
 
         sink.bind(lambda line: print(line, file=sys.stderr))
-        print(f"memscope: started {run.run_id} (pid {run.pid}); record {run.record_path}", file=sys.stderr)
+        print(
+            f"memscope: started {run.run_id} (pid {run.pid}); record {run.record_path}; Stop: run.stop() "
+            "(memscope.runs() lists the runs going)",
+            file=sys.stderr,
+        )
+        for line in going_lines([r for r in runs() if r is not run]):
+            print(line, file=sys.stderr)
         run.on_end(lambda r: print_final(r.wait() or {}))
     return run
 

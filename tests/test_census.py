@@ -131,7 +131,9 @@ def test_advice_lines_follow_the_evidence():
         },
     )
     text = advise(leak)[0]["text"]
-    assert "30 MiB/min (a slow leak) in the DataLoader workers" in text and "20 min" in text
+    assert (
+        "30 MiB/min (a slow leak) in the DataLoader workers" in text and "reaching the limit in 0:20:00" in text
+    )  # one time format on the card (issue 34)
     assert "copy-on-write" in text
     # A week's slow leak (17 MiB an hour) is said per hour: per minute it read "rises 0 MiB/min".
     week = dict(base, leak=dict(leak["leak"], slope_bytes_per_s=17 * 2**20 / 3600))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..fmt import fmt_elapsed
 from ..model import AdviceLine, ExitInfo, GrowthInfo, LeakInfo, Summary
 from .leak import floor_words
 from .probes import summary_keys
@@ -172,10 +173,12 @@ def _leak_line(leak: LeakInfo, spikes: list[dict[str, Any]]) -> str | None:
             else ""
         )
         ttl = leak.get("time_to_limit_s")
-        eta = f", reaching the limit in about {ttl / 60:.0f} min" if ttl else ""
+        # The time as every view gives it (H:MM:SS, the verdict line's "reaches the limit in 12:56:56").
+        eta = f", reaching the limit in {fmt_elapsed(ttl)} at this rate" if ttl else ""
         what = (
-            "take two tensor censuses a minute apart to see what accumulates: run.census() on the handle of "
-            "memscope.run([...]) in Python (a notebook's dashboard has a Tensor census button for it)"
+            "take two tensor censuses a minute apart to see what accumulates: the dashboard's Tensor census "
+            "button, or run.census() on the run's handle (run = %memscope train.py, memscope.last_run(), or "
+            "run = memscope.run([...]))"
             if "dataloader_worker" not in roles
             else "workers usually grow by touching Python objects of the Dataset (copy-on-write): keep per-sample "
             "data in numpy arrays, not lists of Python objects"

@@ -400,6 +400,15 @@ export function fmtElapsed(v, format, step) {
   return `${sign}${h}:${two(mm, 0)}:${two(ss, d)}`;
 }
 
+// The window a paused chart shows, in the run's time: a pan left of the start shows empty space before 0, which is
+// no time of the run ("paused at -12.9 s–41.4 s" read as a negative time).
+export function pausedRange(start, end) {
+  const a = Math.max(0, start), b = Math.max(a, end);
+  const f = timeFormat(a, b);
+  const step = (b - a) / 100;
+  return `${fmtElapsed(a, f, step)}–${fmtElapsed(b, f, step)}`;
+}
+
 const FORMAT_CODE = `const timeFormat = ${timeFormat.toString()};
 const fmtElapsed = ${fmtElapsed.toString()};
 const step = ticks.length > 1 ? Math.abs(ticks[1] - ticks[0]) : 1;
@@ -720,9 +729,7 @@ function makeBar(model, onWindow, onFollowClick) {
         button.style.display = "none";
         bar.dataset.following = "true";
       } else {
-        const f = timeFormat(start, end);
-        const span = end - start;
-        note.textContent = `paused at ${fmtElapsed(start, f, span / 100)}–${fmtElapsed(end, f, span / 100)} (you panned or zoomed):`;
+        note.textContent = `paused at ${pausedRange(start, end)} (you panned or zoomed):`;
         button.style.display = "";
         bar.dataset.following = "false";
       }

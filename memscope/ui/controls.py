@@ -49,6 +49,9 @@ function render({ model, el }) {
     for (const [key, label] of ACTIONS) {
       const b = buttons[key];
       b.disabled = disabled.includes(key);
+      // Greyed where the page's own CSS does not grey a disabled button (classic Notebook 6.5).
+      b.style.opacity = b.disabled ? "0.45" : "";
+      b.style.cursor = b.disabled ? "default" : "pointer";
       if (b.disabled) { delete pending[key]; delete queued[key]; }
       b.textContent = queued[key] ? label + ": queued" : pending[key] ? label + ": sent…" : labels[key] || label;
       b.title = (model.get("tips") || {})[key] || "";

@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 import ipywidgets as w
 import psutil
@@ -24,7 +24,16 @@ from ..redact import redact_argv
 from ..session.run import started_here
 from .chart import MemoryChart, count_points
 from .dashboard_buttons import SCALENE_SECONDS, Buttons
-from .dashboard_panels import LEAK_PERIOD_S, LiveCopyOnRead, LiveLeak, Notes, PhaseMarks, ScalenePanel, StaticCopy
+from .dashboard_panels import (
+    LEAK_PERIOD_S,
+    LiveCopyOnRead,
+    LiveLeak,
+    Notes,
+    OtherRuns,
+    PhaseMarks,
+    ScalenePanel,
+    StaticCopy,
+)
 from .fragments import (
     CAUSE_COLOR,
     copy_on_read_marks,
@@ -50,7 +59,9 @@ PUSH_PERIOD_S = 0.25  # at most 4 updates a second reach the browser
 # points on a long run: so a big window is pushed less often, one second more per 8,000 points, 2 s at most.
 POINTS_PER_S = 8000
 MAX_PUSH_PERIOD_S = 2.0
-FALLBACK_PERIOD_S = 30.0  # the static copy (a saved notebook without its kernel) is refreshed this often and at the end
+# The static copy (a saved notebook without its kernel; the live text where the dashboard cannot be drawn) is
+# refreshed this often while the run goes, and at the end.
+FALLBACK_PERIOD_S = 2.0
 # Exited processes the live table shows (the latest; all once the run has ended): it is resent at every push, and
 # DataLoader workers restarted every epoch would make it hundreds of rows (~150 KiB a push, thousands of DOM
 # nodes) in a day.
@@ -77,7 +88,9 @@ class Dashboard:
         procs: dict[int, dict[str, Any]] | None = None,
         title: str = "",
         gpu: GpuSeries | None = None,
+        others: "Sequence[Run]" = (),
     ) -> None:
+        """``others``: the runs of this kernel still going besides ``run``, each shown with its Stop."""
         self.run = run
         self.request: str | None = None  # the execute_request that showed it (a cell's run and its redisplay)
         self.gpu = gpu or GpuSeries()  # before the subscription below feeds it
@@ -117,7 +130,8 @@ class Dashboard:
         self.scalene = ScalenePanel()
         self.buttons = Buttons(run, self.census, self.stacks, self.scalene) if run is not None else None
         self.controls = self.buttons.controls if self.buttons is not None else None
-        parts: list[w.Widget] = [self.status, self.notes.widget, self.card]
+        self.others = OtherRuns(list(others))
+        parts: list[w.Widget] = [self.status, self.notes.widget, self.others.widget, self.card]
         if self.controls is not None:
             parts.append(self.controls)
         # The census and the stacks (tall) go below the chart: above it, they pushed the chart off screen.
@@ -127,6 +141,7 @@ class Dashboard:
         self.key = uuid.uuid4().hex[:12]
         self.widget.add_class(f"memscope-live-{self.key}")  # pairs the live view with its static copy
         self.copy = StaticCopy(self.key)
+        self.widget.children = (*self.widget.children, self.copy.keeper)
         for i, name in enumerate(("Processes", "Output (last 200 lines)", "Scalene snapshots", "Loads and indexes")):
             try:
                 acc.set_title(i, name)
@@ -231,6 +246,8 @@ class Dashboard:
         if self.run is not None:
             self.output.value = output_tail(list(self.run.output_tail), self.run.output_partial)
         self.status.value = self._status_html(snap, final_summary)
+        if self.others.runs:
+            self.others.refresh()
         self.copy.snap = snap
         if final_summary is None and self._stopping is not None and self.run is not None:
             self.card.value = stopping_card(self._stopping, self.run.elapsed())
@@ -250,7 +267,14 @@ class Dashboard:
     # -- the static copy -------------------------------------------------------------------------------------
     def static_html(self) -> str:
         """The dashboard as it is now, as static HTML (what a saved notebook shows without its kernel)."""
-        return self.copy.html(self.status.value, self.card.value, self.table.value)
+        run = self.run
+        stop = ""
+        if run is not None and not run.ended:
+            stop = (
+                f"Stop: run.stop()  (the run {run.run_id}, pid {run.pid}: memscope.last_run() is the latest, "
+                "memscope.runs() lists every run of this kernel still going)"
+            )
+        return self.copy.html(self.status.value + self.others.html(), self.card.value, self.table.value, stop=stop)
 
     def display(self) -> None:
         """Show the live dashboard and, beside it, its static copy (hidden while the live one is drawn)."""
@@ -353,20 +377,21 @@ def _recorded_phases(path: str) -> list[dict[str, Any]]:
         return []
 
 
-def show(run: "Run") -> Dashboard:
-    """Display the dashboard of ``run`` in the current cell, replacing one this cell made before."""
-    d = _dashboard_in_cell(run)
+def show(run: "Run", others: "Sequence[Run]" = ()) -> Dashboard:
+    """Display the dashboard of ``run`` in the current cell, replacing one this cell made before; ``others``, the
+    runs of this kernel still going besides it, are listed with a Stop each."""
+    d = _dashboard_in_cell(run, others)
     d.display()
     return d
 
 
-def _dashboard_in_cell(run: "Run") -> Dashboard:
+def _dashboard_in_cell(run: "Run", others: "Sequence[Run]" = ()) -> Dashboard:
     """A new dashboard following ``run``, for the current cell: the one this cell made before is closed."""
     cell = _cell_id()
     old = _by_cell.pop(cell, None) if cell else None
     if old is not None:
         old.close()
-    d = Dashboard(run, title=" ".join(redact_argv(run.command))[-120:])
+    d = Dashboard(run, title=" ".join(redact_argv(run.command))[-120:], others=others)
     d.request = cell_request()[1]
     if cell:
         _by_cell[cell] = d

@@ -70,17 +70,36 @@ def memory_svg(snap: Mapping[str, Any]) -> str:
     )
 
 
-def static_html(key: str, status: str, card: str, table: str, snap: Mapping[str, Any]) -> str:
-    """The static copy of dashboard ``key``: its pieces as HTML already escaped by their makers."""
-    live, copy = f"memscope-live-{key}", f"memscope-static-{key}"
+def static_html(
+    key: str, status: str, card: str, table: str, snap: Mapping[str, Any], why: str = "", stop: str = ""
+) -> str:
+    """The static copy of dashboard ``key``: its pieces as HTML already escaped by their makers. ``why`` (plain
+    text) says why the live dashboard is not drawn and what fixes it; ``stop`` (plain text) how to stop a run that
+    goes on. Where the live view cannot be drawn (a widget frontend that cannot draw this kernel's ipywidgets, no
+    widget manager, nbconvert), this copy is the cell's live text status: the kernel updates it in place."""
+    from html import escape
+
+    # The live view is drawn when its VBox is (ipywidgets 7 and 8 give it "widget-vbox"): the widget manager's error
+    # box carries the view's classes too, not that one (JupyterLab 4 meeting an ipywidgets 7 kernel: "controls
+    # ^1.5.0 is not registered"). Classes only: a :has() inside :has() is invalid CSS (drops the whole rule), and a
+    # body:has() with combinators makes the browser re-check it at every change of the page.
+    live = f".memscope-live-{key}.widget-vbox"
+    copy = f"memscope-static-{key}"
     style = (
-        f"<style>body:has(.{live}) .jp-OutputArea-child:has(.{copy}), body:has(.{live}) .{copy} {{display:none}}"
-        f" body:not(:has(.{live})) .jp-OutputArea-child:has(.jupyter-widgets):has(+ .jp-OutputArea-child .{copy})"
+        f"<style>body:has({live}) .jp-OutputArea-child:has(.{copy}), body:has({live}) .{copy} {{display:none}}"
+        f" body:not(:has({live})) .jp-OutputArea-child:has(.jupyter-widgets):has(+ .jp-OutputArea-child .{copy})"
         f" {{display:none}}</style>"
+    )
+    head = (
+        escape(why)
+        if why
+        else "memscope: a static copy of the dashboard as it last was (the live one needs the kernel that made it)"
+    )
+    stop_line = (
+        f"<div class='memscope-text-stop' style='font:12px monospace;margin:2px 0'>{escape(stop)}</div>" if stop else ""
     )
     return (
         f"{style}<div class='memscope-static {copy}'>"
-        f"<div style='font:11px sans-serif;color:#777'>memscope: a static copy of the dashboard as it last was "
-        f"(the live one needs the kernel that made it)</div>"
-        f"{status}{card}{memory_svg(snap)}{table}</div>"
+        f"<div class='memscope-why' style='font:11px sans-serif;color:#777'>{head}</div>"
+        f"{status}{stop_line}{card}{memory_svg(snap)}{table}</div>"
     )
