@@ -24,6 +24,7 @@ import time
 import urllib.parse
 import urllib.request
 
+import psutil
 import pytest
 from conftest import PY, make_memory_cgroup, script
 
@@ -390,6 +391,7 @@ def observed(tmp_path_factory):
     ports = {n: free_port() for n in names}
     cg = make_memory_cgroup(256 << 20, "monitoring")
     procs: dict[str, subprocess.Popen] = {}
+    orphans: list[int] = []
     prom = None
     try:
         # DataLoader copy-on-read, first (its dataset takes a while to build): 3 forked workers over 800k dicts,
@@ -460,6 +462,8 @@ def observed(tmp_path_factory):
             "the sleeper's run in Prometheus",
         )
         time.sleep(3)
+        # memscope runs its training in a session of its own: killing memscope leaves it, stopped below.
+        orphans = [c.pid for c in psutil.Process(procs["down"].pid).children(recursive=True)]
         procs["down"].kill()
         seen: dict[tuple[str, str], str] = {}
         want = {
@@ -485,6 +489,11 @@ def observed(tmp_path_factory):
             time.sleep(1)
         yield {"url": url, "seen": seen, "want": want, "oom": cg is not None}
     finally:
+        for pid in orphans:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         for p in procs.values():
             try:
                 os.killpg(p.pid, signal.SIGKILL)  # memscope's session: the run and whatever is left of it
