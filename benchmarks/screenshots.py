@@ -56,7 +56,9 @@ UI_FILES = (
     "memscope/analysis/advice.py",
 )
 # A verdict on the status line, in the words terminal.verdict_text uses today (and the growth kinds' to come).
-VERDICT = re.compile(r"slow leak|grows steadily|no leak|leak:|spikes:(?! not yet)|flat|stepped|copy-on-read")
+VERDICT = re.compile(
+    r"slow leak|leak in |grows steadily|no leak|leak:|spikes:(?! not yet)|only spikes|flat|stepped|copy-on-read", re.I
+)
 CENSUS_SCRIPT = ROOT / "tests" / "scripts" / "attention_leak.py"
 
 
@@ -199,7 +201,7 @@ def wait_verdict(page, timeout_s: float = 150, prefer: re.Pattern[str] | None = 
     text, found = "", ""
     while time.time() < deadline:
         text = page.locator(".memscope-status").first.inner_text()
-        if "not yet known" not in text and "needs" not in text and VERDICT.search(text):
+        if "not yet known" not in text and "needs" not in text and "leaning" not in text and VERDICT.search(text):
             found = text
             m = re.search(r"running (\d+):(\d\d):(\d\d)", text)
             age = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3)) if m else until_s

@@ -103,7 +103,7 @@ def _growth_line(leak: LeakInfo, growth: GrowthInfo, spikes: list[dict[str, Any]
     if kind == "leak":
         where = growth.get("where") or []
         ttl = leak.get("time_to_limit_s")
-        eta = f", reaching the limit in about {ttl / 60:.0f} min" if ttl else ""
+        eta = f", reaching the limit in {fmt_elapsed(ttl)} at this rate" if ttl else ""  # the card's one time format
         if growth.get("step_name") == "evaluation":
             what = (
                 "each evaluation keeps memory: look for outputs, logits or losses kept across it with their graph "
