@@ -11,7 +11,7 @@ import sys
 import threading
 
 import pytest
-from conftest import has_torch, script
+from conftest import has_torch, make_memory_cgroup, script
 
 import memscope
 from memscope.analysis import fit as F
@@ -290,22 +290,8 @@ def _point(run):
     return F.Point(run["size"], {"tree": run["peak_bytes"]}, died=run["died"])
 
 
-CG_ROOT = "/sys/fs/cgroup/memory"
-
-
-def _memory_cgroup(limit):
-    path = os.path.join(CG_ROOT, f"memscope-fit-test-{os.getpid()}")
-    try:
-        os.makedirs(path, exist_ok=True)
-        with open(os.path.join(path, "memory.limit_in_bytes"), "w") as f:
-            f.write(str(limit))
-    except OSError:
-        return None
-    return path
-
-
 def test_a_probe_oom_killed_in_a_cgroup_does_not_fit_and_larger_ones_are_skipped(record_dir):
-    cg = _memory_cgroup(200 << 20)
+    cg = make_memory_cgroup(200 << 20, "fit-test")
     if cg is None:
         pytest.skip("no writable cgroup v1 memory controller here")
     try:
