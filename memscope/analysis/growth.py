@@ -229,7 +229,11 @@ def judge(
         v = replace(tree, verdict="no_leak", time_to_limit_s=None)
         return v, _cor_growth(ev.copy_on_read or {})
     if tree.verdict == "leak":
-        if len(parts) >= 2 and all(v.verdict == "no_leak" for v in parts.values()) and "main" in parts:
+        flat = all(v.verdict == "no_leak" for v in parts.values())
+        # A part too young for a verdict of its own (workers that came with the rise) leaks nothing proven: where
+        # the count of processes alive rose and no part leaks, the tree rose with more processes.
+        unproven = all(v.verdict != "leak" for v in parts.values()) and _rose(ev)
+        if len(parts) >= 2 and "main" in parts and parts["main"].verdict == "no_leak" and (flat or unproven):
             return _overruled(tree, ev, spike, _own_rise(parts))
         g = Growth("leak", (), tree.slope_bytes_per_s, stairs=stairs_of(None), spike_bytes=spike or None)
         return tree, g
