@@ -535,13 +535,20 @@ def test_out_of_descriptors_degrades_visibly_without_spinning_or_false_exits(tmp
     try:
         t0_epoch = rd.run_row()["t0_epoch"]
         procs = rd.processes()
+        short = [
+            e for e in rd.events("collector_degraded") if e["data"].get("what") in ("descriptors", "agent_connections")
+        ]
     finally:
         rd.close()
     kids = [q for q in procs if q["pid"] != s["exit"]["pid"] and q["role"] != "wrapper"]
     assert len(kids) >= 100, len(kids)
     early = [q for q in kids if q["exit_t"] is not None and t0_epoch + q["exit_t"] < forked_at + 3.0]
     assert early == [], early[:3]
-    assert any("descriptor" in w for w in s["warnings"]), s["warnings"]
+    # Visibly: where memscope ran short (how short depends on how fast 126 children connect: their agents' threads
+    # race the forks), the summary says so. Not every run runs short since the forked children's agents connect
+    # from their own thread (issue 32.3): the CI rehearsal had one that did not.
+    if short:
+        assert any("descriptor" in w for w in s["warnings"]), s["warnings"]
 
 
 def test_proc_unreadable_for_want_of_descriptors_is_never_taken_for_exited():
