@@ -145,6 +145,7 @@ class LiveVerdict:
         self._every = REFIT_S
         self._last: Judgment | None = None
         self._view: dict[str, Any] = {"verdict": "insufficient_data", "growth": None}
+        self.copy_on_read: dict[str, Any] | None = None  # the last refit's copy-on-read finding (its section)
 
     def current(self) -> dict[str, Any]:
         """The live verdict as the views show it (refitted first when due)."""
@@ -168,6 +169,8 @@ class LiveVerdict:
         if inp is None:
             return
         t = self.run.elapsed()
+        if inp.copy_on_read is not None:
+            self.copy_on_read = dict(inp.copy_on_read)
         j = judge(inp)
         self._last = j
         if self.hold.update(t, answer(j)) and self.hold.shown is not None:

@@ -319,31 +319,20 @@ class StaticCopy:
 
 
 class LiveCopyOnRead:
-    """Copy-on-read on the record so far (analysis/copy_on_read.assess), every LEAK_PERIOD_S while DataLoader
-    workers are alive; once found, kept (their copies stay) and brought up to date (its bound, levelled off)."""
+    """Copy-on-read as the run's live verdict last found it on the record (``session/verdict.py`` reads it at each
+    refit: not read a second time here), while DataLoader workers are alive; once found, kept (their copies stay)
+    and brought up to date (its bound, levelled off)."""
 
     def __init__(self) -> None:
         self.found: dict[str, Any] | None = None
-        self._at = 0.0
 
     def update(self, run: Run | None, procs: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
         """The latest finding (None before any)."""
-        now = time.monotonic()
-        if run is None or now - self._at < LEAK_PERIOD_S:
+        if run is None:
             return self.found
-        self._at = now
         if not any(d.get("role") == cor_mod.WORKER_ROLE and d.get("alive", True) for d in procs.values()):
             return self.found
-        from ..record.reader import RunData
-
-        try:
-            rd = RunData(run.record_path)
-            try:
-                found = dict(cor_mod.assess(rd).to_dict())
-                if found["detected"] or not (self.found or {}).get("detected"):
-                    self.found = found
-            finally:
-                rd.close()
-        except Exception:  # a record being written can be read half-way: the next period tries again
-            pass
+        found = run.live_verdict.copy_on_read
+        if found is not None and (found.get("detected") or not (self.found or {}).get("detected")):
+            self.found = found
         return self.found
