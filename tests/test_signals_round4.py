@@ -367,16 +367,19 @@ def test_another_users_process_with_the_run_id_is_not_adopted_nor_signalled(star
     shared = tempfile.mkdtemp()
     os.chmod(shared, 0o777)
     log = os.path.join(shared, "signals.log")
-    trap = f'trap "echo TERM >> {log}" TERM; trap "echo INT >> {log}" INT; echo up; while :; do sleep 0.1; done'
+    # The shell names itself: a child it forks for `sleep` is also called "sh" until it execs, and was once
+    # taken for the shell (gone 0.1 s later, it failed the is_running check below).
+    trap = f'trap "echo TERM >> {log}" TERM; trap "echo INT >> {log}" INT; echo up $$; while :; do sleep 0.1; done'
     env = {"PATH": "/usr/bin:/bin", "MEMSCOPE_RUN_ID": run.run_id}
     stranger = subprocess.Popen(
         ["runuser", "-u", other_user, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()], "sh", "-c", trap],
         stdout=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     try:
-        assert _readline(stranger) == "up\n"
-        shells = [p for p in psutil.Process(stranger.pid).children(recursive=True) if p.name() == "sh"]
-        assert shells and shells[0].uids().real != 0
+        word, pid = _readline(stranger).split()
+        assert word == "up"
+        shells = [psutil.Process(int(pid))]
+        assert shells[0].name() == "sh" and shells[0].uids().real != 0
         s = run.wait(60)
         pids = {p["pid"] for p in s["processes"]}
         assert not pids & {stranger.pid, *(p.pid for p in shells)}, s["processes"]  # not counted in the run
