@@ -254,7 +254,9 @@ def assess_leak(
     ft, fy, _, _ = _chunks(tl, yl, _FINE_POINTS)
     by_phase = _split_by_phase(ft, fy, index)
     groups, weight = _floor_groups(by_phase, span)
+    fine: _Groups | None = None
     if _points(groups) < MIN_BASELINE_POINTS and span >= 2 * min_duration_s:
+        fine = groups
         groups, weight = _floor_groups(by_phase, span, coarse=True)
     n_points = _points(groups)
     if n_points < MIN_BASELINE_POINTS:
@@ -278,6 +280,8 @@ def assess_leak(
     least = max(MIN_GROWTH_BYTES, MIN_GROWTH_FRACTION * abs(end_level))
     is_leak = fit.slope > 0 and fit.confidence >= LEAK_CONFIDENCE and sustained
     is_leak = is_leak and (stairs or material) and fit.slope * span > least
+    if is_leak and fine and not stairs and _fine_floor_held(fine, fit.slope, rng):
+        is_leak = False
     return LeakVerdict(
         verdict="leak" if is_leak else "no_leak",
         slope_bytes_per_s=float(fit.slope),
@@ -286,6 +290,28 @@ def assess_leak(
         confidence=float(fit.confidence),
         time_to_limit_s=_time_to_limit(limit_bytes, end_level, fit.slope) if is_leak else None,
     )
+
+
+def _fine_floor_held(fine: _Groups, slope: float, rng: random.Random) -> bool:
+    """Under a coarse floor: the true floor between excursions (the fine points, too few for a verdict of their
+    own) held in one half of the run, rising there at less than HALF_SLOPE_RATIO of the coarse fit's ``slope``.
+    Coarse windows shorter than a sawtooth's period read its teeth as a rising floor (an LSTM's 60 MiB sawtooth
+    every 8 s, its troughs at 233 MiB for 30 s then at 251: "slow leak"); a main whose floor rose 2 MiB in 60 s
+    beside new DataLoader workers read "+5 MiB/min" from its coarse windows."""
+    g0 = min(g[0][0] for g in fine.values())
+    g1 = max(g[0][-1] for g in fine.values())
+    mid = g0 + (g1 - g0) / 2.0
+    for first in (True, False):
+        half = []
+        for bt, by in fine.values():
+            k = bisect_left(bt, mid)
+            half.append((bt[:k], by[:k]) if first else (bt[k:], by[k:]))
+        if sum(len(h[0]) for h in half) < 2:
+            continue  # too few to say it held
+        f = _theil_sen(half, rng)
+        if f is not None and f.slope < HALF_SLOPE_RATIO * slope:
+            return True
+    return False
 
 
 def _sustained(fit: Any, fits: list[Any]) -> bool:
