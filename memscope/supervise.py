@@ -372,6 +372,18 @@ class Supervisor:
             self._note(self.root, sig)
             self._on_sent(sig, [self.root], "process")
 
+    def signal_handler_of(self, pid: int, sig: int) -> bool:
+        """``sig`` to one process of the run, only where it catches ``sig`` now (a user signal passed on, never
+        one whose default action would end a process that did not ask for it)."""
+        if self.root <= 1 or self.attached:
+            return False
+        start = self._members().get(pid)
+        if start is None or not send(pid, start, sig, require_handler=True):
+            return False
+        self._note(pid, sig)
+        self._on_sent(sig, [pid], "process")
+        return True
+
     def signal_run(self, sig: int) -> list[int]:
         """Every live process of the run (the group, then each member that left it), checked one by one."""
         if self.root <= 1 or self.attached:

@@ -243,6 +243,69 @@ def test_a_slurm_stop_gives_the_training_one_sigterm_not_two(tmp_path, attempt):
         _rmdir_when_empty(cg)
 
 
+# -- user signals: Slurm's --signal=USR1@60 and kill -USR1 ------------------------------------------------------------
+def _usr1_run(tmp_path, *args):
+    sj = tmp_path / "summary.json"
+    p = subprocess.Popen(
+        [*MEMSCOPE, "run", "--quiet", "--record", str(tmp_path / "runs"), "--summary-json", str(sj), "--",
+         PY, script("usr1_ckpt.py"), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    line = _readline(p)
+    assert line.startswith("ready"), line
+    return p, sj
+
+
+def test_a_user_signal_to_memscope_reaches_the_training_that_catches_it_once(tmp_path):
+    # SIGUSR1's default action killed memscope (its record ended there); the training never got what was sent.
+    p, sj = _usr1_run(tmp_path)
+    time.sleep(0.3)
+    os.kill(p.pid, signal.SIGUSR1)
+    os.kill(p.pid, signal.SIGUSR1)  # kill -USR1 to memscope and its group: two copies of one event
+    assert _readline(p) == "usr1 1\n"
+    assert _end(p) == 0, p.stderr.read()
+    s = json.loads(sj.read_text())
+    assert s["exit"]["cause"] == "ok", s["exit"]
+    assert [e["data"]["signal"] for e in events_of(s["record"], "signal_sent")] == ["SIGUSR1"]
+
+
+def test_a_user_signal_to_memscope_never_ends_a_training_that_does_not_catch_it(tmp_path):
+    p, sj = _usr1_run(tmp_path, "plain")
+    time.sleep(0.3)
+    os.kill(p.pid, signal.SIGUSR2)
+    assert _readline(p) == "usr1 0\n"  # trained on to its end: nothing passed on would have killed it
+    assert _end(p) == 0
+    assert "SIGUSR2: the training does not catch it; not passed on" in p.stderr.read()
+    s = json.loads(sj.read_text())
+    assert s["exit"]["cause"] == "ok" and events_of(s["record"], "signal_sent") == []
+
+
+def test_slurms_user_signal_to_the_step_reaches_the_training_once_and_memscope_lives(tmp_path):
+    # `sbatch --signal=USR1@60`: Slurm signals every process of the step, memscope and the training alike.
+    cg = _freezer_cgroup()
+    if cg is None:
+        pytest.skip("no writable cgroup v1 freezer here")
+    import shlex
+
+    sj = tmp_path / "summary.json"
+    words = [*MEMSCOPE, "run", "--quiet", "--record", str(tmp_path / "runs"), "--summary-json", str(sj), "--",
+             PY, script("usr1_ckpt.py")]  # fmt: skip
+    p = _under_slurm(tmp_path, cg, " ".join(shlex.quote(w) for w in words))
+    try:
+        assert _readline(p).startswith("ready")
+        time.sleep(0.3)
+        assert len(_slurm_signal(cg, signal.SIGUSR1)) == 2  # memscope and the training
+        assert _readline(p) == "usr1 1\n"  # Slurm's copy alone: memscope passed none on
+        assert _readline(p) == "step done 0\n"  # memscope lived to the run's end, and its status is the run's
+        assert "Slurm signals every process of the step; not passed on" in p.stderr.read()
+        s = json.loads(sj.read_text())
+        assert s["exit"]["cause"] == "ok", s["exit"]
+        assert [e["data"]["signal"] for e in events_of(s["record"], "signal_not_forwarded")] == ["SIGUSR1"]
+    finally:
+        _end(p)
+        _rmdir_when_empty(cg)
+
+
 def test_timeout_inside_a_slurm_job_is_still_passed_on(tmp_path):
     # `timeout 60 memscope run …` in a batch script: timeout signals memscope and its group, not the training (in a
     # session of its own). There the SIGTERM is memscope's alone and must reach the training.

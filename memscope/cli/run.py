@@ -61,6 +61,7 @@ class RunCommand:
         # within SAME_EVENT_S after, is the same event).
         last = {"sig": 0, "end": -1e9}
         hup = {"end": -1e9}  # the same for SIGHUP, which is passed on, never counted as a press
+        user: dict[int, float] = {signal.SIGUSR1: -1e9, signal.SIGUSR2: -1e9}  # the same for each user signal
         view: Any = None  # the live status line (ui.terminal.TerminalView), once the run is going
         suspended = {"by_us": False}  # Ctrl-Z stopped the run: only then does a SIGCONT continue it
 
@@ -104,6 +105,9 @@ class RunCommand:
                 finally:
                     hup["end"] = time.monotonic()
                 return
+            if signum in user:
+                user_signal(signum, t)
+                return
             # One event, one press: `timeout` (and kill -TERM -PGID) sends SIGTERM to memscope and again to its
             # process group, which memscope is in: two copies microseconds apart. A copy of the signal last counted
             # that arrived while it was being handled, or within SAME_EVENT_S after, is the same event; a person's
@@ -124,6 +128,24 @@ class RunCommand:
                 press(signum)
             finally:
                 last["end"] = time.monotonic()  # from the end: a slow handler does not widen a gap
+
+        def user_signal(signum: int, t: float) -> None:
+            # SIGUSR1/2 (Slurm's --signal=USR1@60, a person's kill -USR1 to ask for a checkpoint): memscope is not
+            # what it is meant for, and their default action killed memscope, its record ending there. Passed on
+            # once to the training where it catches the signal; never where a scheduler signals the run itself.
+            if t < user[signum] + SAME_EVENT_S:
+                return
+            user[signum] = float("inf")
+            name = signal.Signals(signum).name
+            try:
+                by = None if run.attached else supervise.scheduler_signals_run(run.pid, slurm)
+                if by is not None:
+                    sys.stderr.write(f"\nmemscope: {name}: {by} signals every process of the step; not passed on\n")
+                    run.publish(Event(run.elapsed(), None, "signal_not_forwarded", {"signal": name, "scheduler": by}))
+                elif run.attached or not run.pass_on(signum):
+                    sys.stderr.write(f"\nmemscope: {name}: the training does not catch it; not passed on\n")
+            finally:
+                user[signum] = time.monotonic()
 
         def press(signum: int) -> None:
             if run.attached:
@@ -158,8 +180,9 @@ class RunCommand:
         # Handlers first: a Ctrl-C must never leave the run behind, not even during start-up. A SIGHUP that was
         # ignored when memscope started (nohup) stays ignored, for memscope and the run alike.
         handled = [signal.SIGINT, signal.SIGTERM]
-        if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
-            handled.append(signal.SIGHUP)
+        for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+            if signal.getsignal(sig) != signal.SIG_IGN:
+                handled.append(sig)
         for sig in handled:
             signal.signal(sig, on_signal)
         if signal.getsignal(signal.SIGTSTP) != signal.SIG_IGN:

@@ -251,6 +251,19 @@ class Run:
         self.publish(Event(self.elapsed(), None, "signal_forwarded", {"signal": signal_name(sig)}))
         self.state.sup.signal_run(sig)
 
+    def pass_on(self, sig: int) -> bool:
+        """A user signal (SIGUSR1, SIGUSR2) memscope received, passed on to the training's main process where it
+        catches it (a checkpoint-on-signal handler); False, recorded, where it does not: the default action of a
+        user signal ends a process, and memscope never ends the run for a signal meant for itself."""
+        if self.state.ended.is_set():
+            return False
+        name = signal_name(sig)
+        if self.state.sup.signal_handler_of(self.state.main_pid(), sig):
+            self.publish(Event(self.elapsed(), None, "signal_forwarded", {"signal": name}))
+            return True
+        self.publish(Event(self.elapsed(), None, "signal_not_forwarded", {"signal": name, "why": "not caught"}))
+        return False
+
     def suspend(self) -> None:
         """Ctrl-Z: stop every process of the run (SIGSTOP: the run's group is orphaned, so SIGTSTP could be
         discarded by the kernel)."""
