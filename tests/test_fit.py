@@ -190,7 +190,7 @@ def test_the_probes_environment_fixes_the_threshold_unless_the_program_sets_its_
     assert env is not None and env["PATH"] == os.environ["PATH"] and "MALLOC_MMAP_THRESHOLD_" in env
     for own in ({"MALLOC_ARENA_MAX": "2"}, {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=0"}):
         env, why = allocator_env({"PATH": "/bin", **own})
-        assert env is None and next(iter(own)) in why
+        assert env is None and why is not None and next(iter(own)) in why
 
 
 def test_real_probes_a_fixed_threshold_line_and_the_anchor_measures_what_glibc_keeps(record_dir):
@@ -205,6 +205,7 @@ def test_real_probes_a_fixed_threshold_line_and_the_anchor_measures_what_glibc_k
     assert 40 * MiB < r["allocator"]["retention_bytes"] < 56 * MiB, r["allocator"]
     assert r["runs"][3]["peak_bytes"] > r["runs"][2]["peak_bytes"] + 40 * MiB
     host, offset = F.host_line(fit.points)
+    assert host is not None
     want = host.at(16) + offset + r["allocator"]["retention_bytes"]
     assert abs(r["predicted_peak_bytes"] - want) <= 2
     # The program's own MALLOC_* setting: the probes run with it as it is, no anchor, and the forecast says so.
