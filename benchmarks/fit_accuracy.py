@@ -6,7 +6,8 @@
 
 For each workload (``fit_workloads.py``: a CNN, a Transformer LM, a DataLoader with 3 workers; synthetic data):
 the probes run as ``memscope fit`` runs them (default length: one evaluation and the training after it, at most
-15 s of training), the forecast at the target is taken, then the target runs to its own end under memscope and its
+20 s of training; glibc's mmap threshold fixed, then the anchor at the largest size with the program's own
+settings), the forecast at the target is taken, then the target runs to its own end under memscope and its
 peak (the summary's: the tree's PSS at the fast rate) is the truth. Reported: the forecast's error, whether
 ``fits`` agrees with the real run under two limits near the boundary (the real peak 8 % inside, and 8 % outside,
 ``limit x (1 - margin)``), how long the probes took against the real run, and when the real run reached its peak
@@ -97,7 +98,8 @@ def one(name: str, sizes: list[int], target: int, extra: list[str], record_dir: 
         "name": name,
         "sizes": sizes,
         "target": target,
-        "probe_peaks": [x["peak_bytes"] for x in result["runs"]],
+        "probe_peaks": [(x["size"], x["peak_bytes"], x.get("anchor")) for x in result["runs"]],
+        "retention": (result.get("allocator") or {}).get("retention_bytes"),
         "predicted": pred,
         "measured": measured,
         "error": (pred - measured) / measured,
@@ -115,9 +117,10 @@ def one(name: str, sizes: list[int], target: int, extra: list[str], record_dir: 
 
 
 def alternatives(points: list, target: int) -> dict[str, float]:
-    """Other estimators on the same probes, for comparison: the plain (unweighted) least-squares line, and the line
-    through the two largest probes, each on the private peaks plus the file-backed part's median as memscope does."""
-    alive = sorted((p for p in points if p.died is None), key=lambda p: p.size)
+    """Other estimators on the same probes, for comparison: the fixed-threshold probes' least-squares line alone
+    (without the anchor's retention), and the line through the two largest of them, each on the private peaks plus
+    the file-backed part's median as memscope does."""
+    alive = sorted((p for p in points if p.died is None and not p.anchor), key=lambda p: p.size)
     if len(alive) < 2 or any(p.peaks.get("tree_private") is None for p in alive):
         return {}
     xs = [p.size for p in alive]
@@ -144,17 +147,18 @@ def report(rows: list[dict], cases: list, started: str, load: tuple[str, str]) -
         "",
         "| workload | probes (size: peak) | target | forecast | real peak | error | on a line | `fits` agrees "
         "(limit 8 % above / below) | probes took | real run took | real peak reached (within 5 % / 2 % of it / all of it), after training began | "
-        "real run's RSS high-water mark (root) | error of the plain line / of the two largest probes' line |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "real run's RSS high-water mark (root) | kept by the allocator at the largest probe (anchor - fixed line) | "
+        "error of the fixed line alone / of its two largest probes' line |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        probes = ", ".join(f"{s}: {fmt_bytes(p)}" for s, p in zip(r["sizes"], r["probe_peaks"]))
+        probes = ", ".join(f"{s}{' own' if a else ''}: {fmt_bytes(p)}" for s, p, a in r["probe_peaks"])
         agree = " / ".join("yes" if a else "NO" for a in r["agree"])
         lines.append(
             f"| {r['name']} ({what[r['name']]}) | {probes} | {r['target']} | {fmt_bytes(r['predicted'])} | "
             f"{fmt_bytes(r['measured'])} | {r['error']:+.1%} | {r['on_line']} | {agree} | {r['probes_s']:.0f} s | "
             f"{r['real_s']:.0f} s | {_s(r['near_s'][0.95])} / {_s(r['near_s'][0.98])} / {r['peak_after_train_s']:.1f} s of {r['train_s']:.0f} s | "
-            f"{fmt_bytes(r['maxrss'])} | "
+            f"{fmt_bytes(r['maxrss'])} | {fmt_bytes(r['retention'])} | "
             + " / ".join(
                 f"{r['alt_errors'][k]:+.1%}" if k in r["alt_errors"] else "—" for k in ("plain", "two_largest")
             )

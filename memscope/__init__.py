@@ -147,6 +147,8 @@ def fit(
     """Will ``target`` fit? Runs ``command`` (``{}`` where the size goes) as a short recorded probe at each of
     ``sizes``, fits peak = a + b x size per role and phase, and forecasts the peak at ``target`` (default: twice
     the largest size) against ``limit`` (bytes or "12G"; default the container's, else the host's) less ``margin``.
+    The probes run with glibc's mmap threshold fixed (a line), plus one more at the largest size with the program's
+    own allocator settings, whose retention is added to the forecast (docs/fit.md, "The allocator").
 
     Returns the ``Fit``: ``.result`` is what ``memscope fit --json`` prints. In a notebook it runs in the
     background and its chart (the probes, the line, the limit, the target) is drawn live (``wait=True`` blocks);

@@ -667,7 +667,7 @@ def test_fit_view_draws_and_updates_while_the_kernel_is_free(tmp_path):
             page.screenshot(path=os.path.join(shots, "fit-view.png"))
             wait_output(page, 1, "BUSY DONE", timeout=60)
             run_cell(page, 2)
-            wait_output(page, 2, "FITS True 3", timeout=120)
+            wait_output(page, 2, "FITS True 4", timeout=120)  # 3 sizes and the anchor
             browser.close()
     finally:
         _shutdown(proc)

@@ -127,6 +127,96 @@ def test_role_and_phase_series_each_get_a_line():
     assert round(m["role:dataloader_worker"]["slope"]) == 4 * MiB
 
 
+# -- the allocator: probes with a fixed mmap threshold, the anchor with the program's own settings ---------------------
+# A Transformer LM (benchmarks/fit_workloads.py lm) measured by memscope's fit on the shared VM, 2026-11-27: the
+# tree's private peak (MiB) at each batch size with MALLOC_MMAP_THRESHOLD_=131072, and with glibc's dynamic threshold
+# (the program's own settings); the file-backed part of the PSS was 84-86 MiB throughout.
+LM_FIXED = {4: 268, 8: 328, 16: 423, 24: 522, 32: 623}
+LM_OWN = {4: 320, 8: 392, 16: 558, 24: 630, 32: 754}
+
+
+def _lm(size, own=False):
+    v = (LM_OWN if own else LM_FIXED)[size] * MiB
+    return F.Point(size, {"tree": v + 85 * MiB, "tree_private": v, "tree_file": 85 * MiB}, anchor=own)
+
+
+def test_the_forecast_is_the_anchor_carried_on_by_the_fixed_lines_slope():
+    pts = [_lm(4), _lm(8), _lm(16), _lm(16, own=True)]
+    r = F.forecast(pts, 32, 8 * GiB, 0.1, allocator={"mmap_threshold": 131072})
+    fixed = F.fit_line([4, 8, 16], [LM_FIXED[s] * MiB for s in (4, 8, 16)])
+    # The anchor is no point of the lines: the model is the fixed probes' alone.
+    assert r["model"]["tree_private"]["slope"] == round(fixed.slope, 1)
+    kept = LM_OWN[16] * MiB - fixed.at(16)
+    assert r["allocator"]["retention_bytes"] == round(kept) and kept > 0
+    assert r["allocator"]["anchor_size"] == 16 and r["allocator"]["mmap_threshold"] == 131072
+    # anchor + slope x (target - largest), plus the file-backed part
+    assert abs(r["predicted_peak_bytes"] - (LM_OWN[16] * MiB + fixed.slope * 16 + 85 * MiB)) <= 1
+    assert [(x["size"], x["anchor"]) for x in r["runs"]] == [(4, False), (8, False), (16, False), (16, True)]
+    assert r["runs"][3]["peak_bytes"] == (LM_OWN[16] + 85) * MiB
+    # Nearer the real run at 32 (the program's own settings) than the line through the own-settings probes was,
+    # the old way: the dynamic threshold's retention does not grow as a line.
+    real = (LM_OWN[32] + 85) * MiB
+    before = [_lm(s, own=True) for s in (4, 8, 16)]
+    for p in before:
+        p.anchor = False  # the probes as they ran before: all with the program's own settings
+    old = F.forecast(before, 32, 8 * GiB, 0.1)["predicted_peak_bytes"]
+    assert abs(r["predicted_peak_bytes"] - real) < abs(old - real)
+    # largest_fitting_size is read from the same corrected model: its forecast fits, the next one's does not.
+    budget = 800 * MiB  # between the anchor (643 MiB) and the forecast at 32 (847 MiB)
+    r = F.forecast(pts, 32, int(budget / 0.9), 0.1)
+    n = r["largest_fitting_size"]
+    assert 16 < n < 32 and r["fits"] is False
+    assert F.forecast(pts, n, int(budget / 0.9), 0.1)["fits"] is True
+    assert F.forecast(pts, n + 1, int(budget / 0.9), 0.1)["fits"] is False
+
+
+def test_an_anchor_that_died_caps_the_answer_and_the_forecast_says_it_has_no_correction():
+    pts = [_lm(4), _lm(8), _lm(16), F.Point(16, died="oom_kill", anchor=True)]
+    r = F.forecast(pts, 32, 8 * GiB, 0.1, allocator={"mmap_threshold": 131072})
+    assert r["fits"] is False and r["largest_fitting_size"] == 15
+    assert any("size 16 with the program's own allocator settings killed" in n for n in r["notes"]), r["notes"]
+    assert any("without what the allocator keeps" in n for n in r["notes"]), r["notes"]
+    line = F.fit_all(pts)["tree_private"]
+    assert abs(r["predicted_peak_bytes"] - (line.at(32) + 85 * MiB)) <= 1  # the fixed line alone
+    assert r["allocator"]["anchor_died"] == "oom_kill" and r["allocator"]["retention_bytes"] is None
+
+
+def test_the_probes_environment_fixes_the_threshold_unless_the_program_sets_its_malloc():
+    from memscope.session.fit import MMAP_THRESHOLD, allocator_env
+
+    env, why = allocator_env({"PATH": "/bin", "X": "1"})
+    assert env == {"PATH": "/bin", "X": "1", "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD)} and why is None
+    env, _ = allocator_env(None)
+    assert env is not None and env["PATH"] == os.environ["PATH"] and "MALLOC_MMAP_THRESHOLD_" in env
+    for own in ({"MALLOC_ARENA_MAX": "2"}, {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=0"}):
+        env, why = allocator_env({"PATH": "/bin", **own})
+        assert env is None and why is not None and next(iter(own)) in why
+
+
+def test_real_probes_a_fixed_threshold_line_and_the_anchor_measures_what_glibc_keeps(record_dir):
+    # fit_malloc.py N: 4N MiB live with a fixed threshold; with glibc's dynamic one, 4N MiB more stay resident.
+    fit = Fit([PY, script("fit_malloc.py"), "{}", "1.0"], [6, 9, 12], target=16, record_dir=record_dir, interval_s=0.05)
+    r = fit.run()
+    assert r["allocator"]["mmap_threshold"] == 131072 and [x["anchor"] for x in r["runs"]] == [False] * 3 + [True]
+    line = r["model"]["tree_private"]
+    # The fixed probes are the program's live memory: 4 MiB per unit, on a line (the dynamic threshold's: 8).
+    assert line["on_line"] is True and 3.5 * MiB < line["slope"] < 4.5 * MiB, line
+    # The anchor at 12 ran with the program's own settings: glibc kept the 4 freed blocks, 48 MiB.
+    assert 40 * MiB < r["allocator"]["retention_bytes"] < 56 * MiB, r["allocator"]
+    assert r["runs"][3]["peak_bytes"] > r["runs"][2]["peak_bytes"] + 40 * MiB
+    host, offset = F.host_line(fit.points)
+    assert host is not None
+    want = host.at(16) + offset + r["allocator"]["retention_bytes"]
+    assert abs(r["predicted_peak_bytes"] - want) <= 2
+    # The program's own MALLOC_* setting: the probes run with it as it is, no anchor, and the forecast says so.
+    env = dict(os.environ, MALLOC_ARENA_MAX="4")
+    fit = Fit([PY, script("fit_malloc.py"), "{}", "1.0"], [6, 9], target=16, record_dir=record_dir, env=env)
+    r = fit.run()
+    assert [x["anchor"] for x in r["runs"]] == [False, False] and r["allocator"]["mmap_threshold"] is None
+    assert any("MALLOC_ARENA_MAX" in n for n in r["notes"]), r["notes"]
+    assert r["model"]["tree_private"]["slope"] > 6 * MiB  # the dynamic threshold's probes: the retention in the line
+
+
 # -- GPU: the series and the device's total from recorded NVML captures ----------------------------------------------
 def test_gpu_series_and_device_total_from_a_recorded_h100_capture():
     import fake_nvml
@@ -271,7 +361,8 @@ def test_real_fit_of_a_torch_training_then_the_target_really_run(tmp_path):
     )  # fmt: skip
     assert p.returncode in (0, 1), p.stderr
     r = json.loads(p.stdout)
-    assert KEYS <= set(r) and r["target"] == 64 and [x["size"] for x in r["runs"]] == [8, 16, 32]
+    assert KEYS <= set(r) and r["target"] == 64 and [x["size"] for x in r["runs"]] == [8, 16, 32, 32]
+    assert [x["anchor"] for x in r["runs"]] == [False, False, False, True]  # 32 again with its own allocator
     assert all(os.path.exists(x["record"]) for x in r["runs"])  # each probe is a real recorded run
     assert "phase:train" in r["model"] and "role:main" in r["model"]
     run = memscope.run([PY, script("fit_train.py"), "64"], record_dir=rec, output="capture")
@@ -287,7 +378,7 @@ def test_real_fit_of_a_torch_training_then_the_target_really_run(tmp_path):
 
 
 def _point(run):
-    return F.Point(run["size"], {"tree": run["peak_bytes"]}, died=run["died"])
+    return F.Point(run["size"], {"tree": run["peak_bytes"]}, died=run["died"], anchor=run.get("anchor", False))
 
 
 def test_a_probe_oom_killed_in_a_cgroup_does_not_fit_and_larger_ones_are_skipped(record_dir):
@@ -353,12 +444,15 @@ def test_notebook_view_data_follows_a_real_fit():
     assert fit.wait(180) is not None, fit.error
     lives = [d["live"] for d in seen if d.get("live")]
     assert any(v["peak"] > 100 * MiB and v["size"] == 120 for v in lives)  # the running probe's peak, as it grew
-    counts = [len([p for p in d["probes"] if p["peak"]]) for d in seen]
+    counts = [len([p for p in d["probes"] if p["peak"] and not p["anchor"]]) for d in seen]
     assert counts == sorted(counts) and counts[-1] == 3 and 1 in counts and 2 in counts  # probe by probe
     first_line = next(d for d in seen if d["line"] is not None)
     assert len([p for p in first_line["probes"] if p["peak"]]) == 2  # the line appears with the second probe
     last = view.chart.data
     assert last["forecast"] == fit.result["predicted_peak_bytes"] and last["live"] is None
+    # the anchor (120 again, with the program's own allocator) is its own marker, with its line to the forecast
+    assert [(p["size"], p["anchor"]) for p in last["probes"]][-1] == (120, True)
+    assert last["anchor_line"]["x"] == [120, 240] and last["anchor_line"]["y"][1] == last["forecast"]
     assert last["limit"] == fit.result["limit_bytes"] and last["budget"] == pytest.approx(0.9 * last["limit"])
     assert "Size 240 fits" in view.status.value
     # the same state from the pure function

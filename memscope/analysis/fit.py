@@ -4,6 +4,15 @@ Pure: the probes' peaks in, the model out. Each series (the tree's PSS, each rol
 and NVML peaks) gets its own least-squares line ``peak = intercept + slope x size`` and its residual; a line whose
 points curve away from it by more than the noise says so (``on_line`` False), and the forecast then extrapolates
 the last two probes' slope when that is the steeper one (the safe side). The limit check is ``limit x (1 - margin)``.
+
+The allocator's part: glibc raises its mmap threshold (up to 32 MiB) each time a mmapped block is freed, so a
+tensor under it comes from the heap and stays resident once freed, a bigger one goes back to the system at once.
+The peak is then live memory plus a retention that moves erratically with the size (measured on a Transformer
+LM's max RSS at batch 4..48: slopes of 24, 23, 6, 14.5, 16 MiB a sample). With a fixed threshold
+(``MALLOC_MMAP_THRESHOLD_``, set by ``session/fit.py`` in the probes' environment) the peaks are a line (12 MiB a
+sample). One more probe at the largest size with the program's own settings (the ``anchor``) measures the
+retention there; the tree's forecast is the anchor's peak carried on by the fixed line's slope:
+``anchor + slope x (target - largest)``, i.e. the line plus the retention measured at the largest probe.
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ class Point:
     record: str | None = None
     gpu_total_bytes: int | None = None  # the device's total memory, where the probe used a GPU
     limit_bytes: int | None = None  # the effective host limit the probe's summary names (cgroup or host)
+    anchor: bool = False  # run with the program's own allocator settings (the others: a fixed mmap threshold)
 
 
 @dataclass
@@ -100,8 +110,9 @@ def fit_line(sizes: Sequence[float], peaks: Sequence[float]) -> Line:
 
 
 def fit_all(points: Sequence[Point]) -> dict[str, Line]:
-    """A line per series, over the probes that ran and measured it (a series seen at fewer than two sizes: none)."""
-    alive = [p for p in points if p.died is None]
+    """A line per series, over the probes that ran and measured it (a series seen at fewer than two sizes: none);
+    the anchor is no point of the lines (its allocator is another)."""
+    alive = [p for p in points if p.died is None and not p.anchor]
     names = sorted({k for p in alive for k in p.peaks})
     out: dict[str, Line] = {}
     for name in names:
@@ -114,12 +125,33 @@ def fit_all(points: Sequence[Point]) -> dict[str, Line]:
 def host_line(points: Sequence[Point], lines: Mapping[str, Line] | None = None) -> tuple[Line | None, float]:
     """The line the tree's forecast is read from, and what to add to it: the private peaks' line plus the median
     file-backed part where every probe that ran measured both, else the tree's PSS line plus 0."""
-    lines = fit_all(points) if lines is None else lines
-    alive = [p for p in points if p.died is None]
+    line, offset, _ = _host(points, fit_all(points) if lines is None else lines)
+    return line, offset
+
+
+def _host(points: Sequence[Point], lines: Mapping[str, Line]) -> tuple[Line | None, float, str]:
+    alive = [p for p in points if p.died is None and not p.anchor]
     files = sorted(p.peaks[FILE_SERIES] for p in alive if p.peaks.get(FILE_SERIES) is not None)
     if PRIVATE_SERIES in lines and len(files) == len(alive):
-        return lines[PRIVATE_SERIES], float(files[len(files) // 2])
-    return lines.get(HOST_SERIES), 0.0
+        return lines[PRIVATE_SERIES], float(files[len(files) // 2]), PRIVATE_SERIES
+    return lines.get(HOST_SERIES), 0.0, HOST_SERIES
+
+
+def anchor(points: Sequence[Point]) -> Point | None:
+    """The probe run with the program's own allocator settings (the last one, where there are several)."""
+    found = [p for p in points if p.anchor]
+    return found[-1] if found else None
+
+
+def retention(points: Sequence[Point], lines: Mapping[str, Line] | None = None) -> float | None:
+    """What the program's own allocator keeps above the fixed-threshold line at the anchor's size (bytes, in the
+    series the tree's forecast is read from); None without an anchor that ran and measured that series."""
+    lines = fit_all(points) if lines is None else lines
+    line, _, series = _host(points, lines)
+    a = anchor(points)
+    if line is None or a is None or a.died is not None or a.peaks.get(series) is None:
+        return None
+    return a.peaks[series] - line.at(a.size)
 
 
 def predict(line: Line, size: float) -> tuple[float, str]:
@@ -151,9 +183,14 @@ def forecast(
     limit_bytes: int | None,
     margin: float,
     gpu_limit_bytes: int | None = None,
+    allocator: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole answer (the --json object): the probes, the model per series, the forecast at ``target`` against
-    ``limit x (1 - margin)``, the largest size that fits, and the words that go with them (``notes``)."""
+    ``limit x (1 - margin)``, the largest size that fits, and the words that go with them (``notes``).
+
+    ``allocator``: how the probes ran (``mmap_threshold``: the fixed threshold in bytes, or None with ``reason``),
+    given back as ``allocator`` with the anchor's size, peak and retention added; the tree's forecast and the
+    largest fitting size add the retention where an anchor ran."""
     lines = fit_all(points)
     died = sorted((p for p in points if p.died), key=lambda p: p.size)
     first_dead = died[0].size if died else None
@@ -163,9 +200,11 @@ def forecast(
     predicted: int | None = None
     method = "line"
     host, offset = host_line(points, lines)
+    kept = retention(points, lines)
+    extra = kept or 0.0
     if host is not None:
         value, method = predict(host, target)
-        predicted = max(0, round(value + offset))
+        predicted = max(0, round(value + offset + extra))
         if host.on_line is False:
             notes.append(
                 f"the probes are not on a line (largest distance {fmt_bytes(host.max_residual)}): "
@@ -193,15 +232,25 @@ def forecast(
     if first_dead is not None:
         checks.append(target < first_dead)
         notes.append(
-            f"the probe at size {first_dead} {DEATHS.get(died[0].died or '', died[0].died)}: it does not fit"
+            f"the probe at size {first_dead}"
+            + (" with the program's own allocator settings" if died[0].anchor else "")
+            + f" {DEATHS.get(died[0].died or '', died[0].died)}: it does not fit"
             + (", and the larger ones were skipped" if any(p.size > first_dead for p in died[1:]) else "")
         )
+    a = anchor(points)
+    if a is not None and a.died is not None and predicted is not None:
+        notes.append(
+            "no probe with the program's own allocator settings ran to its end: the forecast is the fixed "
+            "threshold's line alone, without what the allocator keeps (a floor)"
+        )
+    if allocator and allocator.get("reason"):
+        notes.append(f"{allocator['reason']}; the forecast is their line")
     fits = bool(checks) and all(checks)
     if not checks:
         notes.append("no limit and no forecast to compare: cannot say whether it fits")
     sizes: list[int] = []
     if host is not None and budget is not None:
-        s = largest_fitting(host, budget - offset)
+        s = largest_fitting(host, budget - offset - extra)
         if s is not None:
             sizes.append(s)
     for name in GPU_SERIES:
@@ -225,17 +274,34 @@ def forecast(
                 "peak_bytes": p.peaks.get(HOST_SERIES),
                 "record": p.record,
                 "died": p.died,
+                "anchor": p.anchor,
                 **({"gpu_peak_bytes": _gpu_peak(p)} if _gpu_peak(p) is not None else {}),
             }
-            for p in sorted(points, key=lambda p: p.size)
+            for p in sorted(points, key=lambda p: (p.size, p.anchor))
         ],
         "model": {name: line.to_dict() for name, line in lines.items()},
         "method": method,
         "gpu": (
             {"limit_bytes": gpu_limit_bytes, "predicted_peak_bytes": gpu_pred} if gpu_pred or gpu_limit_bytes else None
         ),
+        "allocator": _allocator(allocator, a, kept),
         "notes": notes,
     }
+
+
+def _allocator(given: Mapping[str, Any] | None, a: Point | None, kept: float | None) -> dict[str, Any] | None:
+    """The --json ``allocator`` object: how the probes ran, and the anchor's size, peak and retention."""
+    if given is None and a is None:
+        return None
+    out: dict[str, Any] = {"mmap_threshold": None, **(given or {})}
+    if a is not None:
+        out.update(
+            anchor_size=a.size,
+            anchor_peak_bytes=a.peaks.get(HOST_SERIES),
+            anchor_died=a.died,
+            retention_bytes=round(kept) if kept is not None else None,
+        )
+    return out
 
 
 def _gpu_peak(p: Point) -> int | None:

@@ -114,19 +114,23 @@ class FitCommand:
 
 def _progress(kind: str, data: dict[str, Any], say: Any) -> None:
     if kind == "probe_started":
-        say(f"memscope fit: probe at size {data['size']}: {data['run'].run_id}")
+        own = " with the program's own allocator settings" if data.get("anchor") else ""
+        say(f"memscope fit: probe at size {data['size']}{own}: {data['run'].run_id}")
     elif kind == "probe_done":
         p = data["point"]
+        own = " with the program's own allocator settings" if p.anchor else ""
         if p.died == "skipped":
-            say(f"memscope fit: probe at size {p.size}: skipped (a smaller size did not fit)")
+            say(f"memscope fit: probe at size {p.size}{own}: skipped (a smaller size did not fit)")
         else:
             what = f"did not fit ({p.died})" if p.died else f"peak {fmt_bytes(p.peaks.get('tree'))}"
-            say(f"memscope fit: probe at size {p.size}: {what}")
+            say(f"memscope fit: probe at size {p.size}{own}: {what}")
 
 
 def table(r: dict[str, Any]) -> str:
     """The forecast as text: the probes, the model, the forecast and the headroom."""
-    lines = ["Probes", f"  {'size':>8}  {'peak (tree PSS)':>16}  record"]
+    alloc = r.get("allocator") or {}
+    fixed = alloc.get("mmap_threshold")
+    lines = ["Probes", f"  {'size':>8}  {'peak (tree PSS)':>16}  {'allocator':<10} record"]
     for run in r["runs"]:
         if run.get("died") == "skipped":
             peak = "skipped"
@@ -134,7 +138,12 @@ def table(r: dict[str, Any]) -> str:
             peak = f"died: {run['died']}"
         else:
             peak = fmt_bytes(run["peak_bytes"])
-        lines.append(f"  {run['size']:>8}  {peak:>16}  {run['record'] or ''}")
+        how = "own" if run.get("anchor") or not fixed else "fixed"
+        lines.append(f"  {run['size']:>8}  {peak:>16}  {how:<10} {run['record'] or ''}")
+    if fixed:
+        lines.append(
+            f"  fixed: glibc's mmap threshold fixed at {fmt_bytes(fixed)} (the line); own: the program's own settings"
+        )
     lines += ["Model (peak = intercept + slope × size)"]
     for name, m in r["model"].items():
         shape = {True: "on a line", False: "NOT on a line", None: "two points"}[m["on_line"]]
@@ -146,7 +155,16 @@ def table(r: dict[str, Any]) -> str:
     budget = limit * (1 - margin) if limit else None
     pred = r["predicted_peak_bytes"]
     lines.append("Forecast")
-    lines.append(f"  at size {r['target']}: {fmt_bytes(pred)} peak" if pred is not None else "  no forecast")
+    kept = alloc.get("retention_bytes")
+    if pred is None:
+        lines.append("  no forecast")
+    elif kept is not None:
+        lines.append(
+            f"  at size {r['target']}: {fmt_bytes(pred)} peak (the line, {'plus' if kept >= 0 else 'less'} {fmt_bytes(abs(kept))} "
+            f"the program's own allocator {'kept above' if kept >= 0 else 'was below'} it at size {alloc['anchor_size']})"
+        )
+    else:
+        lines.append(f"  at size {r['target']}: {fmt_bytes(pred)} peak")
     if limit:
         lines.append(f"  limit {fmt_bytes(limit)}, keeping {margin:.0%} free: {fmt_bytes(budget)} to use")
         if pred is not None and budget is not None:

@@ -6,10 +6,17 @@ many seconds of training (from its first DataLoader epoch or train/eval switch, 
 ``MIN_TRAIN_S`` in all, or ``TRAIN_S`` seconds of training, whichever comes first (see ``Probe.due``). A probe that dies of memory (the OOM
 killer, a CUDA OOM, the tree over ``limit_bytes``) is a size that does not fit: the larger ones are skipped. The
 model itself is ``analysis/fit.py``; this module only runs and measures.
+
+The probes run with glibc's mmap threshold fixed (``MALLOC_MMAP_THRESHOLD_`` in their environment): its dynamic
+threshold makes the peak an erratic curve in the size, a fixed one a line (``analysis/fit.py`` says why). Then one
+more probe, the anchor, runs at the largest size with the environment as the program has it, to measure what its
+allocator keeps. Where the environment already sets a ``MALLOC_*`` variable or glibc's malloc tunables, the probes
+run with it as it is and there is no anchor.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -36,6 +43,9 @@ GRACE_S = 3.0  # a probe is stopped as Ctrl-C would, SIGKILL this long after
 # short of the step's real peak by a different amount at each size. 20 statm reads a second cost well under 1 %
 # of a core for a few processes (BENCHMARKS.md, "Sampler cost").
 PROBE_INTERVAL_S = 0.05
+# The probes' fixed mmap threshold: 128 KiB, glibc's own starting value, so every tensor of a size that matters is
+# mmapped and given back when freed, as the large ones are by the dynamic threshold (benchmarks/fit_accuracy.py).
+MMAP_THRESHOLD = 128 * 1024
 FAILED = ("exception", "segfault", "abort", "bus_error", "killed", "worker_crash", "unknown")
 
 
@@ -62,6 +72,19 @@ def check_sizes(sizes: Sequence[int]) -> list[int]:
 def with_size(command: Sequence[str], size: int) -> list[str]:
     """The command with every ``{}`` replaced by ``size``."""
     return [a.replace(PLACEHOLDER, str(size)) for a in command]
+
+
+def allocator_env(env: dict[str, str] | None) -> tuple[dict[str, str] | None, str | None]:
+    """The probes' environment (``env``, None: this process's, with the fixed mmap threshold added) and, where
+    ``env`` already sets glibc's malloc (a ``MALLOC_*`` variable, ``glibc.malloc`` tunables), None and why."""
+    base = dict(os.environ if env is None else env)
+    own = sorted(k for k in base if k.startswith("MALLOC_"))
+    if "glibc.malloc." in base.get("GLIBC_TUNABLES", ""):
+        own.append("GLIBC_TUNABLES")
+    if own:
+        return None, f"the environment sets {', '.join(own)}: the probes ran with it as it is"
+    base["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)
+    return base, None
 
 
 def check_command(command: Sequence[str]) -> list[str]:
@@ -162,6 +185,12 @@ class Fit:
             record_dir=record_dir, cwd=cwd, env=env, output=output, interval_s=interval_s, limit_bytes=limit_bytes
         )
         Options(**self.options)  # the options' own checks (through Run) come with the first probe; types here
+        self._fixed_env, why = allocator_env(env)
+        self.allocator: dict[str, Any] = (
+            {"mmap_threshold": MMAP_THRESHOLD}
+            if self._fixed_env is not None
+            else {"mmap_threshold": None, "reason": why}
+        )
         self.say = say or (lambda line: None)
         self.points: list[Point] = []
         self.result: dict[str, Any] | None = None
@@ -218,7 +247,8 @@ class Fit:
                 f"<memscope.Fit target {self.target}: {'fits' if r['fits'] else 'does not fit'}, "
                 f"forecast {r['predicted_peak_bytes']} bytes, largest fitting {r['largest_fitting_size']}>"
             )
-        state = f"error: {self.error}" if self.error else f"{len(self.points)} of {len(self.sizes)} probes done"
+        total = len(self.sizes) + (self._fixed_env is not None)
+        state = f"error: {self.error}" if self.error else f"{len(self.points)} of {total} probes done"
         return f"<memscope.Fit target {self.target}: {state}>"
 
     # -- the probes ------------------------------------------------------------------------------------------------
@@ -243,31 +273,36 @@ class Fit:
     def _probe_all(self) -> None:
         from ..analysis import fit as model
 
-        for i, size in enumerate(self.sizes):
+        # The sizes with the fixed threshold, then the anchor: the largest size with the program's own settings.
+        plan = [(size, False) for size in self.sizes]
+        if self._fixed_env is not None:
+            plan.append((self.sizes[-1], True))
+        for i, (size, is_anchor) in enumerate(plan):
             if self._stopped.is_set():
                 break
-            point = self._probe(size)
+            point = self._probe(size, is_anchor)
             if point is None:  # stopped by the person half-way: its peak is no size's peak
                 break
             self.points.append(point)
             self._emit("probe_done", {"point": point})
-            if point.died is not None:
-                for later in self.sizes[i + 1 :]:
+            if point.died is not None:  # the larger sizes are skipped; the anchor too (its size did not fit)
+                for later, _ in [step for step in plan[i + 1 :] if not step[1]]:
                     skipped = model.Point(later, died="skipped")
                     self.points.append(skipped)
                     self._emit("probe_done", {"point": skipped})
                 break
         limit = self.limit_bytes or _least(p.limit_bytes for p in self.points)
         gpu_limit = _least(p.gpu_total_bytes for p in self.points)
-        self.result = model.forecast(self.points, self.target, limit, self.margin, gpu_limit)
+        self.result = model.forecast(self.points, self.target, limit, self.margin, gpu_limit, self.allocator)
         if self._stopped.is_set():
             self.result["notes"].append("stopped before every probe ran: the forecast is from the probes that did")
         self._emit("result", {"result": self.result})
 
-    def _probe(self, size: int) -> "Point | None":
+    def _probe(self, size: int, is_anchor: bool = False) -> "Point | None":
         from ..analysis import fit as model
 
-        run = Run(with_size(self.command, size), options=Options(**self.options), say=self.say)
+        env = self.options["env"] if is_anchor or self._fixed_env is None else self._fixed_env
+        run = Run(with_size(self.command, size), options=Options(**{**self.options, "env": env}), say=self.say)
         probe = Probe(size, run, self.for_s, self.limit_bytes)
         self.current = probe
         last = [0.0]
@@ -276,11 +311,11 @@ class Fit:
             probe.see(rec)
             if isinstance(rec, TreeSample) and rec.kind == "rss" and rec.procs and rec.t - last[0] >= 0.2:
                 last[0] = rec.t
-                self._emit("sample", {"size": size, "t": rec.t, "bytes": rec.est_total})
+                self._emit("sample", {"size": size, "t": rec.t, "bytes": rec.est_total, "anchor": is_anchor})
 
         run.subscribe(see)
         run.start()
-        self._emit("probe_started", {"size": size, "run": run})
+        self._emit("probe_started", {"size": size, "run": run, "anchor": is_anchor})
         while not run.ended:
             if self._stopped.is_set():
                 run.stop(grace_s=GRACE_S, wait=False)
@@ -308,6 +343,7 @@ class Fit:
             record=run.record_path,
             gpu_total_bytes=model.gpu_total(summary),
             limit_bytes=summary.get("limit_bytes"),
+            anchor=is_anchor,
         )
         ex = summary.get("exit")
         cause = ex.get("cause") if ex else None

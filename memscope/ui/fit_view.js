@@ -2,7 +2,8 @@
 //
 // x is the size, y the peak. Drawn: each probe's peak (a cross where it died), the probe going now (hollow, its
 // peak so far), the fitted line out to the target, the limit and the limit less the margin (dashed), the target
-// (a vertical line) and the forecast at it. BokehJS is the one the dashboard's loader widget carries (trait
+// (a vertical line) and the forecast at it; the anchor (the probe with the program's own allocator settings, the
+// others ran with a fixed mmap threshold) as a hollow square, with a dashed line from it to the forecast. BokehJS is the one the dashboard's loader widget carries (trait
 // _bokehjs), injected at most once per window; the synced `data` trait is small (a few points) and sent whole.
 
 const KEY = "__memscope_bokehjs__";
@@ -51,7 +52,8 @@ async function loadBokeh(model) {
 
 function columns(data) {
   const d = data || {};
-  const ok = (d.probes || []).filter((p) => p.peak != null && !p.died);
+  const ok = (d.probes || []).filter((p) => p.peak != null && !p.died && !p.anchor);
+  const own = (d.probes || []).filter((p) => p.peak != null && !p.died && p.anchor);
   const dead = (d.probes || []).filter((p) => p.died && p.died !== "skipped");
   const top = Math.max(1, ...ok.map((p) => p.peak), d.forecast || 0, d.limit || 0);
   return {
@@ -63,6 +65,8 @@ function columns(data) {
     budget: d.budget && d.xmax ? { x: [0, d.xmax], y: [d.budget, d.budget] } : { x: [], y: [] },
     target: d.target ? { x: [d.target, d.target], y: [0, Math.max(top, d.forecast || 0) * 1.05] } : { x: [], y: [] },
     forecast: d.forecast != null ? { x: [d.target], y: [d.forecast] } : { x: [], y: [] },
+    anchor: { x: own.map((p) => p.size), y: own.map((p) => p.peak) },
+    anchorLine: d.anchor_line ? { x: d.anchor_line.x, y: d.anchor_line.y } : { x: [], y: [] },
   };
 }
 
@@ -117,6 +121,8 @@ async function render({ model, el }) {
     ["limit less margin", fig.line(X, Y, { source: src.budget, line_color: "#c62828", line_dash: "dashed" })],
     ["target", fig.line(X, Y, { source: src.target, line_color: "#54a24b", line_dash: "dotdash" })],
     ["forecast", fig.scatter(X, Y, { source: src.forecast, size: 12, marker: "diamond", color: "#54a24b" })],
+    ["probe, own allocator", fig.scatter(X, Y, { source: src.anchor, size: 12, marker: "square", fill_alpha: 0, line_color: "#b279a2", line_width: 2 })],
+    ["its line to the forecast", fig.line(X, Y, { source: src.anchorLine, line_color: "#b279a2", line_dash: "dashed", line_width: 2 })],
   ];
   // Beside the plot, as the dashboard's chart has it: inside, it covered a probe or the forecast.
   fig.add_layout(new B.Legend({

@@ -49,16 +49,18 @@ def chart_data(
     live: tuple[int, int] | None = None,
     result: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """What the chart draws: the probes (size, peak, died), the probe running (size, peak so far), the line
-    (fitted on the probes so far, drawn from 0 to past the target), the limit, the budget, the target, the
+    """What the chart draws: the probes (size, peak, died, anchor), the probe running (size, peak so far), the line
+    (fitted on the fixed-threshold probes so far, drawn from 0 to past the target), the anchor (the probe with the
+    program's own allocator settings) and its line to the forecast, the limit, the budget, the target, the
     forecast."""
     line, offset = model.host_line(points)
+    kept = model.retention(points)
     sizes = [p.size for p in points] + [target] + ([live[0]] if live else [])
     xmax = max(sizes) * 1.1
     out: dict[str, Any] = {
         "probes": [
-            {"size": p.size, "peak": p.peaks.get(model.HOST_SERIES), "died": p.died}
-            for p in sorted(points, key=lambda p: p.size)
+            {"size": p.size, "peak": p.peaks.get(model.HOST_SERIES), "died": p.died, "anchor": p.anchor}
+            for p in sorted(points, key=lambda p: (p.size, p.anchor))
         ],
         "live": {"size": live[0], "peak": live[1]} if live else None,
         "target": target,
@@ -66,15 +68,22 @@ def chart_data(
         "limit": limit,
         "budget": limit * (1 - margin) if limit else None,
         "line": None,
+        "anchor_line": None,
         "forecast": None,
     }
     if line is not None:
         xs = [0.0, *sorted({float(s) for s in line.sizes}), float(target), xmax]
         xs = sorted(set(xs))
         out["line"] = {"x": xs, "y": [max(0.0, model.predict(line, x)[0] + offset) for x in xs]}
-        out["forecast"] = round(max(0.0, model.predict(line, target)[0] + offset))
+        out["forecast"] = round(max(0.0, model.predict(line, target)[0] + offset + (kept or 0.0)))
+        a = model.anchor(points)
+        if kept is not None and a is not None and a.peaks.get(model.HOST_SERIES) is not None:
+            # from the anchor's peak (what the chart shows) to the forecast: the line's slope plus the retention
+            out["anchor_line"] = {"x": [a.size, target], "y": [a.peaks[model.HOST_SERIES], out["forecast"]]}
     if result is not None and result.get("predicted_peak_bytes") is not None:
         out["forecast"] = result["predicted_peak_bytes"]
+        if out["anchor_line"] is not None:
+            out["anchor_line"]["y"][1] = out["forecast"]
     return out
 
 
@@ -95,12 +104,19 @@ def words(
         if result.get("limit_bytes"):
             budget = result["limit_bytes"] * (1 - result["margin"])
             text += f" against {fmt_bytes(budget)} ({fmt_bytes(result['limit_bytes'])} less {result['margin']:.0%})"
+        kept = (result.get("allocator") or {}).get("retention_bytes")
+        if kept is not None:
+            text += (
+                f" (the line of the probes with a fixed mmap threshold, {'plus' if kept >= 0 else 'less'} "
+                f"{fmt_bytes(abs(kept))} the program's own allocator kept at size {result['allocator']['anchor_size']})"
+            )
         if result.get("largest_fitting_size") is not None:
             text += f"; the largest size that fits: {result['largest_fitting_size']}"
         notes = "".join(f"<br>{html.escape(n)}" for n in result.get("notes") or [])
         return text + "." + notes
     done = ", ".join(
-        f"{p.size}: {'did not fit' if p.died else fmt_bytes(p.peaks.get(model.HOST_SERIES))}"
+        f"{p.size}{' (own allocator)' if p.anchor else ''}: "
+        f"{'did not fit' if p.died else fmt_bytes(p.peaks.get(model.HOST_SERIES))}"
         for p in points
         if p.died != "skipped"
     )
