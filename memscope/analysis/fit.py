@@ -201,7 +201,7 @@ def forecast(
     method = "line"
     host, offset = host_line(points, lines)
     kept = retention(points, lines)
-    extra = kept or 0.0
+    extra = max(0.0, kept or 0.0)  # an anchor below the line is the probes' noise, never memory given back
     if host is not None:
         value, method = predict(host, target)
         predicted = max(0, round(value + offset + extra))
