@@ -22,6 +22,7 @@ import os
 import secrets
 import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import supervise
@@ -113,21 +114,34 @@ class StackTaker:
     def _capture(self, reason: str, deadline_s: float) -> dict[str, Any]:
         run = self.run
         t0, c0 = time.monotonic(), run.elapsed()
-        members = run.tree.members()
-        procs = run.tree.procs
         try:
             last = self._mem[-1][1]
         except IndexError:
             last = {}
+        rows, waiting = self._ask(last)
+        self._wait(rows, waiting, t0, deadline_s)
+        self._unanswered(rows, waiting)
+        return {
+            "id": secrets.token_hex(4),
+            "reason": reason,
+            "t_s": round(c0, 3),
+            "duration_s": round(time.monotonic() - t0, 4),
+            **self._memory(rows, last),
+            "grew_fastest": self._grew_fastest(),
+            "processes": [rows[p] for p in sorted(rows)],
+        }
+
+    def _ask(self, last: dict[int, int]) -> tuple[dict[int, dict[str, Any]], dict[int, "_Asked"]]:
+        """A row per proven member (its role, name, state, memory), and each agent's thread asked for a dump:
+        the processes now waited for."""
+        run = self.run
+        procs, server = run.tree.procs, run.agent_server
         rows: dict[int, dict[str, Any]] = {}
-        # pid -> [dump path, its size before, start time, signal, asked its thread, signal tried (None: not yet;
-        # "sent", or why not)]
-        waiting: dict[int, list[Any]] = {}
-        server = run.agent_server
-        for pid, start in sorted(members.items()):
+        waiting: dict[int, _Asked] = {}
+        for pid, start in sorted(run.tree.members().items()):
             t = procs.get(pid)
             st = procfs.read_stat(pid)
-            row: dict[str, Any] = {
+            rows[pid] = {
                 "pid": pid,
                 "role": t.role if t else "other",
                 "name": st.comm if st else (t.info.name if t else "?"),
@@ -135,50 +149,61 @@ class StackTaker:
                 "bytes": last.get(pid),
                 "threads": [],
             }
-            rows[pid] = row
             h = self.handlers.get(pid)
             if h is None:
-                row["status"] = "no_handler" if pid in self.agents else "no_agent"
+                rows[pid]["status"] = "no_handler" if pid in self.agents else "no_agent"
                 continue
             sig, name = h
             path = os.path.join(run.agent_dir, name)
             before = _size(path)
             if before is None:
-                row["status"] = "exited" if supervise.exited(pid) else "no_handler"
+                rows[pid]["status"] = "exited" if supervise.exited(pid) else "no_handler"
                 continue
             asked = server is not None and server.request(pid, {"t": "stacks"}, timeout=0.05)
-            waiting[pid] = [path, before, start, sig, asked, None]
+            waiting[pid] = _Asked(path, before, start, sig, asked)
+        return rows, waiting
+
+    def _wait(
+        self, rows: dict[int, dict[str, Any]], waiting: dict[int, "_Asked"], t0: float, deadline_s: float
+    ) -> None:
+        """Until the deadline: read each dump once it has stopped growing; name a process that exited; signal one
+        whose thread did not answer within ASK_S (or could not be asked), once (``_signal``)."""
         seen: dict[int, tuple[int, float]] = {}  # pid -> (size, when it was last seen to grow)
         while waiting:
             now = time.monotonic()
             for pid, w in list(waiting.items()):
-                path, before = w[0], w[1]
-                size = _size(path) or 0
+                size = _size(w.path) or 0
                 prev = seen.get(pid)
-                if size > before and (prev is None or prev[0] != size):
+                if size > w.before and (prev is None or prev[0] != size):
                     seen[pid] = (size, now)
-                elif size > before and now - prev[1] >= QUIET_S:  # type: ignore[index]
-                    rows[pid].update(status="ok", threads=self._read(path, before, size))
+                elif size > w.before and prev is not None and now - prev[1] >= QUIET_S:
+                    rows[pid].update(status="ok", threads=self._read(w.path, w.before, size))
                     del waiting[pid]
-                elif size <= before and supervise.exited(pid):
+                elif size <= w.before and supervise.exited(pid):
                     rows[pid]["status"] = "exited"
                     del waiting[pid]
-                elif size <= before and w[5] is None and (not w[4] or now - t0 >= ASK_S):
-                    w[5] = _signal(pid, w[2], w[3], w[4], w[0])  # its thread did not answer (or it has none): one try
+                elif size <= w.before and w.tried is None and (not w.asked or now - t0 >= ASK_S):
+                    w.tried = _signal(pid, w.start, w.sig, w.asked, w.path)  # one try
             if not waiting or now - t0 >= deadline_s:
                 break
             time.sleep(0.002)
+
+    def _unanswered(self, rows: dict[int, dict[str, Any]], waiting: dict[int, "_Asked"]) -> None:
+        """At the deadline: what each process still waited for left (a partial dump), or why it gave none."""
         for pid, w in waiting.items():
-            path, before, tried = w[0], w[1], w[5]
-            size = _size(path) or 0
-            if size > before:
-                rows[pid].update(status="partial", threads=self._read(path, before, size))
+            size = _size(w.path) or 0
+            if size > w.before:
+                rows[pid].update(status="partial", threads=self._read(w.path, w.before, size))
             elif supervise.exited(pid):
                 rows[pid]["status"] = "exited"
             else:
-                rows[pid]["status"] = "no_answer" if tried in (None, "sent") else tried
-            if tried not in (None, "sent"):
+                rows[pid]["status"] = "no_answer" if w.tried in (None, "sent") else w.tried
+            if w.tried not in (None, "sent"):
                 rows[pid]["wchan"] = _wchan(pid)  # where it sleeps, in the kernel's words
+
+    def _memory(self, rows: dict[int, dict[str, Any]], last: dict[int, int]) -> dict[str, Any]:
+        """The tree's memory at the capture against the run's limit, and by role."""
+        run = self.run
         lim = run.limit()
         lim_bytes, lim_source = (lim["bytes"], lim["source"]) if lim else (None, None)
         tree = sum(v for v in last.values() if v)
@@ -188,17 +213,11 @@ class StackTaker:
         for r in rows.values():
             roles[r["role"]] = roles.get(r["role"], 0) + (r["bytes"] or 0)
         return {
-            "id": secrets.token_hex(4),
-            "reason": reason,
-            "t_s": round(c0, 3),
-            "duration_s": round(time.monotonic() - t0, 4),
             "tree_bytes": tree or None,
             "limit_bytes": lim_bytes,
             "limit_source": lim_source,
             "fraction": round(used / lim_bytes, 4) if lim_bytes and used else None,
             "roles": roles,
-            "grew_fastest": self._grew_fastest(),
-            "processes": [rows[p] for p in sorted(rows)],
         }
 
     def _read(self, path: str, start: int, end: int) -> list[dict[str, Any]]:
@@ -354,6 +373,20 @@ class StackTaker:
                 self._busy = False
 
         threading.Thread(target=go, name="memscope-stacks", daemon=True).start()
+
+
+@dataclass
+class _Asked:
+    """A process a capture waits for: its dump file and the size it had before, its start time (the proof for a
+    signal), its stacks signal, whether its agent's thread was asked, and the signal's try (None: not yet; "sent",
+    or why not)."""
+
+    path: str
+    before: int
+    start: int
+    sig: int | None
+    asked: bool
+    tried: str | None = None
 
 
 def _signal(pid: int, start: int, sig: int | None, asked: bool, dump: str) -> str:
