@@ -372,7 +372,7 @@ class Supervisor:
             self._note(self.root, sig)
             self._on_sent(sig, [self.root], "process")
 
-    def signal_handler_of(self, pid: int, sig: int) -> bool:
+    def signal_if_caught(self, pid: int, sig: int) -> bool:
         """``sig`` to one process of the run, only where it catches ``sig`` now (a user signal passed on, never
         one whose default action would end a process that did not ask for it)."""
         if self.root <= 1 or self.attached:

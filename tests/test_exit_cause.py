@@ -96,6 +96,9 @@ def test_stop_message_names_the_signals_really_sent():
     assert "(SIGINT, as Ctrl-C; then SIGTERM to 2 processes left behind)" in msg("stop", grp, left)
     # A record from before signal_sent events: what a stop sends.
     assert "SIGINT, then SIGTERM and SIGKILL to what was left" in msg("stop")
+    # A SIGUSR1 passed on earlier (a checkpoint asked for) is no step of the stop.
+    usr1 = {"signal": "SIGUSR1", "to": "process", "pids": [1]}
+    assert "(SIGINT, as Ctrl-C; it ended there)" in msg("stop", usr1, grp)
 
 
 def test_host_counter_alone_is_not_an_oom_kill_on_a_shared_host():

@@ -39,7 +39,8 @@ NEAR_LIMIT = 0.95
 # at its last sample: the OOM killer takes the largest process, and one that holds half the cgroup is that.
 # Samples lag an allocation's last burst, so "near" (95 %) would miss a run that died mid-burst.
 RUN_SHARE_OF_LIMIT = 0.5
-JOB_CONTROL = {"SIGCONT", "SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU"}  # they pause or resume; they end nothing
+# They pause or resume, or they are a user signal passed on to a training that catches it: they end nothing.
+ENDS_NOTHING = {"SIGCONT", "SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGUSR1", "SIGUSR2"}
 
 
 @dataclass
@@ -293,7 +294,7 @@ def _stopped_by_user(f: _Facts) -> ExitInfo | None:
     if e.stop_requested == "terminate":
         # What was really sent: SIGKILL only where something outlived the grace period (a record without the
         # signals: the sequence as it would go).
-        names = [d.get("signal") for d in e.signals_sent if d.get("signal") not in JOB_CONTROL]
+        names = [d.get("signal") for d in e.signals_sent if d.get("signal") not in ENDS_NOTHING]
         kill = (
             "then SIGKILL to what was left after the grace period"
             if "SIGKILL" in names or not e.signals_sent
@@ -566,7 +567,7 @@ def stop_words(e: ExitEvidence) -> str:
     """How a stop went, from the signals memscope really sent (a record without them: what a stop sends)."""
     # SIGCONT (timeout sends one after its SIGTERM; records made before 32.1 show it passed on), SIGSTOP, SIGTSTP: job control,
     # not a step of the stop.
-    sent = [d for d in e.signals_sent if d.get("to") != "leftovers" and d.get("signal") not in JOB_CONTROL]
+    sent = [d for d in e.signals_sent if d.get("to") != "leftovers" and d.get("signal") not in ENDS_NOTHING]
     left = [d for d in e.signals_sent if d.get("to") == "leftovers"]
     if not sent:
         return (

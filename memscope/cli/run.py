@@ -130,9 +130,9 @@ class RunCommand:
                 last["end"] = time.monotonic()  # from the end: a slow handler does not widen a gap
 
         def user_signal(signum: int, t: float) -> None:
-            # SIGUSR1/2 (Slurm's --signal=USR1@60, a person's kill -USR1 to ask for a checkpoint): memscope is not
-            # what it is meant for, and their default action killed memscope, its record ending there. Passed on
-            # once to the training where it catches the signal; never where a scheduler signals the run itself.
+            # SIGUSR1/2 (Slurm's --signal=USR1@60, a person's kill -USR1 asking for a checkpoint) are meant for the
+            # training; their default action killed memscope, its record ending there. Passed on once to the
+            # training where it catches the signal; never where a scheduler signals the run itself.
             if t < user[signum] + SAME_EVENT_S:
                 return
             user[signum] = float("inf")

@@ -258,7 +258,7 @@ class Run:
         if self.state.ended.is_set():
             return False
         name = signal_name(sig)
-        if self.state.sup.signal_handler_of(self.state.main_pid(), sig):
+        if self.state.sup.signal_if_caught(self.state.main_pid(), sig):
             self.publish(Event(self.elapsed(), None, "signal_forwarded", {"signal": name}))
             return True
         self.publish(Event(self.elapsed(), None, "signal_not_forwarded", {"signal": name, "why": "not caught"}))
