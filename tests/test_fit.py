@@ -140,6 +140,18 @@ def _lm(size, own=False):
     return F.Point(size, {"tree": v + 85 * MiB, "tree_private": v, "tree_file": 85 * MiB}, anchor=own)
 
 
+def test_an_anchor_below_the_line_adds_nothing_and_takes_nothing_away():
+    # The anchor's noise, not memory the program gave back (an anchor 11 MiB under the line was seen once).
+    low = F.Point(16, {"tree": (LM_FIXED[16] - 11 + 85) * MiB, "tree_private": (LM_FIXED[16] - 11) * MiB,
+                       "tree_file": 85 * MiB}, anchor=True)  # fmt: skip
+    pts = [_lm(4), _lm(8), _lm(16), low]
+    r = F.forecast(pts, 32, 8 * GiB, 0.1, allocator={"mmap_threshold": 131072})
+    line = F.forecast(pts[:3], 32, 8 * GiB, 0.1)
+    assert r["allocator"]["retention_bytes"] == 0
+    assert r["predicted_peak_bytes"] == line["predicted_peak_bytes"]
+    assert r["largest_fitting_size"] == line["largest_fitting_size"]
+
+
 def test_the_forecast_is_the_anchor_carried_on_by_the_fixed_lines_slope():
     pts = [_lm(4), _lm(8), _lm(16), _lm(16, own=True)]
     r = F.forecast(pts, 32, 8 * GiB, 0.1, allocator={"mmap_threshold": 131072})

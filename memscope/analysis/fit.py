@@ -151,7 +151,8 @@ def retention(points: Sequence[Point], lines: Mapping[str, Line] | None = None) 
     a = anchor(points)
     if line is None or a is None or a.died is not None or a.peaks.get(series) is None:
         return None
-    return a.peaks[series] - line.at(a.size)
+    # An anchor below the line is the probes' noise (-11 MiB seen once), never memory given back: it adds nothing.
+    return max(0.0, a.peaks[series] - line.at(a.size))
 
 
 def predict(line: Line, size: float) -> tuple[float, str]:
@@ -201,7 +202,7 @@ def forecast(
     method = "line"
     host, offset = host_line(points, lines)
     kept = retention(points, lines)
-    extra = max(0.0, kept or 0.0)  # an anchor below the line is the probes' noise, never memory given back
+    extra = kept or 0.0
     if host is not None:
         value, method = predict(host, target)
         predicted = max(0, round(value + offset + extra))

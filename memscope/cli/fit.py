@@ -160,8 +160,8 @@ def table(r: dict[str, Any]) -> str:
         lines.append("  no forecast")
     elif kept is not None:
         lines.append(
-            f"  at size {r['target']}: {fmt_bytes(pred)} peak (the line, {'plus' if kept >= 0 else 'less'} {fmt_bytes(abs(kept))} "
-            f"the program's own allocator {'kept above' if kept >= 0 else 'was below'} it at size {alloc['anchor_size']})"
+            f"  at size {r['target']}: {fmt_bytes(pred)} peak (the line, plus {fmt_bytes(kept)} "
+            f"the program's own allocator kept above it at size {alloc['anchor_size']})"
         )
     else:
         lines.append(f"  at size {r['target']}: {fmt_bytes(pred)} peak")

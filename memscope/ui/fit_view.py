@@ -107,8 +107,8 @@ def words(
         kept = (result.get("allocator") or {}).get("retention_bytes")
         if kept is not None:
             text += (
-                f" (the line of the probes with a fixed mmap threshold, {'plus' if kept >= 0 else 'less'} "
-                f"{fmt_bytes(abs(kept))} the program's own allocator kept at size {result['allocator']['anchor_size']})"
+                f" (the line of the probes with a fixed mmap threshold, plus {fmt_bytes(kept)} the program's own "
+                f"allocator kept at size {result['allocator']['anchor_size']})"
             )
         if result.get("largest_fitting_size") is not None:
             text += f"; the largest size that fits: {result['largest_fitting_size']}"
