@@ -472,6 +472,13 @@ time.sleep(30)
 """
 
 
+def _gone(pid):
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def test_an_escapee_of_the_run_is_still_found_by_its_secret_key(start):
     # The marker moved from the public run id to a secret key: a double-forked daemon of the run's own (another
     # session, re-parented away) is still the run's, proven by the key in its environment.
@@ -485,10 +492,30 @@ def test_an_escapee_of_the_run_is_still_found_by_its_secret_key(start):
     assert env[b"MEMSCOPE_RUN_ID"] == run.run_id.encode() and len(env[b"MEMSCOPE_RUN_KEY"]) == 32
     while pid not in run.tree.members() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert run.tree.procs[pid].proof == "marker", run.tree.procs[pid]
-    run.kill()
-    run.wait(30)
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    found = run.tree.procs[pid]
+    # Seen after its parent left, only the key proves it; seen in the moment before (CI's loaded machine saw it
+    # once), its parent link did, and that is as true.
+    assert found.proof == "marker" or (found.proof == "parent" and found.info.ppid != 1), found
+    # The key alone, every time: a process no member started (this test's), whose environment carries the key.
+    keyed = subprocess.Popen(
+        [PY, "-c", "import time; time.sleep(30)"], start_new_session=True,
+        env={**os.environ, "MEMSCOPE_RUN_ID": run.run_id, "MEMSCOPE_RUN_KEY": env[b"MEMSCOPE_RUN_KEY"].decode()},
+    )  # fmt: skip
+    try:
+        while keyed.pid not in run.tree.members() and time.monotonic() < deadline + 15:
+            time.sleep(0.1)
+        assert run.tree.procs[keyed.pid].proof == "marker", run.tree.procs.get(keyed.pid)
+        run.kill()
+        run.wait(30)
+        deadline = time.monotonic() + 10  # stopped with the run, as its own
+        while not _gone(keyed.pid):
+            assert time.monotonic() < deadline, "the keyed process outlived the run"
+            time.sleep(0.05)
+        assert _gone(pid)
+    finally:
+        if keyed.poll() is None:
+            keyed.kill()
+            keyed.wait()
 
 
 # -- issue 30 point 5: a stall is the run's ------------------------------------------------------------------------
