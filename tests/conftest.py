@@ -47,6 +47,20 @@ def start(record_dir):
             r.kill()
 
 
+def scrape_until(port: int, needle: bytes = b"memscope_run_info{", timeout: float = 60.0) -> bytes:
+    """The exporter's /metrics page on ``port`` once it holds ``needle`` (the last page read at the deadline)."""
+    import time
+    import urllib.request
+
+    deadline, metrics = time.monotonic() + timeout, b""
+    while needle not in metrics and time.monotonic() < deadline:
+        try:
+            metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+        except OSError:
+            time.sleep(0.2)
+    return metrics
+
+
 def wait_for_output(run, text, timeout=30.0):
     import time
 

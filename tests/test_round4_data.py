@@ -16,10 +16,9 @@ import sys
 import sysconfig
 import tempfile
 import time
-import urllib.request
 
 import pytest
-from conftest import PY
+from conftest import PY, scrape_until
 
 import memscope
 
@@ -300,12 +299,7 @@ def test_secrets_on_command_lines_reach_no_record_summary_report_label_or_page(t
         stderr=subprocess.PIPE,
     )
     try:
-        deadline, metrics = time.monotonic() + 60, b""
-        while b"memscope_run_info{" not in metrics and time.monotonic() < deadline:
-            try:
-                metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
-            except OSError:
-                time.sleep(0.2)
+        metrics = scrape_until(port)
         time.sleep(1.5)  # the child is seen
         live = cli("report", "last", "--record", runs, "--json")
         out, err = ms.communicate(timeout=90)

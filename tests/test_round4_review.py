@@ -11,7 +11,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import PY, script
+from conftest import PY, scrape_until, script
 from test_signals_round4 import (
     MEMSCOPE,
     _end,
@@ -67,7 +67,6 @@ def test_a_header_credential_on_a_command_line_reaches_no_label_or_record(tmp_pa
     # `curl -H "PRIVATE-TOKEN: …"` (GitLab's documented form), `-H "X-Api-Key: …"`: a header of a secret name given
     # as an argument. Its value was in the Prometheus label (served on every interface with --prometheus :PORT),
     # the summary and the record's bytes.
-    import urllib.request
 
     from test_round4_data import free_port
 
@@ -81,12 +80,7 @@ def test_a_header_credential_on_a_command_line_reaches_no_label_or_record(tmp_pa
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
-        deadline, metrics = time.monotonic() + 60, b""
-        while b"memscope_run_info{" not in metrics and time.monotonic() < deadline:
-            try:
-                metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
-            except OSError:
-                time.sleep(0.2)
+        metrics = scrape_until(port)
         out, err = ms.communicate(timeout=90)
     finally:
         if ms.poll() is None:
