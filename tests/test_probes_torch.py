@@ -2,8 +2,9 @@
 sampling on torch's own lazy-init (so a CPU run samples nothing and starts nothing), never raises into the user's
 code, reports torch.compile's windows, and the collector measures inductor's real compile-worker pool.
 
-Not run here (no GPU lent): CUDA initialisation firing the queued call, the OOM observer called by the allocator,
-history recording and the pickled snapshot. Those paths are written against PyTorch's documented API and guarded."""
+Not run here (CI has no GPU): CUDA initialisation firing the queued call, the OOM observer called by the allocator,
+history recording and the pickled snapshot. Those paths are written against PyTorch's documented API and guarded;
+benchmarks/gpu_device.py ran them once on an H200 (BENCHMARKS.md, "memscope on a real GPU")."""
 
 import json
 import os
