@@ -1,10 +1,11 @@
 """GPU: NVML on the collector's side, the allocator/GPU/compile-pool analysis, and the CUDA OOM exit cause.
 
 CI has no GPU (benchmarks/gpu_device.py ran these paths once on an H200: BENCHMARKS.md). Here: NVML's absence is
-tested for real (and its presence wherever a driver is found); some pure analysis functions are tested on inputs HAND-WRITTEN from the shapes PyTorch and NVML document
-(memory_stats keys, the OOM observer's arguments, the OutOfMemoryError wording); and the CUDA OOM exit cause is
-decided from a real torch.OutOfMemoryError raised in a real subprocess on CPU. The same paths fed with data recorded
-on real GPUs (snapshots, nvidia-smi captures, published OOM messages) are in test_gpu_recorded.py.
+tested for real (and its presence wherever a driver is found); some pure analysis functions are tested on inputs
+HAND-WRITTEN from the shapes PyTorch and NVML document (memory_stats keys, the OOM observer's arguments, the
+OutOfMemoryError wording); and the CUDA OOM exit cause is decided from a real torch.OutOfMemoryError raised in a
+real subprocess on CPU. The same paths fed with data recorded on real GPUs (snapshots, nvidia-smi captures,
+published OOM messages) are in test_gpu_recorded.py.
 """
 
 import threading
