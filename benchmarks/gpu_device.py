@@ -12,6 +12,9 @@ Checks, each against the reference a person would trust:
    the snapshot file beside the record, and its segments.
 4. ``memscope fit`` on the GPU (a CNN at three batch sizes) against a real run at the target: the GPU forecast
    (PyTorch's reserved peak, NVML's peak) against the real run's.
+5. ``memscope fit`` whose largest probe dies of a CUDA OOM (the CNN under ``set_per_process_memory_fraction``, a
+   small card's memory on a large one): the terminal's table, ``fits`` false and the largest size below the dead one.
+6. ``memscope run`` of a training that dies of a CUDA OOM: the end card a person reads in the terminal.
 
 Without an NVIDIA GPU (no nvidia-smi, or torch without CUDA) it says so and exits 0. It ran once on a real GPU,
 an NVIDIA H200 with torch 2.11.0+cu130 on 2026-11-27 (88 s, every check agreeing): BENCHMARKS.md, "memscope on a
@@ -193,6 +196,55 @@ def check_oom(d: str, rows: list[tuple[str, str, str, str]]) -> None:
     )
 
 
+CAPPED = "import sys, torch\ntorch.cuda.set_per_process_memory_fraction(float(sys.argv[2]))\n"
+
+
+def _cli(d: str, args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
+    return subprocess.run(
+        [sys.executable, "-m", "memscope", *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=d
+    )
+
+
+def check_fit_dies(d: str, rows: list[tuple[str, str, str, str]]) -> None:
+    import json
+
+    cnn = script(d, "cnn_capped.py", CAPPED + CNN)
+    # 0.04 of an H200 is 5.6 GiB: on the first run this CNN reserved ~2.0, ~3.6 and ~6.7 GiB at 16, 32 and 64.
+    p = _cli(d, ["fit", "--sizes", "16,32,64", "--target", "128", "--", sys.executable, cnn, "{}", "0.04"], 300)
+    print(p.stdout[-4000:] + p.stderr[-2000:], flush=True)
+    q = _cli(
+        d, ["fit", "--json", "--sizes", "16,32,64", "--target", "128", "--", sys.executable, cnn, "{}", "0.04"], 300
+    )
+    r = json.loads(q.stdout) if q.stdout.strip().startswith("{") else {}
+    died = [(x.get("size"), x.get("died")) for x in r.get("runs") or [] if x.get("died")]
+    rows.append(
+        (
+            "memscope fit, the probe at 64 over a 0.04 cap",
+            f"died {died}, fits={r.get('fits')}, largest {r.get('largest_fitting_size')}",
+            "64 dies of a CUDA OOM; 128 does not fit",
+            "yes"
+            if r.get("fits") is False and (64, "cuda_oom") in died and (r.get("largest_fitting_size") or 99) < 64
+            else "**no**",
+        )
+    )
+
+
+def check_oom_card(d: str, rows: list[tuple[str, str, str, str]]) -> None:
+    oom = script(d, "oom_capped.py", CAPPED + OOM)
+    p = _cli(d, ["run", "--", sys.executable, oom, "x", "0.02"], 240)
+    print(p.stdout[-4000:] + p.stderr[-3000:], flush=True)
+    text = p.stdout + p.stderr
+    rows.append(
+        (
+            "memscope run: the end card of a CUDA OOM",
+            f"exit {p.returncode}",
+            "says CUDA out of memory",
+            "yes" if "CUDA" in text and "out of memory" in text.lower() else "**no**",
+        )
+    )
+
+
 def check_fit(d: str, rows: list[tuple[str, str, str, str]]) -> None:
     import memscope
     from memscope.session.fit import Fit
@@ -233,10 +285,23 @@ def _ok(a: Any, b: Any, tol: float) -> str:
     return ("yes" if diff <= tol else "**no**") + f" ({diff:.1%} apart)"
 
 
+CHECKS = {
+    "nvml": check_nvml_and_allocator,
+    "oom": check_oom,
+    "fit": check_fit,
+    "fit_dies": check_fit_dies,
+    "oom_card": check_oom_card,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", metavar="FILE", help="also write the table (Markdown) here")
+    ap.add_argument(
+        "--only", metavar="NAMES", help="these checks alone, by name (comma-separated): " + ", ".join(CHECKS)
+    )
     a = ap.parse_args(argv)
+    checks = [CHECKS[n] for n in a.only.split(",")] if a.only else list(CHECKS.values())
     why = has_gpu()
     if why is not None:
         print(f"gpu_device: no NVIDIA GPU usable here ({why}): nothing to check.")
@@ -249,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def work() -> None:
         with tempfile.TemporaryDirectory(prefix="memscope-gpu-") as d:
-            for check in (check_nvml_and_allocator, check_oom, check_fit):
+            for check in checks:
                 if time.monotonic() - t0 > BUDGET_S - 60:
                     rows.append((check.__name__, "skipped: out of time", "", ""))
                     continue

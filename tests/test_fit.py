@@ -253,6 +253,10 @@ def test_gpu_series_and_device_total_from_a_recorded_h100_capture():
     peaks = F.peaks_of(summary)
     assert peaks["gpu_nvml"] == (15690 + 2566) * MiB  # the capture's two compute processes of the tree
     assert F.gpu_total(summary) == 81559 * MiB  # the H100's total, the GPU limit by default
+    # A CUDA OOM under torch.cuda.set_per_process_memory_fraction names the cap ("2.80 GiB allowed;", as an H200
+    # printed it): that is what the program may use, the budget then.
+    capped = dict(summary, cuda_oom={"capacity_bytes": 140 * GiB, "allowed_bytes": 2867 * MiB})
+    assert F.gpu_total(capped) == 2867 * MiB
     # The device's total is the GPU budget: a GPU forecast over it does not fit, whatever the host says.
     pts = [F.Point(8, {"tree": 3 * GiB, "gpu_nvml": peaks["gpu_nvml"]}), F.Point(16, {"tree": 3 * GiB + MiB})]
     pts[1].peaks["gpu_nvml"] = 2 * peaks["gpu_nvml"]  # twice the batch, twice the device memory: the forecast's

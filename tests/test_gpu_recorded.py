@@ -388,6 +388,17 @@ CACHED = (
     "allocated; 145.81 MiB free; 10.66 GiB cached)"
 )
 
+# Printed by torch 2.11.0+cu130 on a real NVIDIA H200 (benchmarks/gpu_device.py, check oom_card, 2026-11-27) for a
+# process capped by torch.cuda.set_per_process_memory_fraction(0.02): "2.80 GiB allowed;" is the cap.
+H200_CAPPED = (
+    "CUDA out of memory. Tried to allocate 1024.00 MiB. GPU 0 has a total capacity of 139.80 GiB of which 137.29 GiB "
+    "is free. Including non-PyTorch memory, this process has 2.51 GiB memory in use. 2.80 GiB allowed; Of the "
+    "allocated memory 2.00 GiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. If "
+    "reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
+    "fragmentation.  See documentation for Memory Management  "
+    "(https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"
+)
+
 
 def _b(x, unit):
     return int(x * {"MiB": MiB, "GiB": GiB}[unit])
@@ -482,6 +493,41 @@ def test_oom_summary_names_each_process_and_whether_it_is_ours():
     old = g.cuda_oom({7: {"type": "RuntimeError", "message": OLDER}}, {}, {7: "main"})  # PyTorch < 1.13
     assert old["form"] == "older" and old["reserved_unallocated_bytes"] == _b(9.80, "GiB") - _b(9.69, "GiB")
     assert g.cuda_oom({7: {"type": "ValueError", "message": "CUDA out of memory"}}, {}, {}) is None
+
+
+def test_an_oom_under_a_per_process_cap_says_the_cap_not_the_device():
+    """On the H200 the card said "(137.29 GiB free of 2.80 GiB)" and "a real shortage": the observer's "device
+    total" is torch's allowed maximum under a cap. The device's capacity is the message's; the cap is said apart."""
+    n = g.parse_cuda_oom(H200_CAPPED)
+    assert (n["total"], n["allowed"], n["free"], n["alloc"]) == (
+        _b(139.80, "GiB"),
+        _b(2.80, "GiB"),
+        _b(137.29, "GiB"),
+        _b(1024, "MiB"),
+    )
+    exc = {7: {"type": "torch.OutOfMemoryError", "message": H200_CAPPED}}
+    for observed in ({}, {7: {"device": 0, "alloc_bytes": GiB, "device_total": _b(2.80, "GiB")}}):
+        o = g.cuda_oom(exc, observed, {7: "main"}, main=7)
+        assert o["capacity_bytes"] == _b(139.80, "GiB") and o["allowed_bytes"] == _b(2.80, "GiB")
+        assert "real shortage" not in o["advice"] and "set_per_process_memory_fraction" in o["advice"]
+        assert "may use 2.80 GiB" in o["advice"] and "held 2.51 GiB" in o["advice"]
+        m = g.cuda_oom_message(H200_CAPPED, "oom.py, line 7 in <module>", observed.get(7))
+        assert "(137.29 GiB free of 139.80 GiB), over this process's cap of 2.80 GiB" in m, m
+    # Without a cap nothing changes: the device's capacity, and a real shortage.
+    plain = g.cuda_oom({7: {"type": "torch.OutOfMemoryError", "message": README_21}}, {}, {7: "main"}, main=7)
+    assert plain["allowed_bytes"] is None and "real shortage" in plain["advice"]
+    assert "cap" not in g.cuda_oom_message(DOCS_FRAG)
+
+
+def test_the_retry_before_an_oom_is_not_called_a_stall():
+    """The H200's capped run: one OOM, alloc_retries 1 (the allocator frees its cache and tries once more before it
+    raises), and the card said "cudaMalloc failed 1 times ... each retry stalls training"."""
+    oom = {"t": 4.0, "pid": 10, "data": {"device": 0, "alloc_bytes": GiB, "device_total": _b(2.80, "GiB")}}
+    sample = {"t": 4.1, "pid": 10, "data": {"backend": "cuda", "device": 0, "allocated": 2 * GiB, "reserved": 2 * GiB}}
+    one = g.allocator([dict(sample, data=dict(sample["data"], alloc_retries=1, ooms=0))], [oom])
+    assert one["devices"][0]["advice"] is None and one["advice"] is None
+    three = g.allocator([dict(sample, data=dict(sample["data"], alloc_retries=3, ooms=1))], [oom])
+    assert "cudaMalloc failed 2 times" in three["devices"][0]["advice"]
 
 
 # -- a run's OOM on CPU, the recorded snapshot where the device would be -----------------------------------------

@@ -360,13 +360,15 @@ def private_split(rd: Any) -> tuple[int, int] | None:
 
 
 def gpu_total(summary: Mapping[str, Any]) -> int | None:
-    """The device memory the probe's GPU has: NVML's device total, else the one a CUDA OOM's message named."""
-    devs = [d.get("total_bytes") for d in (summary.get("gpu") or {}).get("devices") or [] if d.get("total_bytes")]
-    if devs:
-        return int(min(devs))
+    """The device memory the probe may use: NVML's device total, else the one a CUDA OOM's message named; a
+    per-process cap a CUDA OOM named (torch.cuda.set_per_process_memory_fraction) where it is less."""
     oom = summary.get("cuda_oom") or {}
-    total = oom.get("capacity_bytes") if isinstance(oom, Mapping) else None
-    return int(total) if total else None
+    oom = oom if isinstance(oom, Mapping) else {}
+    devs = [d.get("total_bytes") for d in (summary.get("gpu") or {}).get("devices") or [] if d.get("total_bytes")]
+    totals = [int(min(devs))] if devs else ([int(oom["capacity_bytes"])] if oom.get("capacity_bytes") else [])
+    if oom.get("allowed_bytes"):
+        totals.append(int(oom["allowed_bytes"]))
+    return min(totals) if totals else None
 
 
 def death(summary: Mapping[str, Any], limit_crossed: bool = False) -> str | None:

@@ -43,14 +43,20 @@ def allocator(
         return None
     devices = []
     for (pid, backend, device), rows in sorted(by_dev.items(), key=lambda kv: (str(kv[0][0]), kv[0][1], kv[0][2])):
-        devices.append(_device_row(pid, backend, device, rows))
+        seen = sum(1 for r in oom_list if r["pid"] == pid and int(r.get("device") or 0) == device)
+        devices.append(_device_row(pid, backend, device, rows, seen))
     # One line for the summary's advice (analysis/advice.py lifts ``advice``): the biggest device that has one.
     advised = [d for d in devices if d.get("advice")]
     top = max(advised, key=lambda d: d.get("peak_reserved_bytes") or 0)["advice"] if advised else None
     return {"devices": devices, "ooms": oom_list, "advice": top}
 
 
-def _device_row(pid: Any, backend: str, device: int, rows: list[tuple[float, Mapping[str, Any]]]) -> dict[str, Any]:
+def _device_row(
+    pid: Any, backend: str, device: int, rows: list[tuple[float, Mapping[str, Any]]], ooms_seen: int = 0
+) -> dict[str, Any]:
+    """One process's allocator on one device; ``ooms_seen``: the CUDA OOMs its observer reported there (a sample
+    taken before the OOM does not count it)."""
+
     def peak(field: str, current: str) -> int:
         return max(max(int(d.get(field) or 0), int(d.get(current) or 0)) for _, d in rows)
 
@@ -82,6 +88,7 @@ def _device_row(pid: Any, backend: str, device: int, rows: list[tuple[float, Map
             "ooms": max(int(d.get("ooms") or 0) for _, d in rows),
         }
     )
+    row["ooms"] = max(row["ooms"], ooms_seen)
     row["advice"] = _allocator_advice(row)
     return row
 
@@ -99,9 +106,12 @@ def _allocator_advice(r: Mapping[str, Any]) -> str | None:
             "reserved sat in split blocks nothing used (fragmentation); "
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets the allocator grow segments instead."
         )
-    if r["alloc_retries"]:
+    # Each CUDA OOM comes after one retry of its own (the cache freed, the allocation tried again, failed again):
+    # only the retries that then succeeded stalled a training that went on.
+    stalls = r["alloc_retries"] - r.get("ooms", 0)
+    if stalls > 0:
         return (
-            f"{where}: cudaMalloc failed {r['alloc_retries']} times and PyTorch freed its cache and retried: "
+            f"{where}: cudaMalloc failed {stalls} times and PyTorch freed its cache and retried: "
             "the device is at its limit and each retry stalls training; lower the batch size or the "
             "memory held between steps."
         )
@@ -299,7 +309,8 @@ _SIZE = r"([\d.]+)\s*(B|bytes|KiB|MiB|GiB|TiB)"
 # The wordings of PyTorch's caching allocator (c10/cuda/CUDACachingAllocator.cpp), newest first in each entry:
 #   2.1+:  "Tried to allocate X. GPU 0 has a total capacity of X of which X is free. [Process N has X memory in
 #          use. ...] [Including non-PyTorch memory, this process has X memory in use.] Of the allocated memory X
-#          is allocated by PyTorch, and X is reserved by PyTorch but unallocated." (2.1.x spells "capacty")
+#          is allocated by PyTorch, and X is reserved by PyTorch but unallocated." (2.1.x spells "capacty"; under
+#          set_per_process_memory_fraction "X allowed;" follows the process's use, as a real H200 printed it)
 #   1.5-2.0: "Tried to allocate X (GPU 0; X total capacity; X already allocated; X free; X reserved in total by
 #          PyTorch)"; before 1.5 the last item was "X cached". Lines may come wrapped: any run of spaces matches.
 _PATTERNS = {
@@ -315,6 +326,8 @@ _PATTERNS = {
     "reserved_unallocated": _SIZE + r"\s+is\s+reserved\s+by\s+PyTorch\s+but\s+unallocated",
     "reserved": _SIZE + r"\s+reserved\s+in\s+total\s+by\s+PyTorch|" + _SIZE + r"\s+cached\b",
     "this_process": r"this\s+process\s+has\s+" + _SIZE + r"\s+memory\s+in\s+use",
+    # torch.cuda.set_per_process_memory_fraction: "... memory in use. 2.80 GiB allowed; Of the allocated ..."
+    "allowed": _SIZE + r"\s+allowed\s*;",
 }
 
 
@@ -376,6 +389,10 @@ def cuda_oom(
     def pick(key: str, obs: str) -> Any:  # the observer's exact numbers first, the message's rounded ones else
         return o.get(obs) if o.get(obs) is not None else n.get(key)
 
+    # Under a per-process cap the observer's "device total" is the cap (torch passes its allowed maximum): the
+    # device's capacity is then the message's, and the cap is said apart.
+    capped = n.get("allowed") is not None
+
     procs: list[dict[str, Any]] = []
     if n.get("this_process") is not None:
         procs.append(
@@ -389,7 +406,8 @@ def cuda_oom(
         "form": n.get("form"),
         "device": pick("device", "device"),
         "tried_bytes": pick("alloc", "alloc_bytes"),
-        "capacity_bytes": pick("total", "device_total"),
+        "capacity_bytes": n.get("total") if capped else pick("total", "device_total"),
+        "allowed_bytes": (o.get("device_total") or n.get("allowed")) if capped else None,
         "free_bytes": pick("free", "device_free"),
         "allocated_bytes": pick("allocated", "allocated"),
         "reserved_bytes": pick("reserved", "reserved"),
@@ -426,6 +444,15 @@ def _cuda_oom_advice(o: Mapping[str, Any]) -> str | None:
             "but unallocated: fragmentation. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets the "
             "allocator grow segments instead of splitting them."
         )
+    if tried and o.get("allowed_bytes"):
+        mine = next((p["used_bytes"] for p in o.get("processes") or [] if p.get("this_process")), None)
+        held = f"held {fmt_bytes(mine, 'torch')} and " if mine is not None else ""
+        return (
+            f"The CUDA OOM on {gpu} is this process's own cap, not the device: it may use "
+            f"{fmt_bytes(o['allowed_bytes'], 'torch')} (torch.cuda.set_per_process_memory_fraction), {held}asked "
+            f"{fmt_bytes(tried, 'torch')} more, while the device had {fmt_bytes(o.get('free_bytes'), 'torch')} free: "
+            "raise the fraction, or lower the batch size."
+        )
     others = [p for p in o.get("processes") or [] if not p.get("in_tree") and not o.get("host_pids")]
     if others:
         held = sum(p["used_bytes"] for p in others)
@@ -458,7 +485,8 @@ def cuda_oom_message(exc_message: str, where: str | None = None, observed: Mappi
     o = observed or {}
     alloc = o.get("alloc_bytes") or n.get("alloc")
     device = o.get("device", n.get("device"))
-    total = o.get("device_total") or n.get("total")
+    allowed = n.get("allowed")  # a per-process cap: then the observer's "device total" is the cap, not the device's
+    total = n.get("total") if allowed is not None else (o.get("device_total") or n.get("total"))
     free = o.get("device_free", n.get("free"))
     allocated = o.get("allocated", n.get("allocated"))
     reserved = o.get("reserved", n.get("reserved"))
@@ -470,6 +498,11 @@ def cuda_oom_message(exc_message: str, where: str | None = None, observed: Mappi
     parts = [f"CUDA ran out of memory{at}: an allocation of {fmt_bytes(alloc, 'torch')} failed on {gpu}"]
     if total is not None or free is not None:
         parts[0] += f" ({fmt_bytes(free, 'torch')} free of {fmt_bytes(total, 'torch')})"
+    if allowed is not None:
+        cap = o.get("device_total") or allowed
+        parts[0] += (
+            f", over this process's cap of {fmt_bytes(cap, 'torch')} (torch.cuda.set_per_process_memory_fraction)"
+        )
     if reserved is not None:
         held = f"PyTorch had reserved {fmt_bytes(reserved, 'torch')}"
         if allocated is not None:

@@ -325,8 +325,8 @@ def _snapshot_page(snap: Mapping[str, Any], name: str, summary: Mapping[str, Any
     oom_line = (
         (
             f"<div>saved by memscope at a CUDA OOM: an allocation of {fmt_bytes(oom.get('alloc_bytes'), 'torch')} "
-            f"failed on cuda:{_esc(oom.get('device'))} ({fmt_bytes(oom.get('device_free'), 'torch')} free of "
-            f"{fmt_bytes(oom.get('device_total'), 'torch')})</div>"
+            f"failed on cuda:{_esc(oom.get('device'))} ({fmt_bytes(oom.get('device_free'), 'torch')} free on the "
+            f"device; this process could use {fmt_bytes(oom.get('device_total'), 'torch')})</div>"
         )
         if oom
         else ""
