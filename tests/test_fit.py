@@ -74,7 +74,7 @@ def test_a_probe_that_died_caps_the_answer_and_larger_ones_are_skipped():
     pts += [F.Point(32, died="oom_kill"), F.Point(64, died="skipped")]
     r = F.forecast(pts, 48, 64 * GiB, 0.1)
     assert r["fits"] is False and r["largest_fitting_size"] == 31
-    assert any("size 32 killed by the out-of-memory killer" in n for n in r["notes"]), r["notes"]
+    assert any("size 32 was killed by the out-of-memory killer" in n for n in r["notes"]), r["notes"]
     assert any("larger ones were skipped" in n for n in r["notes"]), r["notes"]
     assert [x["died"] for x in r["runs"]] == [None, None, "oom_kill", "skipped"]
     assert F.forecast(pts, 24, 64 * GiB, 0.1)["fits"] is True
@@ -186,7 +186,7 @@ def test_an_anchor_that_died_caps_the_answer_and_the_forecast_says_it_has_no_cor
     pts = [_lm(4), _lm(8), _lm(16), F.Point(16, died="oom_kill", anchor=True)]
     r = F.forecast(pts, 32, 8 * GiB, 0.1, allocator={"mmap_threshold": 131072})
     assert r["fits"] is False and r["largest_fitting_size"] == 15
-    assert any("size 16 with the program's own allocator settings killed" in n for n in r["notes"]), r["notes"]
+    assert any("size 16 with the program's own allocator settings was killed" in n for n in r["notes"]), r["notes"]
     assert any("without what the allocator keeps" in n for n in r["notes"]), r["notes"]
     line = F.fit_all(pts)["tree_private"]
     assert abs(r["predicted_peak_bytes"] - (line.at(32) + 85 * MiB)) <= 1  # the fixed line alone
@@ -282,7 +282,7 @@ def test_a_probe_that_dies_of_a_cuda_oom_on_recorded_data_does_not_fit(record_di
     assert [x["died"] for x in r["runs"]] == [None, None, "cuda_oom", "skipped"]
     assert r["fits"] is False and r["largest_fitting_size"] == 2
     assert r["gpu"]["limit_bytes"] == int(15.89 * GiB)
-    assert any("CUDA out of memory" in n for n in r["notes"])
+    assert any("ran out of CUDA memory" in n for n in r["notes"])
 
 
 # -- the command line: bad input ------------------------------------------------------------------------------------

@@ -41,9 +41,9 @@ GPU_SERIES = ("gpu_reserved", "gpu_nvml")
 ROLE_PREFIX, PHASE_PREFIX = "role:", "phase:"
 # The ways a probe dies of memory: a probe that ends this way is a size that does not fit.
 DEATHS = {
-    "oom_kill": "killed by the out-of-memory killer",
-    "cuda_oom": "CUDA out of memory",
-    "limit": "crossed the limit",
+    "oom_kill": "was killed by the out-of-memory killer",
+    "cuda_oom": "ran out of CUDA memory",
+    "limit": "went over the limit",
 }
 
 
