@@ -1,7 +1,8 @@
 """memscope's benchmark suite, one command: runs every benchmark and writes BENCHMARKS.md.
 
     python benchmarks/run_all.py                  # the full suite (~20 min on 2 cores); writes BENCHMARKS.md
-    python benchmarks/run_all.py --quick          # every benchmark's smoke version (~2-3 min; what CI runs)
+    python benchmarks/run_all.py --quick          # every benchmark's smoke version (~4 min)
+    python benchmarks/run_all.py --quick --jobs 2 # the same, two at a time (what CI runs: only "still works")
     python benchmarks/run_all.py --only dayrun startup --out /tmp/b.md
 
 Each benchmark is a script of its own in benchmarks/ (run one alone for its options); this runs them one after
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
@@ -467,11 +469,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="every benchmark's smoke version (CI)")
     ap.add_argument("--only", nargs="+", choices=[b.name for b in BENCHES], help="run only these")
     ap.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="with --quick, run this many smoke runs side by side (CI: they only have to keep working; figures "
+        "measured side by side are not the benchmarks')",
+    )
+    ap.add_argument(
         "--out",
         default=None,
         help=f"where to write the report (default: {DEFAULT_OUT}; with --quick, nowhere unless given)",
     )
     ns = ap.parse_args(argv)
+    if ns.jobs < 1 or (ns.jobs > 1 and not ns.quick):
+        ap.error(
+            "--jobs N: N at least 1, and above 1 only with --quick (side by side, the timings are not the benchmarks')"
+        )
     out = ns.out or (None if ns.quick else DEFAULT_OUT)
     benches = [b for b in BENCHES if (not ns.only or b.name in ns.only) and not (ns.quick and b.quick is None)]
 
@@ -484,8 +497,9 @@ def main(argv: list[str] | None = None) -> int:
     sections: list[str] = []
     failed = []
     with tempfile.TemporaryDirectory(prefix="memscope-bench-") as work:
-        for b in benches:
-            text, dt, rc = run_bench(b, ns.quick, work, say)
+        with ThreadPoolExecutor(max_workers=ns.jobs) as pool:  # one job: one after the other, as measured
+            results = list(pool.map(lambda b: run_bench(b, ns.quick, work, say), benches))
+        for b, (text, dt, rc) in zip(benches, results):
             if rc != 0:
                 failed.append(b.name)
             reports[b.name] = text
