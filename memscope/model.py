@@ -272,6 +272,30 @@ class CopyOnReadInfo(TypedDict, total=False):
     advice: str | None
 
 
+class CudaOomInfo(TypedDict, total=False):
+    """A CUDA OOM a process of the tree raised (analysis/gpu.cuda_oom): PyTorch's message completed by the
+    allocator's OOM observer. ``capacity_bytes`` is the device's; ``allowed_bytes`` the process's own cap where it
+    had one (torch.cuda.set_per_process_memory_fraction; records summarized before it have no such key).
+    ``processes``: each process on the device the message lists (pid, used_bytes, in_tree, role, this_process);
+    ``host_pids``: no pid of the message is the run's (a container: NVML names host pids)."""
+
+    pid: int
+    role: str | None
+    form: str | None  # the message's wording: "2.1+" or "older"
+    device: int | None
+    tried_bytes: int | None
+    capacity_bytes: int | None
+    allowed_bytes: int | None
+    free_bytes: int | None
+    allocated_bytes: int | None
+    reserved_bytes: int | None
+    reserved_unallocated_bytes: int | None
+    processes: list[dict[str, Any]]
+    snapshot: str | None  # the snapshot saved at the OOM, beside the record
+    host_pids: bool
+    advice: str | None
+
+
 class AdviceLine(TypedDict):
     """One line of advice and what it is about."""
 
@@ -312,7 +336,7 @@ class Summary(TypedDict, total=False):
     allocator: dict[str, Any] | None
     gpu: dict[str, Any] | None
     compile_pool: dict[str, Any] | None
-    cuda_oom: dict[str, Any] | None
+    cuda_oom: CudaOomInfo | None
     loads: list[dict[str, Any]]
     faiss: dict[str, Any]
     malloc: dict[str, Any]

@@ -15,7 +15,7 @@ import re
 from typing import Any, Iterable, Mapping
 
 from ..fmt import fmt_bytes
-from ..model import KIND_PSS
+from ..model import KIND_PSS, CudaOomInfo
 from .supervision import main_pid
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -375,8 +375,8 @@ def cuda_oom(
     roles: Mapping[int, str],
     main: int | None = None,
     snapshots: Mapping[str, str] | None = None,
-) -> dict[str, Any] | None:
-    """Summary key ``cuda_oom``: the CUDA OOM a process of the tree raised (the main's first), from PyTorch's
+) -> CudaOomInfo | None:
+    """Summary key ``cuda_oom`` (model.CudaOomInfo): the CUDA OOM a process of the tree raised (the main's first), from PyTorch's
     message completed by the allocator's OOM observer: what was tried, the device's capacity and free memory,
     what PyTorch held, and each process on the device with its share and whether it is one of the run's."""
     ooms = {pid: e for pid, e in exceptions.items() if is_cuda_oom(e.get("type"), e.get("message"))}
@@ -400,7 +400,7 @@ def cuda_oom(
         )
     for p, b in n.get("processes", []):
         procs.append({"pid": p, "used_bytes": b, "in_tree": p in roles, "role": roles.get(p), "this_process": p == pid})
-    out: dict[str, Any] = {
+    out: CudaOomInfo = {
         "pid": pid,
         "role": roles.get(pid),
         "form": n.get("form"),
