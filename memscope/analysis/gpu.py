@@ -376,9 +376,10 @@ def cuda_oom(
     main: int | None = None,
     snapshots: Mapping[str, str] | None = None,
 ) -> CudaOomInfo | None:
-    """Summary key ``cuda_oom`` (model.CudaOomInfo): the CUDA OOM a process of the tree raised (the main's first), from PyTorch's
-    message completed by the allocator's OOM observer: what was tried, the device's capacity and free memory,
-    what PyTorch held, and each process on the device with its share and whether it is one of the run's."""
+    """Summary key ``cuda_oom`` (model.CudaOomInfo): the CUDA OOM a process of the tree raised (the main's first),
+    from PyTorch's message completed by the allocator's OOM observer: what was tried, the device's capacity and free
+    memory, the process's own cap if it had one, what PyTorch held, and each process on the device with its share
+    and whether it is one of the run's."""
     ooms = {pid: e for pid, e in exceptions.items() if is_cuda_oom(e.get("type"), e.get("message"))}
     if not ooms:
         return None
