@@ -11,7 +11,7 @@ import sys
 import threading
 
 import pytest
-from conftest import has_torch, make_memory_cgroup, script
+from conftest import alive, has_torch, make_memory_cgroup, script
 
 import memscope
 from memscope.analysis import fit as F
@@ -430,7 +430,6 @@ def test_a_probe_over_the_limit_is_stopped_and_does_not_fit(record_dir):
 
 
 def test_stop_keeps_the_probes_that_finished_and_leaves_nothing_running(record_dir):
-    import psutil
 
     fit = Fit([PY, script("fit_alloc.py"), "{}", "60"], [10, 20, 40], target=80, record_dir=record_dir, for_s=1.0)
     fit.start()
@@ -442,7 +441,7 @@ def test_stop_keeps_the_probes_that_finished_and_leaves_nothing_running(record_d
     r = fit.wait(60)
     assert r is not None and [x["size"] for x in r["runs"]] == [10]  # the probe cut short is no point
     assert any("stopped before every probe ran" in n for n in r["notes"])
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert pid not in alive([pid])  # gone, or a zombie its parent has not reaped yet
 
 
 # -- the notebook view ----------------------------------------------------------------------------------------------

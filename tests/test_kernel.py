@@ -342,11 +342,10 @@ def _click(kc, comm_id, action, subshell_id=None):
 
 
 def _gone(pids, timeout):
-    import psutil
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids):
+        # _alive: a process gone between two looks is gone (the pid_exists-then-status race failed CI once)
+        if not any(_alive(p) for p in pids):
             return True
         time.sleep(0.05)
     return False
