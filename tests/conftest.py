@@ -47,6 +47,15 @@ def start(record_dir):
             r.kill()
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def scrape_until(port: int, needle: bytes = b"memscope_run_info{", timeout: float = 60.0) -> bytes:
     """The exporter's /metrics page on ``port`` once it holds ``needle`` (the last page read at the deadline)."""
     import time

@@ -8,26 +8,19 @@ directory) scrapes two `memscope run --prometheus` processes, each standing for 
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
 import urllib.request
 
 import pytest
-from conftest import PY, has_torch, script
+from conftest import PY, free_port, has_torch, script
 
 PROMETHEUS = shutil.which("prometheus")
 TORCHRUN = os.path.join(os.path.dirname(PY), "torchrun")
 MEMSCOPE = [PY, "-m", "memscope.cli"]
 MiB = 1 << 20
 JOB = "memscope-ddp-test"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(fn, timeout, what):

@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ import urllib.request
 
 import psutil
 import pytest
-from conftest import PY, make_memory_cgroup, script
+from conftest import PY, free_port, make_memory_cgroup, script
 
 from memscope.export import monitoring
 from memscope.export.monitoring import dashboard as dash
@@ -39,12 +38,6 @@ PROMETHEUS = shutil.which("prometheus")
 MEMSCOPE = [PY, "-m", "memscope.cli"]
 JOB = "memscope-monitoring-test"
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (apt-get install prometheus)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- the files ---------------------------------------------------------------------------------------------------

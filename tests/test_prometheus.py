@@ -15,7 +15,7 @@ import time
 import urllib.request
 
 import pytest
-from conftest import PY, script
+from conftest import PY, free_port, script
 from prometheus_client.parser import text_string_to_metric_families
 
 from memscope.collect.procfs import read_environ
@@ -25,12 +25,6 @@ from memscope.model import Event, HostSample, ProcessExited, ProcessSeen, ProcMe
 MEMSCOPE = [PY, "-m", "memscope.cli"]
 MiB = 1 << 20
 PUSHGATEWAY = shutil.which("prometheus-pushgateway") or shutil.which("pushgateway")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(ex: Exporter) -> dict:

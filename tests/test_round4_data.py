@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import sqlite3
 import stat
 import subprocess
@@ -18,7 +17,7 @@ import tempfile
 import time
 
 import pytest
-from conftest import PY, scrape_until
+from conftest import PY, free_port, scrape_until
 
 import memscope
 
@@ -279,12 +278,6 @@ def assert_no_secret(where: str, text: str | bytes) -> None:
         text = text.decode("utf-8", "replace")
     for s in (HF[3:], CHILD_SECRET, PASSWORD):
         assert s not in text, f"{s} in {where}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_secrets_on_command_lines_reach_no_record_summary_report_label_or_page(tmp_path):

@@ -11,7 +11,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import PY, scrape_until, script
+from conftest import PY, free_port, scrape_until, script
 from test_signals_round4 import (
     MEMSCOPE,
     _end,
@@ -67,9 +67,6 @@ def test_a_header_credential_on_a_command_line_reaches_no_label_or_record(tmp_pa
     # `curl -H "PRIVATE-TOKEN: …"` (GitLab's documented form), `-H "X-Api-Key: …"`: a header of a secret name given
     # as an argument. Its value was in the Prometheus label (served on every interface with --prometheus :PORT),
     # the summary and the record's bytes.
-
-    from test_round4_data import free_port
-
     runs, sj = tmp_path / "runs", tmp_path / "s.json"
     port = free_port()
     ms = subprocess.Popen(
