@@ -338,6 +338,15 @@ def _size(m: re.Match[str]) -> int | None:
     return int(float(groups[0]) * _UNITS[groups[1]])
 
 
+def _capacity_and_cap(n: Mapping[str, Any], o: Mapping[str, Any]) -> tuple[Any, Any]:
+    """(the device's capacity, the process's own cap or None) from a parsed message ``n`` and the observer's numbers
+    ``o``. Under torch.cuda.set_per_process_memory_fraction the observer's "device total" is the cap (torch passes
+    its allowed maximum) and the message says "X allowed;": the device's capacity is then the message's."""
+    if n.get("allowed") is not None:
+        return n.get("total"), o.get("device_total") or n["allowed"]
+    return (o["device_total"] if o.get("device_total") is not None else n.get("total")), None
+
+
 def is_cuda_oom(exc_type: str | None, message: str | None) -> bool:
     """torch.OutOfMemoryError (2.x; torch.cuda.OutOfMemoryError 1.13+) or the RuntimeError of older versions."""
     name = str(exc_type or "")
@@ -390,9 +399,7 @@ def cuda_oom(
     def pick(key: str, obs: str) -> Any:  # the observer's exact numbers first, the message's rounded ones else
         return o.get(obs) if o.get(obs) is not None else n.get(key)
 
-    # Under a per-process cap the observer's "device total" is the cap (torch passes its allowed maximum): the
-    # device's capacity is then the message's, and the cap is said apart.
-    capped = n.get("allowed") is not None
+    capacity, cap = _capacity_and_cap(n, o)
 
     procs: list[dict[str, Any]] = []
     if n.get("this_process") is not None:
@@ -407,8 +414,8 @@ def cuda_oom(
         "form": n.get("form"),
         "device": pick("device", "device"),
         "tried_bytes": pick("alloc", "alloc_bytes"),
-        "capacity_bytes": n.get("total") if capped else pick("total", "device_total"),
-        "allowed_bytes": (o.get("device_total") or n.get("allowed")) if capped else None,
+        "capacity_bytes": capacity,
+        "allowed_bytes": cap,
         "free_bytes": pick("free", "device_free"),
         "allocated_bytes": pick("allocated", "allocated"),
         "reserved_bytes": pick("reserved", "reserved"),
@@ -486,8 +493,7 @@ def cuda_oom_message(exc_message: str, where: str | None = None, observed: Mappi
     o = observed or {}
     alloc = o.get("alloc_bytes") or n.get("alloc")
     device = o.get("device", n.get("device"))
-    allowed = n.get("allowed")  # a per-process cap: then the observer's "device total" is the cap, not the device's
-    total = n.get("total") if allowed is not None else (o.get("device_total") or n.get("total"))
+    total, cap = _capacity_and_cap(n, o)
     free = o.get("device_free", n.get("free"))
     allocated = o.get("allocated", n.get("allocated"))
     reserved = o.get("reserved", n.get("reserved"))
@@ -499,8 +505,7 @@ def cuda_oom_message(exc_message: str, where: str | None = None, observed: Mappi
     parts = [f"CUDA ran out of memory{at}: an allocation of {fmt_bytes(alloc, 'torch')} failed on {gpu}"]
     if total is not None or free is not None:
         parts[0] += f" ({fmt_bytes(free, 'torch')} free of {fmt_bytes(total, 'torch')})"
-    if allowed is not None:
-        cap = o.get("device_total") or allowed
+    if cap is not None:
         parts[0] += (
             f", over this process's cap of {fmt_bytes(cap, 'torch')} (torch.cuda.set_per_process_memory_fraction)"
         )
