@@ -212,12 +212,13 @@ def check_fit_dies(d: str, rows: list[tuple[str, str, str, str]]) -> None:
 
     cnn = script(d, "cnn_capped.py", CAPPED + CNN)
     # 0.02 of an H200 is 2.8 GiB; uncapped, this CNN reserved ~2.0 GiB at 16 and ~6.7 GiB at 64 (0.04 let 64 run).
-    p = _cli(d, ["fit", "--sizes", "8,16,64", "--target", "128", "--", sys.executable, cnn, "{}", "0.02"], 300)
-    print(p.stdout[-4000:] + p.stderr[-2000:], flush=True)
     q = _cli(
         d, ["fit", "--json", "--sizes", "8,16,64", "--target", "128", "--", sys.executable, cnn, "{}", "0.02"], 300
     )
     r = json.loads(q.stdout) if q.stdout.strip().startswith("{") else {}
+    from memscope.cli.fit import table  # the terminal's table of the same result: the probes run once
+
+    print(table(r) if r else q.stdout[-4000:] + q.stderr[-2000:], flush=True)
     died = [(x.get("size"), x.get("died")) for x in r.get("runs") or [] if x.get("died")]
     rows.append(
         (
