@@ -657,6 +657,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replay", metavar="CORPUS", help="re-judge a corpus with this checkout's code")
     ap.add_argument("--quick", action="store_true", help="CI smoke: one short scenario recorded and replayed")
     ap.add_argument("--corpus", default=DEFAULT_CORPUS)
+    ap.add_argument(
+        "--scenarios",
+        metavar="DIR",
+        help="the scenarios' folder (default benchmarks/scenarios; benchmarks/scenarios_heldout: the ones never "
+        "used to tune the verdict)",
+    )
     ap.add_argument("--only", nargs="+", help="these scenarios only")
     ap.add_argument("--loads", nargs="+", choices=LOADS, default=list(LOADS))
     ap.add_argument("--repeats", type=int, default=3)
@@ -675,6 +681,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="the scenarios and their truths, as Markdown")
     ap.add_argument("--corpus-summary", metavar="FILE", help="write a small summary of --corpus's manifest here")
     ns = ap.parse_args(argv)
+    if ns.scenarios:
+        global SCENARIOS
+        SCENARIOS = os.path.abspath(ns.scenarios)
     if ns.quick:
         return quick(ns.out)
     if ns.list:

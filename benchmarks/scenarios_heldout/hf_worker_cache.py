@@ -1,0 +1,80 @@
+"""Held out (written after the verdict was tuned; never used to tune it): Hugging Face Trainer with
+dataloader_num_workers=2, whose Dataset caches every sample it builds (its token ids and an 8 KiB feature
+tensor) in a dict on itself: each worker keeps a growing copy of what it built, and the training's 100,000
+samples are never all seen in the run. The main process's memory is flat; the two workers leak (~1-3 MiB/s
+together)."""
+
+TRUTH = {"verdict": "leak", "growth": "leak", "role": "dataloader_worker", "seconds": 75}
+
+import os  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from typing import Any  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scenarios"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+from _common import Clock, seconds, truth  # noqa: E402
+from torch.utils.data import Dataset  # noqa: E402
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
+
+CLOCK = Clock(seconds(TRUTH["seconds"]))
+
+
+class Caching(Dataset[dict[str, torch.Tensor]]):
+    def __init__(self, n: int, seq: int = 64) -> None:
+        self.n, self.seq = n, seq
+        self.cache: dict[int, dict[str, torch.Tensor]] = {}
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        if i not in self.cache:  # "tokenize once": kept forever, in each worker's own copy of the Dataset
+            g = torch.Generator().manual_seed(i)
+            ids = torch.randint(5, 100, (self.seq,), generator=g)
+            self.cache[i] = {"input_ids": ids, "features": torch.randn(2048, generator=g)}
+        ids = self.cache[i]["input_ids"]
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": (ids[0] > 50).long()}
+
+
+class Deadline(TrainerCallback):
+    steps = 0
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        Deadline.steps += 1
+        if Deadline.steps % 50 == 0:
+            print(f"step {Deadline.steps} t={CLOCK.now():.0f}s", flush=True)
+        if not CLOCK.running():
+            control.should_training_stop = True
+
+
+if __name__ == "__main__":
+    cfg = BertConfig(
+        vocab_size=100,
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=512,
+        max_position_embeddings=64,
+        num_labels=2,  # type: ignore[call-arg]
+    )
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(cfg)
+    with tempfile.TemporaryDirectory() as out:
+        args = TrainingArguments(
+            output_dir=out,
+            num_train_epochs=1000,
+            per_device_train_batch_size=16,
+            eval_strategy="no",
+            dataloader_num_workers=2,
+            report_to=[],
+            use_cpu=True,
+            save_strategy="no",
+            logging_strategy="no",
+            disable_tqdm=True,
+        )
+        Trainer(model=model, args=args, train_dataset=Caching(100_000), callbacks=[Deadline()]).train()
+    truth(steps_trained=Deadline.steps, samples_seen=Deadline.steps * 16)
