@@ -201,6 +201,7 @@ class GrowthInfo(TypedDict, total=False):
     where: list[str]  # leak: the leaking parts (roles), main first
     rate_bytes_per_s: float  # leak: its pace
     rise_bytes: int  # step / more_processes: how much the floor rose
+    rise_s: float  # step: over how many seconds, where it rose gradually (a cache filling)
     step_name: str  # a staircase: "evaluation" or "epoch"
     steps: int  # ... how many
     per_step_bytes: int  # ... what each kept

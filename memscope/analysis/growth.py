@@ -73,6 +73,7 @@ class Growth:
     where: tuple[str, ...] = ()  # the leaking parts (roles), main first
     rate_bytes_per_s: float | None = None
     rise_bytes: int | None = None  # step / more_processes: how much the floor rose
+    rise_s: float | None = None  # step: over how long, where it rose gradually (a cache filling, a warm-up)
     stairs: Stairs | None = None
     spike_bytes: int | None = None
     processes: tuple[int, int] | None = None
@@ -92,6 +93,8 @@ class Growth:
             d["rate_bytes_per_s"] = float(self.rate_bytes_per_s)
         if self.rise_bytes is not None:
             d["rise_bytes"] = int(self.rise_bytes)
+        if self.rise_s is not None:
+            d["rise_s"] = round(float(self.rise_s), 1)
         if self.stairs is not None:
             d["step_name"], d["steps"] = self.stairs.step_name, self.stairs.steps
             d["per_step_bytes"] = self.stairs.per_step_bytes
@@ -163,6 +166,8 @@ def _more_words(g: Growth, fmt: Callable[[int], str]) -> str:
 
 def _step_words(g: Growth, fmt: Callable[[int], str]) -> str:
     spikes = f"; spikes up to {fmt(g.spike_bytes)} above it" if g.spike_bytes else ""
+    if g.rise_s:
+        return f"No leak: the floor rose {fmt(g.rise_bytes or 0)} over {g.rise_s:.0f} s, then held{spikes}"
     return f"No leak: stepped up once by {fmt(g.rise_bytes or 0)}, then held{spikes}"
 
 

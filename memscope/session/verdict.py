@@ -68,7 +68,7 @@ class Hold:
             if answer is not None and self.shown is not None:
                 self.shown = dict(answer, t_s=self.shown["t_s"])  # its figures move, its answer holds
             return False
-        if not self._same(answer, self._pending):
+        if not self._same(answer, self._pending) and not self._same_change(answer):
             self._pending, self._since = answer, t
         else:
             self._pending = dict(answer)
@@ -96,6 +96,17 @@ class Hold:
             lean = "a slow leak"
         detail = str(p.get("words") or "").split(": ", 1)[-1]
         return f"leaning to {lean}: {detail}, over {t - self._since:.0f} s, not yet sure"
+
+    def _same_change(self, answer: dict[str, Any]) -> bool:
+        """A new verdict building up whose kind changed on the way (no leak: "flat", then "stepped up" as the
+        floor's new level held): the same change, timed from its start; only its kind moves."""
+        p, shown = self._pending, self.shown
+        return (
+            p is not None
+            and shown is not None
+            and p["verdict"] == answer["verdict"]
+            and answer["verdict"] != shown["verdict"]
+        )
 
     @staticmethod
     def _same(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
