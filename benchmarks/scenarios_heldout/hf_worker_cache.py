@@ -1,8 +1,10 @@
-"""Held out (written after the verdict was tuned; never used to tune it): Hugging Face Trainer with
-dataloader_num_workers=2, whose Dataset caches every sample it builds (its token ids and an 8 KiB feature
-tensor) in a dict on itself: each worker keeps a growing copy of what it built, and the training's 100,000
-samples are never all seen in the run. The main process's memory is flat; the two workers leak (~1-3 MiB/s
-together)."""
+"""Hugging Face Trainer with dataloader_num_workers=2, whose Dataset caches every sample it builds (its token ids
+and an 8 KiB feature tensor) in a dict on itself: each worker keeps a growing copy of what it built, and the
+training's 100,000 samples are never all seen in the run. The main process's memory is flat; the two workers
+leak (~1-3 MiB/s together).
+
+Held out (written after the verdict was tuned on benchmarks/scenarios/): right in 6 of 6 runs at c4dfff8, and no
+change was made on it."""
 
 TRUTH = {"verdict": "leak", "growth": "leak", "role": "dataloader_worker", "seconds": 75}
 
