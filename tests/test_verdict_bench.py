@@ -100,3 +100,17 @@ def test_every_scenario_declares_a_truth_the_table_can_judge() -> None:
         assert 20 <= truth["seconds"] <= 120, name
         assert vb.command(name, truth)[0]  # a command it can run
     assert vb.right_kind("flat", truths["hf_eval_workers"]) and not vb.right_kind(None, truths["hf_eval_workers"])
+
+
+def test_the_held_out_scenarios_declare_truths_and_run_from_their_own_folders(monkeypatch: Any) -> None:
+    # --scenarios DIR: the scenarios written after the verdict was tuned, two rounds, three each.
+    bench = os.path.dirname(os.path.abspath(vb.__file__))
+    for folder in ("scenarios_heldout", "scenarios_heldout2"):
+        monkeypatch.setattr(vb, "SCENARIOS", os.path.join(bench, folder))
+        truths = vb.scenarios()
+        assert len(truths) == 3, folder
+        for name, truth in truths.items():
+            assert (truth["verdict"] == "leak") == (truth["growth"] == "leak"), name
+            cmd = vb.command(name, truth)
+            assert cmd[-1].startswith(os.path.join(bench, folder)) and os.path.exists(cmd[-1]), cmd
+        assert f"| {name} |" in vb.scenario_list()
