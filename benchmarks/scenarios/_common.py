@@ -75,3 +75,61 @@ def train_step(model: nn.Module, opt: torch.optim.Optimizer) -> torch.Tensor:
     loss.backward()  # type: ignore[no-untyped-call]
     opt.step()
     return loss
+
+
+def tiny_bert(**config: Any) -> Any:
+    """A tiny BERT classifier built from a config (2 layers, hidden 128, 64 tokens, vocabulary 100: nothing
+    downloaded), seeded; ``config``: more of BertConfig's fields (output_hidden_states=True)."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    cfg = BertConfig(
+        vocab_size=100,
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=512,
+        max_position_embeddings=64,
+        num_labels=2,
+        **config,
+    )
+    torch.manual_seed(0)
+    return BertForSequenceClassification(cfg)
+
+
+def cpu_training_args(output_dir: str, **args: Any) -> Any:
+    """The Trainer's arguments every HF scenario shares (CPU, batch 16, no saving, logging or reporting, a run
+    that a callback ends); ``args``: the scenario's own (evaluation, workers)."""
+    from transformers import TrainingArguments
+
+    base: dict[str, Any] = {
+        "output_dir": output_dir,
+        "num_train_epochs": 1000,
+        "per_device_train_batch_size": 16,
+        "eval_strategy": "no",
+        "report_to": [],
+        "use_cpu": True,
+        "save_strategy": "no",
+        "logging_strategy": "no",
+        "disable_tqdm": True,
+    }
+    return TrainingArguments(**{**base, **args})
+
+
+def quiet_lightning_trainer(callbacks: list[Any], **kw: Any) -> Any:
+    """A Lightning Trainer on one CPU without a logger, checkpoints, bars, summary or sanity validation (a run that
+    a callback ends); ``kw``: the scenario's own arguments."""
+    import lightning as L
+
+    return L.Trainer(
+        max_epochs=1000,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=callbacks,
+        **kw,
+    )

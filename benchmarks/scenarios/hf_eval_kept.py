@@ -15,15 +15,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
-from _common import Clock, seconds, truth  # noqa: E402
+from _common import Clock, cpu_training_args, seconds, tiny_bert, truth  # noqa: E402
 from torch.utils.data import Dataset  # noqa: E402
-from transformers import (  # noqa: E402
-    BertConfig,
-    BertForSequenceClassification,
-    Trainer,
-    TrainerCallback,
-    TrainingArguments,
-)
+from transformers import Trainer, TrainerCallback  # noqa: E402
 
 EVAL_EVERY_S = 10.0
 
@@ -92,34 +86,17 @@ class KeepsLogits(Trainer):
 
 
 def main(keep: bool, workers: int, every_s: float | None, eval_steps: int | None = None) -> None:
-    cfg = BertConfig(
-        vocab_size=100,
-        hidden_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=512,
-        max_position_embeddings=64,
-        num_labels=2,  # type: ignore[call-arg]
-    )
-    torch.manual_seed(0)
-    model = BertForSequenceClassification(cfg)
+    model = tiny_bert()
     clock = Clock(seconds(TRUTH["seconds"]))
     cb = Every(clock, every_s)
     KeepsLogits.keep = keep
     with tempfile.TemporaryDirectory() as out:
-        args = TrainingArguments(
-            output_dir=out,
-            num_train_epochs=1000,
-            per_device_train_batch_size=16,
+        args = cpu_training_args(
+            out,
             per_device_eval_batch_size=16,
             eval_strategy="steps" if eval_steps else "no",
             eval_steps=eval_steps,
             dataloader_num_workers=workers,
-            report_to=[],
-            use_cpu=True,
-            save_strategy="no",
-            logging_strategy="no",
-            disable_tqdm=True,
         )
         trainer = KeepsLogits(
             model=model, args=args, train_dataset=Tokens(4096), eval_dataset=Tokens(64), callbacks=[cb]

@@ -10,7 +10,7 @@ from typing import Any  # noqa: E402
 
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
-from _common import Clock, seconds, truth  # noqa: E402
+from _common import Clock, quiet_lightning_trainer, seconds, truth  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
@@ -61,17 +61,7 @@ def main(keep: bool) -> None:
     val = DataLoader(TensorDataset(x[:320], y[:320]), batch_size=32, num_workers=2, persistent_workers=True)
     model = Tiny(keep)
     clock = Clock(seconds(TRUTH["seconds"]))
-    trainer = L.Trainer(
-        max_epochs=1000,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=[Deadline(clock)],
-    )
+    trainer = quiet_lightning_trainer([Deadline(clock)])
     trainer.fit(model, train, val)
     kept = sum(t.numel() * t.element_size() for t in model.outputs)
     truth(kept_bytes=kept, validations=model.validations, per_step_bytes=kept / max(1, model.validations))

@@ -18,9 +18,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
-from _common import Clock, seconds, truth  # noqa: E402
+from _common import Clock, cpu_training_args, seconds, tiny_bert, truth  # noqa: E402
 from torch.utils.data import Dataset  # noqa: E402
-from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
+from transformers import Trainer, TrainerCallback  # noqa: E402
 
 CLOCK = Clock(seconds(TRUTH["seconds"]))
 
@@ -54,29 +54,8 @@ class Deadline(TrainerCallback):
 
 
 if __name__ == "__main__":
-    cfg = BertConfig(
-        vocab_size=100,
-        hidden_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=512,
-        max_position_embeddings=64,
-        num_labels=2,  # type: ignore[call-arg]
-    )
-    torch.manual_seed(0)
-    model = BertForSequenceClassification(cfg)
+    model = tiny_bert()
     with tempfile.TemporaryDirectory() as out:
-        args = TrainingArguments(
-            output_dir=out,
-            num_train_epochs=1000,
-            per_device_train_batch_size=16,
-            eval_strategy="no",
-            dataloader_num_workers=2,
-            report_to=[],
-            use_cpu=True,
-            save_strategy="no",
-            logging_strategy="no",
-            disable_tqdm=True,
-        )
+        args = cpu_training_args(out, dataloader_num_workers=2)
         Trainer(model=model, args=args, train_dataset=Caching(100_000), callbacks=[Deadline()]).train()
     truth(steps_trained=Deadline.steps, samples_seen=Deadline.steps * 16)

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
-from _common import Clock, seconds, truth  # noqa: E402
+from _common import Clock, quiet_lightning_trainer, seconds, truth  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
@@ -65,18 +65,7 @@ if __name__ == "__main__":
     y = (x[:, 0] > 0).long()
     loader = DataLoader(TensorDataset(torch.arange(N), x, y), batch_size=24, shuffle=True)
     model = Memo()
-    trainer = L.Trainer(
-        max_epochs=1000,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-        callbacks=[Deadline()],
-    )
+    trainer = quiet_lightning_trainer([Deadline()], limit_val_batches=0)
     trainer.fit(model, loader)
     kept = sum(t.numel() * t.element_size() for t in model.cache.values())
     truth(cache_bytes=kept, filled_at_s=model.filled_at or -1)

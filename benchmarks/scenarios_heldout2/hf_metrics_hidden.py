@@ -17,9 +17,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from _common import Clock, seconds, truth  # noqa: E402
+from _common import Clock, cpu_training_args, seconds, tiny_bert, truth  # noqa: E402
 from torch.utils.data import Dataset  # noqa: E402
-from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
+from transformers import Trainer, TrainerCallback  # noqa: E402
 
 CLOCK = Clock(seconds(TRUTH["seconds"]))
 REPORT: list[Any] = []  # every evaluation's predictions, kept for a report that is never written
@@ -64,32 +64,10 @@ class Every(TrainerCallback):
 
 
 if __name__ == "__main__":
-    cfg = BertConfig(
-        vocab_size=100,
-        hidden_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=512,
-        max_position_embeddings=64,
-        num_labels=2,  # type: ignore[call-arg]
-        output_hidden_states=True,
-    )
-    torch.manual_seed(0)
-    model = BertForSequenceClassification(cfg)
+    model = tiny_bert(output_hidden_states=True)
     cb = Every()
     with tempfile.TemporaryDirectory() as out:
-        args = TrainingArguments(
-            output_dir=out,
-            num_train_epochs=1000,
-            per_device_train_batch_size=16,
-            per_device_eval_batch_size=32,
-            eval_strategy="no",
-            report_to=[],
-            use_cpu=True,
-            save_strategy="no",
-            logging_strategy="no",
-            disable_tqdm=True,
-        )
+        args = cpu_training_args(out, per_device_eval_batch_size=32)
         trainer = Trainer(
             model=model,
             args=args,
