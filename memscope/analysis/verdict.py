@@ -199,7 +199,7 @@ def _held_step(start_s: float | None, s: Series, v: LeakVerdict, g: Growth, ende
     if ramp > RAMP_S:
         # A gradual rise (a cache filling, a warm-up) that then held as long as it took: a rise said with
         # its length. Measured from the fit's first seconds: the first fifth's floor (``a``) is already partway up.
-        first = sorted(v for x, v in zip(t, y) if x <= t[0] + RAMP_S / 2)
+        first = sorted(val for x, val in zip(t, y) if x <= t[0] + RAMP_S / 2)
         lo = min(a, first[len(first) // 4]) if first else a
         done = _step_at(t, y, lo + 0.9 * (b - lo))
         ramp = (done - _step_at(t, y, lo + 0.1 * (b - lo))) / 0.8  # its 10 % to 90 %, as the whole of a line
