@@ -15,7 +15,7 @@ import time
 
 import psutil
 import pytest
-from conftest import PY, script
+from conftest import PY, alive, script
 
 from memscope.record.reader import RunData
 
@@ -473,10 +473,7 @@ time.sleep(30)
 
 
 def _gone(pid):
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+    return not alive([pid])  # gone, or a zombie its parent has not reaped yet
 
 
 def test_an_escapee_of_the_run_is_still_found_by_its_secret_key(start):
