@@ -660,8 +660,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--scenarios",
         metavar="DIR",
-        help="the scenarios' folder (default benchmarks/scenarios; benchmarks/scenarios_heldout: the ones never "
-        "used to tune the verdict)",
+        help="the scenarios' folder (default benchmarks/scenarios; benchmarks/scenarios_heldout and "
+        "scenarios_heldout2: written after the verdict was tuned, each docstring saying whether a change was made on it)",
     )
     ap.add_argument("--only", nargs="+", help="these scenarios only")
     ap.add_argument("--loads", nargs="+", choices=LOADS, default=list(LOADS))

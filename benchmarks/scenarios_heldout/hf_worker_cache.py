@@ -11,7 +11,6 @@ TRUTH = {"verdict": "leak", "growth": "leak", "role": "dataloader_worker", "seco
 import os  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
-from typing import Any  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scenarios"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -19,8 +18,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 from _common import Clock, cpu_training_args, seconds, tiny_bert, truth  # noqa: E402
+from hf_eval_kept import Every  # noqa: E402
 from torch.utils.data import Dataset  # noqa: E402
-from transformers import Trainer, TrainerCallback  # noqa: E402
+from transformers import Trainer  # noqa: E402
 
 CLOCK = Clock(seconds(TRUTH["seconds"]))
 
@@ -42,20 +42,10 @@ class Caching(Dataset[dict[str, torch.Tensor]]):
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": (ids[0] > 50).long()}
 
 
-class Deadline(TrainerCallback):
-    steps = 0
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-        Deadline.steps += 1
-        if Deadline.steps % 50 == 0:
-            print(f"step {Deadline.steps} t={CLOCK.now():.0f}s", flush=True)
-        if not CLOCK.running():
-            control.should_training_stop = True
-
-
 if __name__ == "__main__":
     model = tiny_bert()
     with tempfile.TemporaryDirectory() as out:
         args = cpu_training_args(out, dataloader_num_workers=2)
-        Trainer(model=model, args=args, train_dataset=Caching(100_000), callbacks=[Deadline()]).train()
-    truth(steps_trained=Deadline.steps, samples_seen=Deadline.steps * 16)
+        cb = Every(CLOCK, None)  # the deadline, no evaluation
+        Trainer(model=model, args=args, train_dataset=Caching(100_000), callbacks=[cb]).train()
+    truth(steps_trained=cb.steps, samples_seen=cb.steps * 16)

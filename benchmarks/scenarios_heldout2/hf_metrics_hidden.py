@@ -18,8 +18,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from _common import Clock, cpu_training_args, seconds, tiny_bert, truth  # noqa: E402
+from hf_eval_kept import Every  # noqa: E402
 from torch.utils.data import Dataset  # noqa: E402
-from transformers import Trainer, TrainerCallback  # noqa: E402
+from transformers import Trainer  # noqa: E402
 
 CLOCK = Clock(seconds(TRUTH["seconds"]))
 REPORT: list[Any] = []  # every evaluation's predictions, kept for a report that is never written
@@ -48,24 +49,9 @@ def compute_metrics(p: Any) -> dict[str, float]:
     return {"accuracy": float((np.argmax(logits, -1) == p.label_ids).mean())}
 
 
-class Every(TrainerCallback):
-    def __init__(self) -> None:
-        self.steps, self.next = 0, 10.0
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-        self.steps += 1
-        if self.steps % 50 == 0:
-            print(f"step {self.steps} t={CLOCK.now():.0f}s", flush=True)
-        if not CLOCK.running():
-            control.should_training_stop = True
-        elif CLOCK.now() >= self.next:
-            control.should_evaluate = True
-            self.next = CLOCK.now() + 10.0
-
-
 if __name__ == "__main__":
     model = tiny_bert(output_hidden_states=True)
-    cb = Every()
+    cb = Every(CLOCK, 10.0)  # the deadline, and an evaluation every 10 s
     with tempfile.TemporaryDirectory() as out:
         args = cpu_training_args(out, per_device_eval_batch_size=32)
         trainer = Trainer(
