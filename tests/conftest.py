@@ -94,19 +94,6 @@ def alive(pids):
     return out
 
 
-def gone_after(pids, timeout, since=None):
-    """Seconds from ``since`` (a time.monotonic(); default now) until none of ``pids`` runs (a zombie counts as
-    gone), or None if some still runs ``timeout`` s after ``since``. Only looks."""
-    import time
-
-    t0 = time.monotonic() if since is None else since
-    while time.monotonic() - t0 < timeout:
-        if not alive(pids):
-            return time.monotonic() - t0
-        time.sleep(0.02)
-    return None
-
-
 def has_torch() -> bool:
     try:
         import torch  # noqa: F401

@@ -13,8 +13,9 @@ import sys
 import time
 import urllib.request
 
+import psutil
 import pytest
-from conftest import alive, gone_after, script
+from conftest import script
 
 CHROMIUM = "/usr/bin/chromium"
 pytest.importorskip("jupyterlab")
@@ -94,6 +95,24 @@ def run_pids(page, i):
     return [int(x) for x in wait_output(page, i, r"PIDS ([\d ]+)").group(1).split()]
 
 
+def _running(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def gone_after(pids, timeout, since=None):
+    """Seconds from ``since`` (a time.monotonic(); default now) until none of ``pids`` runs (a zombie counts as
+    gone), or None if some still runs ``timeout`` s after ``since``. Only looks."""
+    t0 = time.monotonic() if since is None else since
+    while time.monotonic() - t0 < timeout:
+        if not any(_running(p) for p in pids):
+            return time.monotonic() - t0
+        time.sleep(0.02)
+    return None
+
+
 def interrupt(page):
     """Interrupt the page's kernel as the ■ button does (POST /api/kernels/<id>/interrupt)."""
     base = re.match(r"https?://[^/]+", page.url).group(0) + "/api/kernels"
@@ -114,7 +133,7 @@ def stop_while_busy(page, pids, busy, cause_cell, shots, name):
     time.sleep(1.0)
     stop = page.locator(".memscope-btn-stop").last
     t0 = time.monotonic()
-    assert alive(pids) == list(pids)
+    assert all(_running(p) for p in pids)
     stop.click()
     latency = gone_after(pids, 2.0, since=t0)
     assert latency is not None, "the run's processes outlived the Stop click by 2 s"

@@ -430,6 +430,7 @@ def test_a_probe_over_the_limit_is_stopped_and_does_not_fit(record_dir):
 
 
 def test_stop_keeps_the_probes_that_finished_and_leaves_nothing_running(record_dir):
+
     fit = Fit([PY, script("fit_alloc.py"), "{}", "60"], [10, 20, 40], target=80, record_dir=record_dir, for_s=1.0)
     fit.start()
     while len(fit.points) < 1 or fit.current is None or not fit.current.run.pid:
