@@ -13,6 +13,12 @@ LM's max RSS at batch 4..48: slopes of 24, 23, 6, 14.5, 16 MiB a sample). With a
 sample). One more probe at the largest size with the program's own settings (the ``anchor``) measures the
 retention there; the tree's forecast is the anchor's peak carried on by the fixed line's slope:
 ``anchor + slope x (target - largest)``, i.e. the line plus the retention measured at the largest probe.
+
+That retention need not hold at the target: where a program's tensors all stay under the 32 MiB cap, it grows with
+the size (a ResNet's max RSS above the fixed line: 31, 57, 102, 172 MiB at 16, 32, 64, 128), and where they cross
+it, it falls (an LM's logits at 31 MiB, then 62). The probes cannot tell which, so the answer also carries the
+forecast with the retention grown in proportion to the size (``predicted_peak_high_bytes``), and says so where the
+limit falls between the two.
 """
 
 from __future__ import annotations
@@ -155,6 +161,14 @@ def retention(points: Sequence[Point], lines: Mapping[str, Line] | None = None) 
     return max(0.0, a.peaks[series] - line.at(a.size))
 
 
+def _grown(kept: float | None, a: Point | None, target: int) -> float:
+    """What the retention adds between the anchor's size and ``target`` if it grows in proportion to the size (0
+    without a retention, or at a target no larger than the anchor)."""
+    if not kept or a is None or a.size <= 0 or target <= a.size:
+        return 0.0
+    return kept * (target - a.size) / a.size
+
+
 def predict(line: Line, size: float) -> tuple[float, str]:
     """The forecast at ``size`` and how it was made: the fitted line, or, where the probes curve upward away
     from it, the slope of the two largest probes carried on from the largest (whichever is higher)."""
@@ -203,9 +217,11 @@ def forecast(
     host, offset = host_line(points, lines)
     kept = retention(points, lines)
     extra = kept or 0.0
+    high: int | None = None
     if host is not None:
         value, method = predict(host, target)
         predicted = max(0, round(value + offset + extra))
+        high = predicted + round(_grown(kept, anchor(points), target))
         if host.on_line is False:
             notes.append(
                 f"the probes are not on a line (largest distance {fmt_bytes(host.max_residual)}): "
@@ -246,6 +262,11 @@ def forecast(
         )
     if allocator and allocator.get("reason"):
         notes.append(f"{allocator['reason']}; the forecast is their line")
+    if predicted is not None and high is not None and budget is not None and predicted <= budget < high:
+        notes.append(
+            f"it fits by the forecast, but not if what the allocator keeps grows with the size (up to "
+            f"{fmt_bytes(high)} at size {target}, as a ResNet's did): probe nearer the target, or keep a larger margin"
+        )
     fits = bool(checks) and all(checks)
     if not checks:
         notes.append("no limit and no forecast to compare: cannot say whether it fits")
@@ -265,6 +286,7 @@ def forecast(
     return {
         "target": target,
         "predicted_peak_bytes": predicted,
+        "predicted_peak_high_bytes": high,
         "fits": fits,
         "largest_fitting_size": largest,
         "limit_bytes": limit_bytes,
