@@ -265,7 +265,8 @@ def forecast(
     if predicted is not None and high is not None and budget is not None and predicted <= budget < high:
         notes.append(
             f"it fits by the forecast, but not if what the allocator keeps grows with the size (up to "
-            f"{fmt_bytes(high)} at size {target}, as a ResNet's did): probe nearer the target, or keep a larger margin"
+            f"{fmt_bytes(high)} at size {target}; it does where the program's tensors stay under glibc's 32 MiB "
+            "threshold): probe nearer the target, or keep a larger margin"
         )
     fits = bool(checks) and all(checks)
     if not checks:
