@@ -169,6 +169,14 @@ def _grown(kept: float | None, a: Point | None, target: int) -> float:
     return kept * (target - a.size) / a.size
 
 
+def high_words(result: Mapping[str, Any]) -> str | None:
+    """The answer's high side in words, where it is above the forecast (the table's line, the notebook's clause)."""
+    pred, high = result.get("predicted_peak_bytes"), result.get("predicted_peak_high_bytes")
+    if pred is None or high is None or high <= pred:
+        return None
+    return f"up to {fmt_bytes(high)} if what the allocator keeps grows in proportion to the size"
+
+
 def predict(line: Line, size: float) -> tuple[float, str]:
     """The forecast at ``size`` and how it was made: the fitted line, or, where the probes curve upward away
     from it, the slope of the two largest probes carried on from the largest (whichever is higher)."""

@@ -165,9 +165,11 @@ def table(r: dict[str, Any]) -> str:
         )
     else:
         lines.append(f"  at size {r['target']}: {fmt_bytes(pred)} peak")
-    high = r.get("predicted_peak_high_bytes")
-    if pred is not None and high is not None and high > pred:
-        lines.append(f"  up to {fmt_bytes(high)} if what the allocator keeps grows in proportion to the size")
+    from ..analysis.fit import high_words  # not at import: every command's start-up imports this module
+
+    high = high_words(r)
+    if high:
+        lines.append(f"  {high}")
     if limit:
         lines.append(f"  limit {fmt_bytes(limit)}, keeping {margin:.0%} free: {fmt_bytes(budget)} to use")
         if pred is not None and budget is not None:

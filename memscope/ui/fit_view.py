@@ -110,9 +110,9 @@ def words(
                 f" (the line of the probes with a fixed mmap threshold, plus {fmt_bytes(kept)} the program's own "
                 f"allocator kept at size {result['allocator']['anchor_size']})"
             )
-        high = result.get("predicted_peak_high_bytes")
-        if pred is not None and high is not None and high > pred:
-            text += f", up to {fmt_bytes(high)} if what the allocator keeps grows in proportion to the size"
+        high = model.high_words(result)
+        if high:
+            text += f", {high}"
         if result.get("largest_fitting_size") is not None:
             text += f"; the largest size that fits: {result['largest_fitting_size']}"
         notes = "".join(f"<br>{html.escape(n)}" for n in result.get("notes") or [])
