@@ -225,11 +225,12 @@ def forecast(
     host, offset = host_line(points, lines)
     kept = retention(points, lines)
     extra = kept or 0.0
+    a = anchor(points)
     high: int | None = None
     if host is not None:
         value, method = predict(host, target)
         predicted = max(0, round(value + offset + extra))
-        high = predicted + round(_grown(kept, anchor(points), target))
+        high = predicted + round(_grown(kept, a, target))
         if host.on_line is False:
             notes.append(
                 f"the probes are not on a line (largest distance {fmt_bytes(host.max_residual)}): "
@@ -262,7 +263,6 @@ def forecast(
             + f" {DEATHS.get(died[0].died or '', died[0].died)}: it does not fit"
             + (", and the larger ones were skipped" if any(p.size > first_dead for p in died[1:]) else "")
         )
-    a = anchor(points)
     if a is not None and a.died is not None and predicted is not None:
         notes.append(
             "no probe with the program's own allocator settings ran to its end: the forecast is the fixed "
